@@ -1,0 +1,1 @@
+"""Analyses: ablation sweeps, head quadrants, logit attribution, patching, retrieval scores."""

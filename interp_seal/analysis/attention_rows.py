@@ -1,0 +1,246 @@
+"""Row-wise attention: the attention weights of a few query positions, never a T x T matrix.
+
+Retrieval scores need the attention of only a handful of query positions: the last prompt
+token (MuDAF's passage score, MuDAF Sec. 3.1 / App. A.2) or the token being decoded (the
+Retrieval Head copy-paste score, Wu et al. 2024). Materialising the full pattern, as eager
+attention and the TransformerLens bridge do, costs ``H x T x T`` floats per layer: ~128 GiB
+per layer in fp32 at 32K tokens. A row costs ``H x T``. For each layer we take
+
+- the post-RoPE queries ``q`` of the chosen positions ``(B, H, Q, D)``,
+- the post-RoPE keys ``k`` of every position ``(B, KV, T, D)`` (query head ``h`` reads KV
+  head ``h // group_size``: grouped-query attention),
+
+and compute ``softmax(q k^T * scaling)`` over the causal prefix of each row (and inside the
+layer's sliding window, if it has one), with ``scaling`` read from the attention module
+(``module.scaling``, ``1/sqrt(d_head)`` for the supported families) rather than assumed.
+Memory is linear in ``T``; the model itself runs its usual sdpa attention.
+
+Two capture routes give identical numbers (the same ops on the same tensors):
+
+- ``backend="hf"``: forward hooks on ``q_proj`` / ``k_proj`` keep the projections and a hook
+  on the attention module (which receives ``position_embeddings = (cos, sin)``) applies the
+  model's own ``apply_rotary_pos_emb`` to them. With a KV cache (decoding) the keys come from
+  the cache, which stores them post-RoPE, so each step costs one row per head.
+- ``backend="nnsight"``: reads ``self_attn.source.apply_rotary_pos_emb_0.output`` inside an
+  nnsight trace (DESIGN.md Sec. 2).
+
+Both are checked against the rows of eager attention (``output_attentions=True``) in the tests.
+Rows are computed in float32 whatever the model dtype. A ``reduce`` function applied to each
+layer's rows right away (sum over passage spans, argmax) keeps only what an analysis needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from functools import reduce as fold
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_seal.models import ModelHandle
+
+Rows = Float[Tensor, "batch head query key"]
+RowReducer = Callable[[Rows], Tensor]
+CAPTURE_BACKENDS = ("hf", "nnsight")
+
+
+def attention_rows(
+    q: Float[Tensor, "batch head query d_head"],
+    k: Float[Tensor, "batch kv_head key d_head"],
+    query_positions: Int[Tensor, " query"],
+    *,
+    scaling: float,
+    sliding_window: int | None = None,
+) -> Rows:
+    """Causal softmax attention weights of the given query rows over keys ``0..T-1``.
+
+    Args:
+        q: post-RoPE queries of the rows.
+        k: post-RoPE keys of every position (``KV`` may divide ``H``: GQA).
+        query_positions: absolute position of each row; row ``i`` sees keys
+            ``j <= query_positions[i]`` (and ``j > query_positions[i] - sliding_window``).
+        scaling: the factor on ``q . k`` (the attention module's ``scaling``).
+        sliding_window: the layer's attention window, or None.
+    """
+    B, H, Q, D = q.shape
+    KV, T = k.shape[1], k.shape[2]
+    if H % KV:
+        raise ValueError(f"{H} query heads cannot share {KV} key heads")
+    q = q.float().reshape(B, KV, H // KV, Q, D)  # query head h = kv * group + g
+    scores = q @ k.float()[:, :, None].transpose(-1, -2) * scaling  # (B, KV, G, Q, T)
+    keys = torch.arange(T, device=k.device)
+    pos = query_positions.to(k.device)[:, None]
+    visible = keys[None, :] <= pos  # (Q, T)
+    if sliding_window is not None:
+        visible &= keys[None, :] > pos - sliding_window
+    scores = scores.masked_fill(~visible, float("-inf"))
+    return scores.softmax(-1).reshape(B, H, Q, T)
+
+
+def sliding_window_of(attn: torch.nn.Module) -> int | None:
+    """The attention window of one attention module (None: full causal attention).
+
+    Qwen2 keeps a per-layer ``sliding_window`` attribute; Mistral reads it from the config.
+    """
+    if hasattr(attn, "sliding_window"):
+        return attn.sliding_window
+    return getattr(attn.config, "sliding_window", None)
+
+
+def _rope_function(attn: torch.nn.Module) -> Callable:
+    """The ``apply_rotary_pos_emb`` of the module's own modeling file (exact RoPE per family)."""
+    rope = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
+    if rope is None:
+        raise ValueError(
+            f"{type(attn).__name__} has no apply_rotary_pos_emb in {type(attn).__module__}; "
+            "row-wise attention supports RoPE attention of the llama / mistral / qwen2 families"
+        )
+    return rope
+
+
+def _local_positions(positions: Sequence[int], length: int) -> Int[Tensor, " query"]:
+    """``positions`` (negative ones count from the end) as indices into a chunk of ``length``."""
+    pos = torch.tensor([p + length if p < 0 else p for p in positions], dtype=torch.long)
+    if len(pos) == 0 or (pos < 0).any() or (pos >= length).any():
+        raise ValueError(
+            f"query positions {list(positions)} are not inside a sequence of {length} tokens "
+            f"(valid: 0..{length - 1}, or -1..-{length} counting from the end)"
+        )
+    return pos
+
+
+class RowCapture:
+    """Per-layer reduced attention rows collected by ``attention_row_hooks`` during forwards."""
+
+    def __init__(self, n_layers: int):
+        self._rows: list[Tensor | None] = [None] * n_layers
+
+    def put(self, layer: int, rows: Tensor) -> None:
+        self._rows[layer] = rows
+
+    def take(self) -> Tensor:
+        """``(layer, ...)``: the rows of the last forward, stacked over layers; then cleared."""
+        missing = [i for i, r in enumerate(self._rows) if r is None]
+        if missing:
+            raise RuntimeError(f"no attention rows were captured for layers {missing}")
+        rows, self._rows = torch.stack(self._rows), [None] * len(self._rows)
+        return rows
+
+
+@contextmanager
+def attention_row_hooks(
+    handle: ModelHandle,
+    query_positions: Sequence[int] = (-1,),
+    *,
+    reduce: RowReducer | None = None,
+):
+    """Capture attention rows on the HF model for every forward inside the block.
+
+    ``query_positions`` index the tokens of each forward call (``-1``: its last token), so in
+    a KV-cache decoding loop ``(-1,)`` gives the row of the token being fed at each step; its
+    keys are the cached ones (every position so far). Yields a ``RowCapture``: call ``take()``
+    after each forward for ``(layer, batch, head, query, ...)``. All hooks are removed on exit.
+    """
+    capture = RowCapture(handle.spec.n_layers)
+    H, KV, D = handle.spec.n_heads, handle.spec.n_kv_heads, handle.spec.d_head
+    removers = []
+
+    def install(layer: int) -> None:
+        attn = handle.attn(layer)
+        rope, window = _rope_function(attn), sliding_window_of(attn)
+        proj: dict[str, Tensor] = {}
+
+        def keep(name: str, heads: int):
+            def hook(_mod, _args, out):
+                proj[name] = out.view(*out.shape[:2], heads, D).transpose(1, 2)  # (B, heads, T, D)
+
+            return hook
+
+        def rows_hook(mod, _args, kwargs, _out):
+            cos, sin = kwargs["position_embeddings"]
+            q_rot, k_rot = rope(proj.pop("q"), proj.pop("k"), cos, sin)
+            cache = kwargs.get("past_key_values")
+            if cache is not None:
+                k_rot = cache.layers[mod.layer_idx].keys  # post-RoPE, all positions so far
+            n_new, n_keys = q_rot.shape[2], k_rot.shape[2]
+            local = _local_positions(query_positions, n_new)
+            rows = attention_rows(
+                q_rot[:, :, local.to(q_rot.device)],
+                k_rot,
+                local + (n_keys - n_new),
+                scaling=mod.scaling,
+                sliding_window=window,
+            )
+            capture.put(layer, rows if reduce is None else reduce(rows))
+
+        removers.append(handle.proj(layer, "q_proj").register_forward_hook(keep("q", H)))
+        removers.append(handle.proj(layer, "k_proj").register_forward_hook(keep("k", KV)))
+        removers.append(attn.register_forward_hook(rows_hook, with_kwargs=True))
+
+    try:
+        for layer in range(handle.spec.n_layers):
+            install(layer)
+        yield capture
+    finally:
+        for remove in removers:
+            remove.remove()
+
+
+def capture_attention_rows(
+    handle: ModelHandle,
+    input_ids: Int[Tensor, "batch pos"],
+    query_positions: Sequence[int] = (-1,),
+    *,
+    reduce: RowReducer | None = None,
+    backend: str = "hf",
+) -> Tensor:
+    """Attention rows of ``query_positions`` in one forward: ``(layer, batch, head, query, key)``.
+
+    With ``reduce`` each layer's ``(batch, head, query, key)`` rows are replaced by
+    ``reduce(rows)`` as soon as they exist (e.g. passage sums), and the result is their stack
+    over layers. Batch rows share the query positions (use equal lengths, no padding).
+
+    Args:
+        handle: the model.
+        input_ids: ``(batch, pos)`` or ``(pos,)`` token ids.
+        query_positions: positions whose rows to keep (``-1``: the last token).
+        reduce: optional per-layer reduction of the rows.
+        backend: ``"hf"`` (forward hooks) or ``"nnsight"`` (a trace); identical numbers.
+    """
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    input_ids = input_ids.to(handle.device)
+    if backend == "hf":
+        with torch.no_grad(), attention_row_hooks(handle, query_positions, reduce=reduce) as rows:
+            handle.model(input_ids, use_cache=False)
+        return rows.take()
+    if backend == "nnsight":
+        return _capture_nnsight(handle, input_ids, query_positions, reduce)
+    raise ValueError(f"unknown capture backend {backend!r}; choose one of {CAPTURE_BACKENDS}")
+
+
+def _capture_nnsight(handle, input_ids, query_positions, reduce) -> Tensor:
+    """``capture_attention_rows`` through an nnsight trace of the same weights."""
+    import nnsight
+
+    model = handle.nnsight()
+    local = _local_positions(query_positions, input_ids.shape[1])
+    layer_envoys = fold(getattr, handle.family.layers.split("."), model)
+    with torch.no_grad(), model.trace(input_ids, use_cache=False):
+        captured = nnsight.save([])
+        for layer in range(handle.spec.n_layers):
+            attn = fold(getattr, handle.family.attn.split("."), layer_envoys[layer])
+            q_rot, k_rot = attn.source.apply_rotary_pos_emb_0.output
+            module = handle.attn(layer)
+            rows = attention_rows(
+                q_rot[:, :, local.to(q_rot.device)],
+                k_rot,
+                local,
+                scaling=module.scaling,
+                sliding_window=sliding_window_of(module),
+            )
+            captured.append(rows if reduce is None else reduce(rows))
+    return torch.stack(list(captured))

@@ -1,0 +1,237 @@
+"""Direct logit attribution (DLA): how much each head, MLP and the embedding writes to a logit.
+
+The residual stream entering the final norm at position ``p`` is a sum of what every component
+wrote there::
+
+    x = embed + sum_l ( sum_h W_O[:, h] z_{l,h} + b_O,l ) + sum_l mlp_l
+
+where ``z_{l,h}`` is head ``h``'s output (the input of ``o_proj``, ``d_head`` channels) and
+``W_O[:, h] = o_proj.weight[:, h*D:(h+1)*D]`` its block of output columns. The logit of token
+``t`` is ``W_U[t] . (w * x / rms(x))`` (``w`` the final RMSNorm weight). Only ``1/rms(x)``
+is non-linear, so each component ``c`` gets a *direct effect* on the logit by projecting it
+alone through the rest of the model:
+
+- ``"frozen_norm"``: ``W_U[t] . (w * c) / rms(x)``, with ``rms(x)`` frozen from the clean run
+  (Lieberum et al. 2023; TransformerLens' ``cache.logit_attrs``). The components sum to the
+  model's logit exactly (plus the unembedding bias, if the model has one, as its own row).
+- ``"seal"``: ``W_U[t] . (w * c)``, SEAL's Eq. 1 ``Delta = W_head f(p)`` (SEAL, Sec. 5): "a
+  form similar to the direct effect proposed in Lieberum et al. (2023), excluding the
+  normalization term". We read "the normalization term" as ``1/rms(x)``, the one non-linear
+  factor, and keep the norm's elementwise weight ``w`` inside ``W_head`` (it is a fixed linear
+  map, as if folded into ``W_U``). SEAL's components therefore sum to ``rms(x)`` times the
+  logit (bias excluded): a positive factor shared by every component and every token at that
+  position, so signs, rankings and "which digit wins" (SEAL Fig. 4) are the same as in
+  ``"frozen_norm"``; only the units differ.
+
+For the difference between two tokens (SEAL Fig. 4: the correct vs the wrong digit) the
+direction ``W_U[t]`` becomes ``W_U[correct] - W_U[wrong]``.
+
+One forward pass on the Hugging Face model (sdpa attention, so long prompts are fine) records
+the embedding, every ``o_proj`` input and every MLP output at position ``p`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_seal.models.handle import ModelHandle
+
+VARIANTS = ("frozen_norm", "seal")
+COLUMNS = ["target", "component", "layer", "head", "value"]
+Token = int | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogitAttribution:
+    """Direct effects of every component on some logits at one position.
+
+    Attributes:
+        table: tidy rows ``target, component, layer, head, value``; ``component`` is
+            ``"embed"``, ``"head"``, ``"attn_bias"`` (o_proj bias, if any), ``"mlp"`` or
+            ``"unembed_bias"`` (lm_head bias, if any); ``layer``/``head`` are null where they do
+            not apply.
+        logits: the model's own logit (or logit difference) per target at ``position``.
+        rms: ``rms(x)`` of the residual stream entering the final norm at ``position``.
+        variant: ``"frozen_norm"`` or ``"seal"``.
+        position: the (non-negative) position attributed.
+    """
+
+    table: pd.DataFrame
+    logits: dict[str, float]
+    rms: float
+    variant: str
+    position: int
+
+    def totals(self) -> pd.Series:
+        """Sum of the direct effects per target: ``logits`` for ``"frozen_norm"``."""
+        return self.table.groupby("target", sort=False)["value"].sum()
+
+
+def token_id(tokenizer, token: Token) -> int:
+    """The id of ``token``: an id, or a string that must be exactly one token."""
+    if isinstance(token, int):
+        if not 0 <= token < len(tokenizer):
+            raise ValueError(f"token id {token} is outside the vocabulary (size {len(tokenizer)})")
+        return token
+    ids = tokenizer(token, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(
+            f"{token!r} is {len(ids)} tokens ({ids}); give a single token (mind the leading "
+            "space, e.g. ' 5') or a token id"
+        )
+    return ids[0]
+
+
+def token_label(tokenizer, token: int) -> str:
+    """The vocabulary entry of ``token`` (unique per id, leading-space markers kept)."""
+    return tokenizer.convert_ids_to_tokens(token)
+
+
+def logit_attribution(
+    handle: ModelHandle,
+    input_ids: Int[Tensor, "pos"],
+    targets: Sequence[Token],
+    *,
+    position: int = -1,
+    variant: str = "frozen_norm",
+) -> LogitAttribution:
+    """Direct effect of every component on the logit of each token in ``targets``."""
+    ids = dict.fromkeys(token_id(handle.tokenizer, t) for t in targets)
+    contrasts = {token_label(handle.tokenizer, i): (i, None) for i in ids}
+    return attribute(handle, input_ids, contrasts, position=position, variant=variant)
+
+
+def logit_diff_attribution(
+    handle: ModelHandle,
+    input_ids: Int[Tensor, "pos"],
+    correct: Token,
+    wrong: Token,
+    *,
+    position: int = -1,
+    variant: str = "frozen_norm",
+) -> LogitAttribution:
+    """Direct effect of every component on ``logit[correct] - logit[wrong]`` (SEAL Fig. 4)."""
+    a, b = token_id(handle.tokenizer, correct), token_id(handle.tokenizer, wrong)
+    name = f"{token_label(handle.tokenizer, a)} - {token_label(handle.tokenizer, b)}"
+    return attribute(handle, input_ids, {name: (a, b)}, position=position, variant=variant)
+
+
+def attribute(
+    handle: ModelHandle,
+    input_ids: Int[Tensor, "pos"],
+    contrasts: Mapping[str, tuple[int, int | None]],
+    *,
+    position: int = -1,
+    variant: str = "frozen_norm",
+) -> LogitAttribution:
+    """The generic driver: direct effects on ``logit[a] - logit[b]`` for each named ``(a, b)``.
+
+    ``b`` may be None for a plain logit. ``input_ids`` is one prompt (1-D).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown DLA variant {variant!r}; choose one of {VARIANTS}")
+    if input_ids.dim() != 1:
+        raise ValueError(f"input_ids must be one prompt (1-D), got shape {tuple(input_ids.shape)}")
+    n = input_ids.shape[0]
+    if not -n <= position < n:
+        raise ValueError(f"position {position} is outside the prompt (length {n})")
+    position %= n
+    parts, labels, x, logits = residual_parts(handle, input_ids, position)
+
+    norm = handle.final_norm()
+    rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+    scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
+    unembed = handle.unembed()
+    w_u = unembed.weight.detach().double()  # (vocab, d_model)
+    normed = parts * norm.weight.detach().double() * scale  # (component, d_model)
+
+    rows, model_logits = [], {}
+    for name, (a, b) in contrasts.items():
+        direction = w_u[a] - (w_u[b] if b is not None else 0)
+        values = (normed @ direction).tolist()
+        rows += [(name, *label, v) for label, v in zip(labels, values, strict=True)]
+        if unembed.bias is not None:
+            bias = unembed.bias.detach().double()
+            rows.append((name, "unembed_bias", None, None, float(bias[a] - (bias[b] if b is not None else 0))))
+        model_logits[name] = float(logits[a] - (logits[b] if b is not None else 0))
+    table = pd.DataFrame(rows, columns=COLUMNS).astype({"layer": "Int64", "head": "Int64"})
+    return LogitAttribution(
+        table=table, logits=model_logits, rms=float(rms), variant=variant, position=position
+    )
+
+
+def residual_parts(
+    handle: ModelHandle, input_ids: Int[Tensor, "pos"], position: int
+) -> tuple[
+    Float[Tensor, "component d_model"],
+    list[tuple[str, int | None, int | None]],
+    Float[Tensor, "d_model"],
+    Float[Tensor, "vocab"],
+]:
+    """What each component wrote into the residual stream at ``position`` (float64).
+
+    Returns the stacked parts, their ``(component, layer, head)`` labels, the residual stream
+    entering the final norm and the model's logits, all at ``position``. Raises if the parts do
+    not add up to the residual stream (an architecture with components this decomposition does
+    not know about).
+    """
+    H, D, L = handle.spec.n_heads, handle.spec.d_head, handle.spec.n_layers
+    seen: dict[str, Tensor] = {}
+
+    def keep_output(key):
+        def hook(_mod, _args, out):
+            seen[key] = out[0, position].detach().double()
+
+        return hook
+
+    def keep_input(key):
+        def hook(_mod, args):
+            seen[key] = args[0][0, position].detach().double()
+
+        return hook
+
+    hooks = [(handle.embed(), "forward", keep_output("embed"))]
+    for layer in range(L):
+        hooks.append((handle.proj(layer, "o_proj"), "pre", keep_input(f"z{layer}")))
+        hooks.append((handle.mlp(layer), "forward", keep_output(f"mlp{layer}")))
+    hooks.append((handle.final_norm(), "pre", keep_input("x")))
+    removers = []
+    try:
+        for module, kind, fn in hooks:
+            register = module.register_forward_pre_hook if kind == "pre" else module.register_forward_hook
+            removers.append(register(fn))
+        with torch.no_grad():
+            logits = handle.model(input_ids[None].to(handle.device)).logits[0, position].double()
+    finally:
+        for remove in removers:
+            remove.remove()
+
+    parts, labels = [seen["embed"]], [("embed", None, None)]
+    for layer in range(L):
+        o_proj = handle.proj(layer, "o_proj")
+        w_o = o_proj.weight.detach().double().view(-1, H, D)  # (d_model, H, D)
+        heads = torch.einsum("hd,mhd->hm", seen[f"z{layer}"].view(H, D), w_o)
+        parts += list(heads)
+        labels += [("head", layer, h) for h in range(H)]
+        if o_proj.bias is not None:
+            parts.append(o_proj.bias.detach().double())
+            labels.append(("attn_bias", layer, None))
+        parts.append(seen[f"mlp{layer}"])
+        labels.append(("mlp", layer, None))
+    parts = torch.stack(parts)
+    x = seen["x"]
+    if handle.dtype in (torch.float32, torch.float64):
+        gap = float((parts.sum(0) - x).abs().max())
+        if gap > 1e-4 * (1 + float(x.abs().max())):
+            raise ValueError(
+                f"the embedding, head, o_proj-bias and MLP outputs do not add up to the residual "
+                f"stream entering the final norm (max gap {gap:.3g}); this architecture has a "
+                "component the decomposition does not know about, so DLA would be wrong"
+            )
+    return parts, labels, x, logits

@@ -1,0 +1,39 @@
+"""``interp-seal``: the command line.
+
+Each command group lives in its own module under ``interp_seal.cli`` and exposes
+``register(subparsers)``, which adds its sub-commands; every sub-command sets ``func``, the
+function that runs it with the parsed arguments. ``main`` wires the groups listed in
+``GROUPS`` together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+GROUPS = ("tasks", "evaluate", "organism")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="interp-seal",
+        description="Find and fix the attention heads behind long-context retrieval (SEAL, MuDAF).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        importlib.import_module(f"interp_seal.cli.{group}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ValueError, FileNotFoundError) as err:
+        print(f"interp-seal {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""``interp-seal evaluate``: retrieval accuracy of a model, and scores of generated text.
+
+    interp-seal evaluate lines --model organism --lengths 10 20 40 --n 50 --seed 0 --out runs/acc
+    interp-seal evaluate lines --lengths 40 --ablate 1.3 0.2 --out runs/acc_pruned
+    interp-seal evaluate generated tasks.jsonl --predictions preds.jsonl
+
+``lines`` measures greedy exact match on LongEval line retrieval by teacher forcing (one
+forward per record) for each number of lines, optionally with heads ablated, prints the table
+and writes ``OUT/accuracy.csv`` and ``OUT/accuracy.html`` (the figure, self-contained).
+``generated`` scores model outputs: LongEval records (``expected_number``) by the last integer,
+LongBench QA records (``answers``) by token F1; predictions are matched to records line by line
+and read from the ``pred`` field (LongBench's prediction files) unless ``--field`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from interp_seal.tasks.line_retrieval import INDEX_STYLES
+
+ABLATION_CHOICES = ("zero", "scale", "uniform")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("evaluate", help="retrieval accuracy and output scoring")
+    sub = parser.add_subparsers(dest="evaluate_command", required=True)
+
+    lines = sub.add_parser("lines", help="LongEval exact match vs number of lines (teacher forcing)")
+    lines.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
+    lines.add_argument("--lengths", type=int, nargs="+", default=[10, 20, 40], help="lines per record")
+    lines.add_argument("--n", type=int, default=50, help="records per length")
+    lines.add_argument("--seed", type=int, default=0)
+    lines.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
+    lines.add_argument("--batch-size", type=int, default=8, help="records per forward")
+    lines.add_argument(
+        "--ablate", nargs="+", default=[], metavar="LAYER.HEAD", help="heads to ablate, e.g. 1.3"
+    )
+    lines.add_argument("--mode", choices=ABLATION_CHOICES, default="zero", help="ablation mode")
+    lines.add_argument("--factor", type=float, help="multiplier for --mode scale")
+    lines.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    lines.add_argument("--out", type=Path, help="write accuracy.csv and accuracy.html here")
+    lines.set_defaults(func=run_lines)
+
+    generated = sub.add_parser("generated", help="score generated outputs against a task file")
+    generated.add_argument("tasks", type=Path, help="task JSONL (LongChat or LongBench fields)")
+    generated.add_argument("--predictions", type=Path, required=True, help="JSONL, one per task line")
+    generated.add_argument("--field", default="pred", help="prediction field in each line")
+    generated.set_defaults(func=run_generated)
+
+
+def parse_heads(entries: list[str]) -> list[tuple[int, int]]:
+    """``["1.3", "0.2"]`` -> ``[(1, 3), (0, 2)]``."""
+    heads = []
+    for entry in entries:
+        layer, dot, head = entry.partition(".")
+        if not (dot and layer.isdigit() and head.isdigit()):
+            raise ValueError(f"cannot read head {entry!r}; write LAYER.HEAD, e.g. 1.3")
+        heads.append((int(layer), int(head)))
+    return heads
+
+
+def run_lines(args: argparse.Namespace) -> int:
+    import torch
+
+    from interp_seal.evaluation import accuracy_figure, evaluate_line_retrieval
+    from interp_seal.interventions import ablate
+    from interp_seal.models import load_model
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    handle = load_model(args.model)
+    intervention = None
+    if args.ablate:
+        intervention = ablate(handle.spec, parse_heads(args.ablate), args.mode, factor=args.factor)
+    table = evaluate_line_retrieval(
+        handle,
+        args.lengths,
+        n=args.n,
+        seed=args.seed,
+        index_style=args.index_style,
+        intervention=intervention,
+        batch_size=args.batch_size,
+    )
+    ablated = f", heads {' '.join(args.ablate)} ablated ({args.mode})" if args.ablate else ""
+    print(f"LongEval line retrieval, {handle.name_or_path}{ablated}, seed {args.seed}")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out / "accuracy.csv", index=False)
+        title = f"LongEval line retrieval: {Path(handle.name_or_path).name}{ablated}"
+        accuracy_figure(table, title=title).write_html(args.out / "accuracy.html")
+        print(f"wrote {args.out / 'accuracy.csv'} and {args.out / 'accuracy.html'}")
+    return 0
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL file (blank lines skipped)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_generated(args: argparse.Namespace) -> int:
+    from interp_seal.evaluation import score_records
+
+    records = read_jsonl(args.tasks)
+    predictions = []
+    for i, row in enumerate(read_jsonl(args.predictions)):
+        if args.field not in row:
+            raise ValueError(
+                f"{args.predictions} line {i + 1} has no {args.field!r} field (fields: "
+                f"{sorted(row)}); pass --field"
+            )
+        predictions.append(str(row[args.field]))
+    scores = score_records(records, predictions)
+    table = scores.groupby("task", sort=True)["score"].agg(["count", "mean"]).reset_index()
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    return 0

@@ -1,0 +1,82 @@
+"""``interp-seal organism``: train the bundled model organism and measure its card's numbers.
+
+    interp-seal organism train --out runs/organism --seed 0          # the shipped recipe
+    interp-seal organism train --out /tmp/smoke --smoke               # CI-sized, seconds
+    interp-seal organism evaluate --samples 200                       # accuracy + pruning
+    interp-seal organism evaluate --samples 200 --write-card          # ... into README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+DEFAULT_LENGTHS = (5, 10, 20, 40, 60, 80, 100)
+DEFAULT_PRUNE_LINES = 80
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("organism", help="train or evaluate the bundled model organism")
+    sub = parser.add_subparsers(dest="organism_command", required=True)
+
+    train = sub.add_parser("train", help="train the organism from scratch (resumable)")
+    train.add_argument("--out", required=True, help="output directory (checkpoints in OUT/state)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--steps", type=int, help="total steps (default: the recipe's)")
+    train.add_argument("--max-minutes", type=float, help="stop (resumably) after this long")
+    train.add_argument("--resume", action="store_true", help="continue from OUT/state")
+    train.add_argument("--smoke", action="store_true", help="tiny model, 6 steps (CI)")
+    train.add_argument("--threads", type=int, help="torch threads (default: the recipe's, 1)")
+    train.set_defaults(func=run_train)
+
+    evaluate = sub.add_parser("evaluate", help="accuracy vs length and per-head pruning")
+    evaluate.add_argument("--model", default="organism", help="'organism' or a checkpoint dir")
+    evaluate.add_argument("--lines", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
+    evaluate.add_argument("--prune-lines", type=int, default=DEFAULT_PRUNE_LINES)
+    evaluate.add_argument("--samples", type=int, default=200, help="samples per length")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument(
+        "--write-card", action="store_true", help="write the numbers into the model's README.md"
+    )
+    evaluate.set_defaults(func=run_evaluate)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from interp_seal.organism.train import OrganismConfig, train
+
+    overrides = {"seed": args.seed}
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    if args.threads is not None:
+        overrides["threads"] = args.threads
+    cfg = OrganismConfig.smoke(**overrides) if args.smoke else OrganismConfig(**overrides)
+    out = train(cfg, args.out, resume=args.resume, max_minutes=args.max_minutes)
+    print(f"wrote {out}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    from interp_seal.models import load_model
+    from interp_seal.organism.card import measure, write_card
+
+    torch.set_num_threads(args.threads)
+    handle = load_model(args.model)
+    report = measure(
+        handle.model,
+        handle.tokenizer,
+        lengths=args.lines,
+        prune_lines=args.prune_lines,
+        n_samples=args.samples,
+        seed=args.seed,
+    )
+    print(report.text())
+    if args.write_card:
+        from pathlib import Path
+
+        command = "interp-seal " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "interp-seal organism evaluate"
+        print(f"wrote {write_card(Path(handle.name_or_path), report, command)}")
+    return 0

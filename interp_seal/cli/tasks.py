@@ -1,0 +1,132 @@
+"""``interp-seal tasks``: write task files and summarise them.
+
+Commands::
+
+    interp-seal tasks generate --task line_retrieval --num-lines 200 --n 50 --seed 0 --out lines.jsonl
+    interp-seal tasks generate --task needle --tokenizer PATH_OR_NAME --lengths 1000:8000:8 \\
+        --depths 0:100:11 --out niah.jsonl
+    interp-seal tasks generate --task passages --num-passages 10 --hops 2 --n 100 --out mdqa.jsonl
+    interp-seal tasks show FILE [--golden GOLDEN_IDS]
+
+``--lengths`` and ``--depths`` take integers and ``LO:HI:N`` linear grids (gkamradt's
+``round(linspace(LO, HI, N))``); for the needle task ``--n`` is the number of samples per
+(length, depth) cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from interp_seal.tasks import jsonl, line_retrieval, needle, passages
+
+NEEDLE_SETS = {"seal": needle.SEAL_NEEDLES, "san_francisco": (needle.SAN_FRANCISCO,)}
+
+
+def grid(text: str) -> tuple[int, ...]:
+    """``"500"`` -> (500,); ``"0:100:5"`` -> (0, 25, 50, 75, 100)."""
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1:
+        return tuple(parts)
+    if len(parts) != 3:
+        raise ValueError(f"expected an integer or LO:HI:N, got {text!r}")
+    return needle.linear_grid(*parts)
+
+
+def register(subparsers) -> None:
+    group = subparsers.add_parser("tasks", help="generate and inspect task files")
+    sub = group.add_subparsers(dest="tasks_command", required=True)
+
+    gen = sub.add_parser("generate", help="write a task file (JSONL)")
+    gen.add_argument("--task", required=True, choices=sorted(jsonl.FORMATS))
+    gen.add_argument("--out", required=True, help="output .jsonl file")
+    gen.add_argument("--n", type=int, default=50, help="samples (needle: per length x depth)")
+    gen.add_argument("--seed", type=int, default=0)
+    lines = gen.add_argument_group("line_retrieval")
+    lines.add_argument("--num-lines", type=int, default=200)
+    lines.add_argument(
+        "--index-style", default="adjective-noun", choices=line_retrieval.INDEX_STYLES
+    )
+    niah = gen.add_argument_group("needle")
+    niah.add_argument("--tokenizer", help="tokenizer (local path or hub name) measuring lengths")
+    niah.add_argument("--lengths", type=grid, nargs="+", help="context lengths in tokens")
+    niah.add_argument("--depths", type=grid, nargs="+", default=[needle.linear_grid(0, 100, 11)])
+    niah.add_argument("--needles", default="seal", choices=sorted(NEEDLE_SETS))
+    niah.add_argument(
+        "--haystack", help="haystack text file or directory of .txt (default: built-in)"
+    )
+    niah.add_argument("--buffer", type=int, default=200, help="tokens kept for question + answer")
+    mdqa = gen.add_argument_group("passages")
+    mdqa.add_argument("--num-passages", type=int, default=10)
+    mdqa.add_argument("--hops", type=int, default=1, choices=(1, 2))
+    gen.set_defaults(func=generate)
+
+    show = sub.add_parser("show", help="summarise a task file")
+    show.add_argument("file")
+    show.add_argument("--golden", help="golden passage ids of a LongBench file (.json or .jsonl)")
+    show.set_defaults(func=show_file)
+
+
+def _samples(args: argparse.Namespace) -> list:
+    if args.task == "line_retrieval":
+        cfg = line_retrieval.LineRetrievalConfig(
+            num_lines=args.num_lines, index_style=args.index_style
+        )
+        return line_retrieval.generate(cfg, args.n, args.seed)
+    if args.task == "passages":
+        cfg = passages.PassagesConfig(num_passages=args.num_passages, hops=args.hops)
+        return passages.generate(cfg, args.n, args.seed)
+    if not args.tokenizer or not args.lengths:
+        raise ValueError("--task needle needs --tokenizer and --lengths")
+    from transformers import AutoTokenizer
+
+    cfg = needle.NeedleConfig(
+        context_lengths=tuple(x for g in args.lengths for x in g),
+        depths=tuple(x for g in args.depths for x in g),
+        needles=NEEDLE_SETS[args.needles],
+        haystack=needle.read_haystack(args.haystack),
+        buffer=args.buffer,
+    )
+    return needle.generate(cfg, AutoTokenizer.from_pretrained(args.tokenizer), args.n, args.seed)
+
+
+def generate(args: argparse.Namespace) -> int:
+    samples = _samples(args)
+    jsonl.write_samples(args.out, samples)
+    print(f"wrote {len(samples)} {args.task} samples to {args.out}")
+    return 0
+
+
+def _counts(values) -> str:
+    return ", ".join(f"{v} x {n}" for v, n in sorted(Counter(values).items()))
+
+
+def describe(samples: list) -> list[str]:
+    """Summary lines of one task's samples."""
+    if not samples:
+        return ["0 samples"]
+    task, chars = samples[0].task, [len(s.prompt) for s in samples]
+    out = [
+        f"{len(samples)} {task} samples",
+        f"prompt characters: min {min(chars)}, mean {sum(chars) / len(chars):.0f}, max {max(chars)}",
+    ]
+    if task == "line_retrieval":
+        out.append(f"num_lines: {_counts(s.meta['num_lines'] for s in samples)}")
+    elif task == "needle":
+        out.append(f"context lengths: {_counts(s.meta['context_length'] for s in samples)}")
+        out.append(f"depths: {_counts(s.meta['depth_percent'] for s in samples)}")
+        out.append(f"needles: {_counts(s.meta['needle_id'] for s in samples)}")
+    else:
+        out.append(f"datasets: {_counts(s.meta['dataset'] for s in samples)}")
+        out.append(f"passages per sample: {_counts(len(s.passages) for s in samples)}")
+        out.append(f"golden passages per sample: {_counts(len(s.golden) for s in samples)}")
+    out.append(f"first answer: {samples[0].answer!r}")
+    return out
+
+
+def show_file(args: argparse.Namespace) -> int:
+    golden = jsonl.read_golden(args.golden) if args.golden else None
+    print(f"{args.file}:")
+    for line in describe(jsonl.read_samples(args.file, golden=golden)):
+        print(f"  {line}")
+    return 0

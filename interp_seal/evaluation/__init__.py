@@ -1,0 +1,37 @@
+"""Evaluation: greedy exact match by teacher forcing, accuracy vs length, NIAH grids, QA F1.
+
+- ``teacher_forcing.py``: ``teacher_force`` scores answers in one forward per sample.
+- ``lengths.py``: ``evaluate_lengths`` / ``evaluate_line_retrieval``, accuracy per length.
+- ``niah.py``: ``niah_grid`` / ``evaluate_niah``, depth x context-length tables.
+- ``scoring.py``: scoring generated text (LongEval last integer, LongBench QA token F1).
+- ``plots.py``: figures of the above.
+"""
+
+from interp_seal.evaluation.lengths import (
+    ACCURACY_COLUMNS,
+    evaluate_lengths,
+    evaluate_line_retrieval,
+    summarize,
+)
+from interp_seal.evaluation.niah import evaluate_niah, niah_grid
+from interp_seal.evaluation.plots import accuracy_figure, niah_heatmap
+from interp_seal.evaluation.scoring import normalize_answer, qa_f1, score_records, token_f1
+from interp_seal.evaluation.teacher_forcing import AnswerScore, encode_samples, teacher_force
+
+__all__ = [
+    "ACCURACY_COLUMNS",
+    "AnswerScore",
+    "accuracy_figure",
+    "encode_samples",
+    "evaluate_lengths",
+    "evaluate_line_retrieval",
+    "evaluate_niah",
+    "niah_grid",
+    "niah_heatmap",
+    "normalize_answer",
+    "qa_f1",
+    "score_records",
+    "summarize",
+    "teacher_force",
+    "token_f1",
+]

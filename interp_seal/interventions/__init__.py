@@ -1,0 +1,30 @@
+"""The head-output edit primitive and how each backend applies it."""
+
+from interp_seal.interventions.backends import intervene, logits
+from interp_seal.interventions.head_edit import (
+    ABLATION_MODES,
+    HeadIntervention,
+    ablate,
+    scale_table,
+    uniform_attention,
+)
+from interp_seal.interventions.hf import capture_head_outputs, hf_hooks, hf_logits
+from interp_seal.interventions.nnsight_backend import nnsight_edit, nnsight_logits
+from interp_seal.interventions.tl_backend import tl_hooks, tl_logits
+
+__all__ = [
+    "ABLATION_MODES",
+    "HeadIntervention",
+    "ablate",
+    "capture_head_outputs",
+    "hf_hooks",
+    "hf_logits",
+    "intervene",
+    "logits",
+    "nnsight_edit",
+    "nnsight_logits",
+    "scale_table",
+    "tl_hooks",
+    "tl_logits",
+    "uniform_attention",
+]

@@ -1,0 +1,113 @@
+"""``ModelHandle``: one loaded model, its tokenizer, geometry and module map.
+
+Every analysis in interp-seal takes a handle. The handle owns the Hugging Face model (the
+long-context path: sdpa attention, memory linear in sequence length) and builds the other
+backends from it on request: ``handle.nnsight()`` wraps the same weights in
+``nnsight.TransformersModel``; ``handle.bridge()`` boots a TransformerLens 4
+``TransformerBridge`` on a private copy (the bridge rewires the HF object it is given, so it
+never touches ``handle.model``). Analysis code asks for a backend by name; library quirks stay
+in ``interp_seal.interventions.backends``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from interp_seal.models.spec import Family, ModelSpec, get_module
+
+BACKENDS = ("hf", "nnsight", "transformer_lens")
+
+
+@dataclass(kw_only=True, eq=False)
+class ModelHandle:
+    """A loaded causal LM.
+
+    Attributes:
+        model: the ``*ForCausalLM`` module (eval mode).
+        tokenizer: its tokenizer.
+        spec: geometry (layers, heads, KV heads, d_head, ...).
+        family: module paths for the model's family.
+        name_or_path: what it was loaded from.
+        backend: default backend for ``interp_seal.interventions`` (``"hf"``, ``"nnsight"`` or
+            ``"transformer_lens"``).
+    """
+
+    model: nn.Module
+    tokenizer: object
+    spec: ModelSpec
+    family: Family
+    name_or_path: str
+    backend: str = "hf"
+    _nnsight: object = field(default=None, repr=False)
+    _bridge: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+
+    # -- module map ------------------------------------------------------------------------
+    def layers(self) -> nn.ModuleList:
+        return get_module(self.model, self.family.layers)
+
+    def attn(self, layer: int) -> nn.Module:
+        return get_module(self.layers()[layer], self.family.attn)
+
+    def proj(self, layer: int, which: str) -> nn.Linear:
+        """One of ``"q_proj"``, ``"k_proj"``, ``"v_proj"``, ``"o_proj"`` of ``layer``."""
+        return get_module(self.attn(layer), getattr(self.family, which))
+
+    def mlp(self, layer: int) -> nn.Module:
+        return get_module(self.layers()[layer], self.family.mlp)
+
+    def final_norm(self) -> nn.Module:
+        return get_module(self.model, self.family.final_norm)
+
+    def unembed(self) -> nn.Linear:
+        return get_module(self.model, self.family.unembed)
+
+    def embed(self) -> nn.Embedding:
+        return get_module(self.model, self.family.embed)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    # -- other backends --------------------------------------------------------------------
+    def nnsight(self):
+        """``nnsight.TransformersModel`` over the same weights (built once)."""
+        if self._nnsight is None:
+            import nnsight
+
+            self._nnsight = nnsight.TransformersModel(self.model, tokenizer=self.tokenizer)
+        return self._nnsight
+
+    def bridge(self):
+        """A TransformerLens 4 ``TransformerBridge`` on a private copy of the weights (built once).
+
+        The bridge computes eager attention (a T x T pattern per head), so use it for short
+        contexts and cross-checks; ``set_use_attn_result(True)`` is on so ``hook_result`` exists.
+        """
+        if self._bridge is None:
+            from transformer_lens.model_bridge import TransformerBridge
+
+            hf_copy = copy.deepcopy(self.model)
+            bridge = TransformerBridge.boot_transformers(
+                self.name_or_path, hf_model=hf_copy, tokenizer=self.tokenizer
+            )
+            bridge.set_use_attn_result(True)
+            bridge.eval()
+            self._bridge = bridge
+        return self._bridge
+
+    # -- tokenisation ----------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]

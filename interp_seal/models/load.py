@@ -1,0 +1,120 @@
+"""``load_model``: hub names and local checkpoint directories, one code path.
+
+Resolution order for ``name_or_path``:
+
+1. ``"organism"`` (the default model): the model organism bundled with interp-seal
+   (``interp_seal/organism/checkpoint``), a standard HF checkpoint directory.
+2. an existing local directory: must hold ``config.json`` (a ``save_pretrained`` checkpoint).
+3. otherwise a hub name (``"meta-llama/Llama-3.1-8B"``): resolved by ``transformers`` through
+   the local HF cache or the hub. Without network access only cached models load; the error says
+   so.
+
+Only decoder-only causal LMs of the families in ``interp_seal.models.spec.FAMILIES`` are
+accepted. ``trust_remote_code`` stays off unless the caller passes ``trust_remote_code=True``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+from interp_seal.models.handle import BACKENDS, ModelHandle
+from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
+
+ORGANISM_DIR = Path(__file__).resolve().parent.parent / "organism" / "checkpoint"
+DEFAULT_MODEL = "organism"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """``name_or_path`` is neither a local checkpoint nor a resolvable hub model."""
+
+
+def resolve(name_or_path: str | Path) -> str:
+    """The directory or hub id that ``transformers`` should load for ``name_or_path``."""
+    name = str(name_or_path)
+    if name == DEFAULT_MODEL:
+        if not (ORGANISM_DIR / "config.json").exists():
+            raise ModelNotFoundError(
+                f"the bundled model organism is missing from {ORGANISM_DIR}; reinstall "
+                "interp-seal or train it with `interp-seal organism train`."
+            )
+        return str(ORGANISM_DIR)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").exists():
+            raise ModelNotFoundError(
+                f"{path} exists but is not a checkpoint directory with a config.json "
+                "(save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))."
+            )
+        return str(path)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelNotFoundError(f"no checkpoint directory at {name!r}.")
+    return name
+
+
+def load_config(name_or_path: str | Path, *, trust_remote_code: bool = False):
+    """The transformers config for ``name_or_path``, with errors that say what to do."""
+    target = resolve(name_or_path)
+    try:
+        return target, transformers.AutoConfig.from_pretrained(
+            target, trust_remote_code=trust_remote_code
+        )
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise UnsupportedModelError(
+                f"{name_or_path!r} needs custom code from its repository; interp-seal never runs "
+                "remote code silently. Pass trust_remote_code=True if you trust it (it must still "
+                "be a supported family)."
+            ) from err
+        raise UnsupportedModelError(f"cannot read a model config from {name_or_path!r}: {err}") from err
+    except OSError as err:
+        raise ModelNotFoundError(
+            f"model {name_or_path!r} not found: it is not a local checkpoint directory, not the "
+            "bundled 'organism', and could not be fetched from the Hugging Face hub or found in "
+            f"its local cache (offline?). Underlying error: {err}"
+        ) from err
+
+
+def load_model(
+    name_or_path: str | Path = DEFAULT_MODEL,
+    *,
+    backend: str = "hf",
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    trust_remote_code: bool = False,
+) -> ModelHandle:
+    """Load a causal LM and its tokenizer as a ``ModelHandle``.
+
+    Args:
+        name_or_path: ``"organism"`` (default), a local checkpoint directory, or a hub name.
+        backend: default backend for interventions: ``"hf"`` (sdpa, long contexts),
+            ``"nnsight"`` or ``"transformer_lens"`` (the TransformerBridge, short contexts).
+        dtype: parameter dtype (float32 for exact analyses).
+        device: where to put the model.
+        trust_remote_code: forwarded to transformers; off unless you ask.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    target, config = load_config(name_or_path, trust_remote_code=trust_remote_code)
+    family = family_for(config)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        target, trust_remote_code=trust_remote_code
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        target,
+        dtype=dtype,
+        attn_implementation="sdpa",
+        trust_remote_code=trust_remote_code,
+    )
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return ModelHandle(
+        model=model,
+        tokenizer=tokenizer,
+        spec=ModelSpec.from_config(config),
+        family=family,
+        name_or_path=target,
+        backend=backend,
+    )

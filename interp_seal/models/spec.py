@@ -1,0 +1,132 @@
+"""Where things live in each supported model family, and a model's geometry.
+
+Per-architecture support is *data*, not code branches (the pyvene idea): every family that
+interp-seal understands is one ``Family`` row naming the modules the analyses touch. Adding a
+family means adding a row here and a tiny checkpoint to the tests, nothing else.
+
+``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
+``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """Module paths (dotted, relative to the ``*ForCausalLM`` object) for one model family.
+
+    Attributes:
+        name: the ``config.model_type`` this row describes.
+        layers: the ``nn.ModuleList`` of decoder layers.
+        attn: the attention module inside one decoder layer.
+        q_proj, k_proj, v_proj, o_proj: projections inside ``attn``; ``o_proj``'s input is the
+            concatenation of per-head outputs ``z`` (head ``h`` is columns ``h*d_head:(h+1)*d_head``).
+        mlp: the MLP inside one decoder layer.
+        final_norm: the norm applied to the residual stream before the unembedding.
+        unembed: the unembedding (``lm_head``).
+        embed: the token embedding.
+    """
+
+    name: str
+    layers: str = "model.layers"
+    attn: str = "self_attn"
+    q_proj: str = "q_proj"
+    k_proj: str = "k_proj"
+    v_proj: str = "v_proj"
+    o_proj: str = "o_proj"
+    mlp: str = "mlp"
+    final_norm: str = "model.norm"
+    unembed: str = "lm_head"
+    embed: str = "model.embed_tokens"
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(name="llama"),
+    "mistral": Family(name="mistral"),
+    "qwen2": Family(name="qwen2"),
+}
+
+
+class UnsupportedModelError(ValueError):
+    """The checkpoint exists but is not a causal LM of a supported family."""
+
+
+def family_for(config) -> Family:
+    """The ``Family`` row for a transformers config, or a clear error naming what is supported."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in FAMILIES:
+        raise UnsupportedModelError(
+            f"model_type {model_type!r} is not supported by interp-seal; supported families: "
+            f"{', '.join(sorted(FAMILIES))} (decoder-only causal LMs). Add a Family row in "
+            "interp_seal/models/spec.py to support another architecture."
+        )
+    archs = getattr(config, "architectures", None) or []
+    if archs and not any(a.endswith("ForCausalLM") for a in archs):
+        raise UnsupportedModelError(
+            f"checkpoint architectures {archs} are not causal LMs; interp-seal needs a "
+            f"*ForCausalLM checkpoint of a supported family ({', '.join(sorted(FAMILIES))})."
+        )
+    return FAMILIES[model_type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Geometry of a decoder-only transformer.
+
+    Attributes:
+        n_layers: decoder layers ``L``.
+        n_heads: query heads per layer ``H``.
+        n_kv_heads: key/value heads per layer; query head ``h`` reads KV head
+            ``h // (n_heads // n_kv_heads)``.
+        d_head: channels per head ``D``.
+        d_model: residual stream width.
+        vocab_size: rows of the unembedding.
+        max_positions: the context window the config declares.
+    """
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    vocab_size: int
+    max_positions: int
+
+    def __post_init__(self):
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+
+    @property
+    def group_size(self) -> int:
+        """Query heads sharing one KV head (1 without GQA)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(L, H, D)``: the shape of a full per-channel head scale table."""
+        return (self.n_layers, self.n_heads, self.d_head)
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_config(cls, config) -> ModelSpec:
+        n_heads = config.num_attention_heads
+        return cls(
+            n_layers=config.num_hidden_layers,
+            n_heads=n_heads,
+            n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
+            d_head=getattr(config, "head_dim", None) or config.hidden_size // n_heads,
+            d_model=config.hidden_size,
+            vocab_size=config.vocab_size,
+            max_positions=config.max_position_embeddings,
+        )
+
+
+def get_module(root: nn.Module, path: str) -> nn.Module:
+    """``root.a.b.c`` for the dotted ``path`` ``"a.b.c"``."""
+    return root.get_submodule(path)

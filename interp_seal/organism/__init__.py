@@ -1,0 +1,1 @@
+"""The bundled model organism: build, train and load."""

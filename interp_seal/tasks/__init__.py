@@ -1,0 +1,29 @@
+"""Format-faithful task generators and readers; every task yields ``Sample`` objects.
+
+- ``line_retrieval``: LongEval line retrieval (LongChat);
+- ``needle``: needle in a haystack (gkamradt) with SEAL's needles;
+- ``passages``: synthetic multi-document QA in LongBench's passage format;
+- ``longbench``: LongBench multi-document QA records <-> ``Sample``;
+- ``jsonl``: task files in each task's native JSONL format, and the LongBench loader.
+"""
+
+from interp_seal.tasks.jsonl import load_longbench, read_golden, read_samples, write_samples
+from interp_seal.tasks.line_retrieval import LineRetrievalConfig
+from interp_seal.tasks.needle import SAN_FRANCISCO, SEAL_NEEDLES, Needle, NeedleConfig
+from interp_seal.tasks.passages import PassagesConfig
+from interp_seal.tasks.sample import Encoded, Sample
+
+__all__ = [
+    "SAN_FRANCISCO",
+    "SEAL_NEEDLES",
+    "Encoded",
+    "LineRetrievalConfig",
+    "Needle",
+    "NeedleConfig",
+    "PassagesConfig",
+    "Sample",
+    "load_longbench",
+    "read_golden",
+    "read_samples",
+    "write_samples",
+]

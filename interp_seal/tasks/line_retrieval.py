@@ -1,0 +1,176 @@
+"""LongEval line retrieval (LongChat), faithful to the original format.
+
+The prompt is a header, ``num_lines`` lines ``line <index>: REGISTER_CONTENT is <<value>>``
+with values drawn from 1..50000, and a footer asking for the value of one line; a model is
+judged correct iff the last integer of its output equals ``expected_number``. SEAL trains on
+the answer string ``The <REGISTER_CONTENT> in line <index> is <value>.`` (SEAL, Sec. 4).
+
+For teacher-forced evaluation the SEAL answer string is split in two: by default
+(``force_prefix=True``) ``"\nThe <REGISTER_CONTENT> in line <index> is"`` is appended to the
+prompt and the answer is ``" <value>."``, so exact match scores the number itself (and the
+full stop that ends it); with ``force_prefix=False`` the whole answer string is the answer.
+
+Line indices come in LongChat's four styles: ``"adjective-noun"`` (default), ``"integers"``,
+``"letters"`` and ``"uuid"``. Files are JSONL with LongChat's fields (``random_idx``,
+``expected_number``, ``num_lines``, ``correct_line``, ``prompt``) plus ``answer`` and
+``answer_prefix``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+import uuid
+from dataclasses import dataclass
+
+from interp_seal.tasks.sample import Sample
+
+HEADER = (
+    "Below is a record of lines I want you to remember. Each line begins with 'line <line "
+    "index>' and contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. "
+    "For each line index, memorize its corresponding <REGISTER_CONTENT>. At the end of the "
+    "record, I will ask you to retrieve the corresponding <REGISTER_CONTENT> of a certain line "
+    "index. Now the record start:\n\n"
+)
+LINE = "line {idx}: REGISTER_CONTENT is <{value}>\n"
+FOOTER = (
+    "\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {idx}? "
+    "I need the number."
+)
+ANSWER_PREFIX = "\nThe <REGISTER_CONTENT> in line {idx} is"
+ANSWER = " {value}."
+VALUE_RANGE = (1, 50000)
+
+ADJECTIVES = (
+    "able", "bold", "brave", "bright", "calm", "clever", "cold", "cool", "crisp", "curious",
+    "daring", "dark", "eager", "early", "fair", "fancy", "fast", "fierce", "gentle", "glad",
+    "golden", "grand", "happy", "honest", "humble", "jolly", "keen", "kind", "lively", "loud",
+    "lucky", "mighty", "modern", "noble", "odd", "plain", "proud", "quick", "quiet", "rapid",
+    "rare", "shy", "silent", "smart", "steady", "swift", "tall", "tiny", "warm", "wild",
+)  # fmt: skip
+NOUNS = (
+    "apple", "badger", "bear", "beaver", "bison", "camel", "canyon", "cedar", "cloud", "comet",
+    "coral", "crane", "desert", "dolphin", "eagle", "falcon", "forest", "fox", "garden", "glacier",
+    "harbor", "hawk", "island", "jaguar", "lake", "lemon", "lion", "maple", "meadow", "moon",
+    "mountain", "oak", "otter", "owl", "panda", "pebble", "pine", "planet", "river", "rocket",
+    "salmon", "shark", "spider", "stone", "storm", "tiger", "tulip", "valley", "whale", "wolf",
+)  # fmt: skip
+INDEX_STYLES = ("adjective-noun", "integers", "letters", "uuid")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LineRetrievalConfig:
+    """How to generate line-retrieval samples.
+
+    Attributes:
+        num_lines: lines per record.
+        index_style: one of ``INDEX_STYLES``.
+        force_prefix: put the SEAL answer string's prefix in the prompt (see module doc).
+        adjectives, nouns: word lists for the ``"adjective-noun"`` style.
+    """
+
+    num_lines: int
+    index_style: str = "adjective-noun"
+    force_prefix: bool = True
+    adjectives: tuple[str, ...] = ADJECTIVES
+    nouns: tuple[str, ...] = NOUNS
+
+    def __post_init__(self):
+        if self.num_lines < 1:
+            raise ValueError(f"num_lines must be >= 1, got {self.num_lines}")
+        if self.index_style not in INDEX_STYLES:
+            raise ValueError(
+                f"unknown index_style {self.index_style!r}; choose one of {INDEX_STYLES}"
+            )
+        if self.index_style == "adjective-noun":
+            available = len(self.adjectives) * len(self.nouns)
+            if self.num_lines > available:
+                raise ValueError(
+                    f"num_lines={self.num_lines} exceeds the {available} distinct adjective-noun "
+                    "indices; pass longer word lists or another index_style"
+                )
+
+
+def _indices(cfg: LineRetrievalConfig, rng: random.Random) -> list[str]:
+    """``cfg.num_lines`` distinct line indices in ``cfg.index_style``."""
+    n = cfg.num_lines
+    if cfg.index_style == "adjective-noun":
+        pairs = rng.sample(range(len(cfg.adjectives) * len(cfg.nouns)), n)
+        return [f"{cfg.adjectives[p // len(cfg.nouns)]}-{cfg.nouns[p % len(cfg.nouns)]}" for p in pairs]
+    if cfg.index_style == "integers":
+        return [str(i) for i in rng.sample(range(max(10 * n, 1000)), n)]
+    seen: set[str] = set()
+    while len(seen) < n:
+        if cfg.index_style == "letters":
+            seen.add("".join(rng.choices(string.ascii_lowercase, k=6)))
+        else:
+            seen.add(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+    return sorted(seen, key=lambda _: rng.random())
+
+
+def make_sample(cfg: LineRetrievalConfig, rng: random.Random) -> Sample:
+    """One LongEval record with a uniformly chosen queried line."""
+    indices = _indices(cfg, rng)
+    values = [rng.randint(*VALUE_RANGE) for _ in indices]
+    lines = [LINE.format(idx=i, value=v) for i, v in zip(indices, values, strict=True)]
+    target = rng.randrange(cfg.num_lines)
+    idx, value = indices[target], values[target]
+    prompt = HEADER + "".join(lines) + FOOTER.format(idx=idx)
+    prefix = ANSWER_PREFIX.format(idx=idx)
+    answer = ANSWER.format(value=value)
+    if cfg.force_prefix:
+        prompt, answer = prompt + prefix, answer
+    else:
+        answer = prefix.lstrip("\n") + answer
+    return Sample(
+        task="line_retrieval",
+        prompt=prompt,
+        answer=answer,
+        meta={
+            "random_idx": [idx, target],
+            "expected_number": value,
+            "num_lines": cfg.num_lines,
+            "correct_line": lines[target].rstrip("\n"),
+            "index_style": cfg.index_style,
+            "force_prefix": cfg.force_prefix,
+        },
+    )
+
+
+def generate(cfg: LineRetrievalConfig, n_samples: int, seed: int = 0) -> list[Sample]:
+    """``n_samples`` records, reproducible from ``seed``."""
+    rng = random.Random(f"line_retrieval/{seed}/{cfg.num_lines}/{cfg.index_style}")
+    return [make_sample(cfg, rng) for _ in range(n_samples)]
+
+
+def num_lines_for_tokens(
+    tokenizer, target_tokens: int, *, index_style: str = "adjective-noun", seed: int = 0
+) -> int:
+    """The number of lines whose prompt is closest to ``target_tokens`` tokens with ``tokenizer``.
+
+    LongChat sizes records by lines (on Llama, 200 lines ~ 4.8K tokens, 600 ~ 14.1K,
+    1350 ~ 31K); this finds the line count for a token budget on any tokenizer.
+    """
+
+    def n_tokens(n: int) -> int:
+        sample = generate(LineRetrievalConfig(num_lines=n, index_style=index_style), 1, seed)[0]
+        return len(sample.encode(tokenizer))
+
+    base = n_tokens(1)
+    per_line = max((n_tokens(21) - base) / 20, 1e-9)
+    n = max(1, round((target_tokens - base) / per_line) + 1)
+    while n > 1 and n_tokens(n) > target_tokens:
+        n -= 1
+    while n_tokens(n + 1) <= target_tokens:
+        n += 1
+    return n
+
+
+_INT = re.compile(r"\d+")
+
+
+def score_output(output: str, expected_number: int) -> bool:
+    """LongEval's judgement: the last integer in ``output`` equals ``expected_number``."""
+    found = _INT.findall(output)
+    return bool(found) and int(found[-1]) == int(expected_number)

@@ -1,0 +1,278 @@
+"""Needle in a haystack (gkamradt's LLMTest_NeedleInAHaystack), as SEAL uses it.
+
+A *needle* sentence is hidden in a long *haystack* text and the model is asked a question that
+only the needle answers. The grid follows gkamradt's tester:
+
+- context lengths (in tokens of the model's tokenizer) and needle depths (percent of the
+  document, 0 = start, 100 = end) on linear grids, ``round(linspace(lo, hi, n))``
+  (``linear_grid``);
+- the haystack is repeated until long enough and cut to ``context_length - buffer - needle``
+  tokens, so that haystack + needle + question fit in ``context_length`` (``buffer`` = 200 by
+  default, gkamradt's ``final_context_length_buffer``);
+- the needle goes in at token ``int(len(haystack) * depth / 100)``, walked back to just after
+  the previous token that ends a sentence (``'.'``); at depth 100 it is appended as is.
+
+gkamradt inserts token ids; here the insertion point is computed on tokens and the needle is
+inserted as text at the matching character offset, with one space on each side where the
+haystack has none, so the needle's character span (``Sample.needle``) is exact.
+
+SEAL (appendix B.2) trains on ten needles written by ChatGPT (``SEAL_NEEDLES``) and
+evaluates on gkamradt's original San Francisco needle (``SAN_FRANCISCO``, Sec. 6.2). Its
+answer string is the needle sentence itself; the prompt is the "story book" format of the
+long-context NIAH evaluations SEAL's example comes from (Fu et al., Long-Context-Data-
+Engineering; Wu et al., Retrieval_Head): ``... Based on the content of the book, Question:
+...``. The haystack is any text (gkamradt uses Paul Graham's essays, which are not ours to
+ship); the built-in ``data/haystack.txt`` is a few KB of original essay-like prose.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from interp_seal.tasks.sample import Sample, Span
+
+PROMPT = (
+    "This is a very long story book: <book> {context} </book>.\n"
+    "Based on the content of the book, Question: {question}\nAnswer:"
+)
+ANSWER = " {needle}"
+SENTENCE_END = "."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Needle:
+    """A needle sentence and the question it answers.
+
+    Attributes:
+        id: a short stable name, written to files and to ``Sample.meta["needle_id"]``.
+        text: the sentence inserted in the haystack; also the expected answer (SEAL).
+        question: the retrieval question.
+    """
+
+    id: str
+    text: str
+    question: str
+
+    def __post_init__(self):
+        if not self.text.strip() or not self.question.strip():
+            raise ValueError(f"needle {self.id!r} needs a non-empty text and question")
+
+
+# SEAL appendix B.2, verbatim (line numbers of the PDF extraction removed)
+SEAL_NEEDLES = (
+    Needle(
+        id="seal_01",
+        text="Immediately noticeable upon entering the room is the large oak table positioned beneath the chandelier.",
+        question="What is immediately noticeable upon entering the room?",
+    ),
+    Needle(
+        id="seal_02",
+        text="A striking feature of the room is the tall bookshelf that spans the entire length of the far wall.",
+        question="What is a striking feature of the room?",
+    ),
+    Needle(
+        id="seal_03",
+        text="Dominating the center of the room is a grand piano, its polished surface reflecting the light from the windows.",
+        question="What dominates the center of the room?",
+    ),
+    Needle(
+        id="seal_04",
+        text="Catching your eye as you step inside is the intricate tapestry hanging on the left wall, its colors vivid and bright.",
+        question="What catches your eye as you step inside?",
+    ),
+    Needle(
+        id="seal_05",
+        text="The first thing that draws your attention is the large framed photograph resting on the mantel.",
+        question="What is the first thing that draws your attention?",
+    ),
+    Needle(
+        id="seal_06",
+        text="Clearly visible as you enter is the large circular rug that covers most of the hardwood floor.",
+        question="What is clearly visible as you enter?",
+    ),
+    Needle(
+        id="seal_07",
+        text="What stands out immediately is the tall standing lamp positioned next to the armchair in the corner.",
+        question="What stands out immediately in the room?",
+    ),
+    Needle(
+        id="seal_08",
+        text="The most noticeable item upon stepping inside is the antique grandfather clock, ticking rhythmically in the corner.",
+        question="What is the most noticeable item upon stepping inside?",
+    ),
+    Needle(
+        id="seal_09",
+        text="Your attention is immediately drawn to the stained glass window, casting colorful patterns of light across the floor.",
+        question="What is your attention immediately drawn to?",
+    ),
+    Needle(
+        id="seal_10",
+        text="Visible as soon as you enter the room is a large painting of a landscape, mounted prominently on the main wall.",
+        question="What is visible as soon as you enter the room?",
+    ),
+)
+
+# gkamradt's needle; SEAL's evaluation target (Sec. 6.2)
+SAN_FRANCISCO = Needle(
+    id="san_francisco",
+    text="The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.",
+    question="What is the best thing to do in San Francisco?",
+)
+
+
+def linear_grid(start: int, stop: int, num: int) -> tuple[int, ...]:
+    """gkamradt's grid: ``num`` integers evenly spaced from ``start`` to ``stop`` (inclusive)."""
+    if num < 1:
+        raise ValueError(f"a grid needs at least one point, got num={num}")
+    if num == 1:
+        return (int(start),)
+    step = (stop - start) / (num - 1)
+    return tuple(round(start + i * step) for i in range(num))
+
+
+def read_haystack(source: str | Path | None = None) -> str:
+    """Haystack text: the built-in essays (``None``), a text file, or a directory of ``*.txt``.
+
+    A directory is read like gkamradt's ``haystack_dir``: its ``*.txt`` files in sorted order,
+    concatenated.
+    """
+    if source is None:
+        return resources.files("interp_seal.tasks").joinpath("data/haystack.txt").read_text()
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(path.glob("*.txt"))
+        if not files:
+            raise FileNotFoundError(f"haystack directory {path} has no *.txt files")
+        return "".join(f.read_text() for f in files)
+    return path.read_text()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NeedleConfig:
+    """A needle-in-a-haystack grid.
+
+    Attributes:
+        context_lengths: total prompt budgets in tokens (gkamradt's ``context_lengths``).
+        depths: needle depths in percent of the haystack, each in [0, 100].
+        needles: the needles to draw from (one drawn per sample, seeded).
+        haystack: the haystack text (default: the built-in essays; see ``read_haystack``).
+        buffer: tokens kept free for the question and the answer (gkamradt: 200).
+        template: the prompt, with ``{context}`` and ``{question}`` placeholders.
+    """
+
+    context_lengths: tuple[int, ...]
+    depths: tuple[float, ...] = linear_grid(0, 100, 11)
+    needles: tuple[Needle, ...] = SEAL_NEEDLES
+    haystack: str = field(default_factory=read_haystack, repr=False)
+    buffer: int = 200
+    template: str = PROMPT
+
+    def __post_init__(self):
+        if not self.context_lengths or min(self.context_lengths) < 1:
+            raise ValueError(f"context_lengths must be positive, got {self.context_lengths}")
+        if not self.depths or not all(0 <= d <= 100 for d in self.depths):
+            raise ValueError(f"depths must be percentages in [0, 100], got {self.depths}")
+        if not self.needles:
+            raise ValueError("needles is empty")
+        ids = [n.id for n in self.needles]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"needle ids must be unique, got {ids}")
+        if not self.haystack.strip():
+            raise ValueError("the haystack text is empty")
+        if self.buffer < 0:
+            raise ValueError(f"buffer must be >= 0, got {self.buffer}")
+        for key in ("{context}", "{question}"):
+            if self.template.count(key) != 1:
+                raise ValueError(f"template must contain {key} exactly once: {self.template!r}")
+
+
+def _offsets(tokenizer, text: str) -> list[tuple[int, int]]:
+    """Character span of each token of ``text`` (no special tokens)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [tuple(o) for o in enc["offset_mapping"]]
+
+
+def insert_needle(
+    haystack: str, needle: str, tokenizer, *, context_length: int, depth: float, buffer: int
+) -> tuple[str, Span]:
+    """The haystack cut to budget with ``needle`` inserted; returns (context, needle char span).
+
+    The haystack is repeated (paragraph-separated) until it has enough tokens, cut to
+    ``context_length - buffer - len(needle tokens)`` tokens, and the needle is inserted at
+    token ``int(n * depth / 100)`` walked back to the previous sentence end (see module doc).
+    """
+    n_needle = len(_offsets(tokenizer, needle))
+    budget = context_length - buffer - n_needle
+    if budget < 1:
+        raise ValueError(
+            f"context_length={context_length} leaves no room for the haystack: buffer {buffer} "
+            f"+ needle {n_needle} tokens"
+        )
+    unit = haystack.strip()
+    copies = -(-budget // len(_offsets(tokenizer, unit))) + 1
+    long = "\n\n".join([unit] * copies)
+    offsets = _offsets(tokenizer, long)[:budget]
+    text = long[: offsets[-1][1]]
+
+    if depth >= 100:
+        pos = len(text)
+    else:
+        i = int(len(offsets) * depth / 100)
+        while i > 0 and not text[slice(*offsets[i - 1])].rstrip().endswith(SENTENCE_END):
+            i -= 1
+        pos = offsets[i - 1][1] if i > 0 else 0
+    before = " " if pos > 0 and not text[pos - 1].isspace() else ""
+    after = " " if pos < len(text) and not text[pos].isspace() else ""
+    start = pos + len(before)
+    context = text[:pos] + before + needle + after + text[pos:]
+    return context, (start, start + len(needle))
+
+
+def make_sample(
+    cfg: NeedleConfig, tokenizer, *, context_length: int, depth: float, needle: Needle
+) -> Sample:
+    """One prompt: ``needle`` at ``depth`` percent of a ``context_length``-token context."""
+    context, (start, end) = insert_needle(
+        cfg.haystack,
+        needle.text,
+        tokenizer,
+        context_length=context_length,
+        depth=depth,
+        buffer=cfg.buffer,
+    )
+    head, _, tail = cfg.template.partition("{context}")
+    head = head.replace("{question}", needle.question)
+    return Sample(
+        task="needle",
+        prompt=head + context + tail.replace("{question}", needle.question),
+        answer=ANSWER.format(needle=needle.text),
+        needle=(len(head) + start, len(head) + end),
+        meta={
+            "needle_id": needle.id,
+            "question": needle.question,
+            "depth_percent": depth,
+            "context_length": context_length,
+        },
+    )
+
+
+def generate(cfg: NeedleConfig, tokenizer, n_per_cell: int = 1, seed: int = 0) -> list[Sample]:
+    """``n_per_cell`` samples per (context length, depth) cell, each with a seeded random needle.
+
+    Samples come length-major (all depths of the first length, then the next length), the
+    order of gkamradt's tester. Evaluate on one fixed needle with ``needles=(SAN_FRANCISCO,)``.
+    """
+    if n_per_cell < 1:
+        raise ValueError(f"n_per_cell must be >= 1, got {n_per_cell}")
+    rng = random.Random(f"needle/{seed}")
+    return [
+        make_sample(
+            cfg, tokenizer, context_length=length, depth=depth, needle=rng.choice(cfg.needles)
+        )
+        for length in cfg.context_lengths
+        for depth in cfg.depths
+        for _ in range(n_per_cell)
+    ]

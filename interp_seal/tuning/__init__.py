@@ -1,0 +1,1 @@
+"""Tuners: SEAL-H / SEAL-C scales, PEFT baselines, MuDAF, weight merging."""

@@ -1,0 +1,146 @@
+"""Training data for every tuner: encoded samples, right-padded batches, the answer loss.
+
+SEAL tunes on ~50 generated samples that copy the task's *format* with random content (SEAL,
+Sec. 4.1 and App. B): for line retrieval the LongEval prompt with the answer string "The
+<REGISTER_CONTENT> in line <index> is <value>.", for the needle task a haystack with a synthetic
+needle. The loss is causal-LM cross-entropy on the answer tokens only (teacher forcing): the
+prompt is context, not target.
+
+Each sample weighs the same: the batch loss is the mean over samples of each sample's mean
+answer-token loss. With that definition a batch split over several processes (each averaging
+its own samples, DDP averaging the gradients) gives the same gradient as the whole batch on one
+process, which the two-process test checks.
+
+Batches are right-padded (causal attention keeps real tokens blind to the padding) and the LM
+head runs only on the last positions that hold answer targets (``logits_to_keep``), so a long
+prompt never materialises ``T x vocab`` logits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Int
+from torch import Tensor, nn
+
+from interp_seal.tasks.sample import Encoded, Sample
+
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """Right-padded training examples.
+
+    Attributes:
+        input_ids: prompt + answer ids, padded on the right.
+        attention_mask: 1 on real tokens.
+        answer_start: index of each row's first answer token.
+        lengths: real length of each row.
+        passages: per row, the token spans of its passages (MuDAF), else empty.
+        golden: per row, indices into ``passages`` of the golden passages.
+    """
+
+    input_ids: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+    answer_start: Int[Tensor, " batch"]
+    lengths: Int[Tensor, " batch"]
+    passages: tuple[tuple[Span, ...], ...]
+    golden: tuple[tuple[int, ...], ...]
+
+    def to(self, device: torch.device | str) -> Batch:
+        return replace(
+            self,
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            answer_start=self.answer_start.to(device),
+            lengths=self.lengths.to(device),
+        )
+
+    def answer_mask(self) -> Bool[Tensor, "batch pos"]:
+        """True where the token is an answer token (a target of the loss)."""
+        pos = torch.arange(self.input_ids.shape[1], device=self.input_ids.device)
+        return (pos >= self.answer_start[:, None]) & (pos < self.lengths[:, None])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Example:
+    """One encoded training sample: the tokenised ``Sample`` and its golden passage ids."""
+
+    encoded: Encoded
+    golden: tuple[int, ...] = ()
+
+
+def encode_samples(samples: Sequence[Sample], tokenizer) -> list[Example]:
+    """Tokenise ``samples`` once (prompt ids + answer ids, passage token spans)."""
+    return [Example(encoded=s.encode(tokenizer), golden=s.golden) for s in samples]
+
+
+def collate(examples: Sequence[Example], pad_id: int) -> Batch:
+    """Right-pad ``examples`` into one batch."""
+    if not examples:
+        raise ValueError("cannot build a batch from zero examples")
+    lengths = [len(e.encoded) for e in examples]
+    input_ids = torch.full((len(examples), max(lengths)), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, (e, n) in enumerate(zip(examples, lengths, strict=True)):
+        input_ids[row, :n] = e.encoded.input_ids
+        attention_mask[row, :n] = 1
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        answer_start=torch.tensor([e.encoded.answer_start for e in examples]),
+        lengths=torch.tensor(lengths),
+        passages=tuple(e.encoded.passages for e in examples),
+        golden=tuple(e.golden for e in examples),
+    )
+
+
+def pad_id_of(tokenizer) -> int:
+    """The tokenizer's pad id, falling back to EOS (padding is masked out everywhere)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+    return int(pad)
+
+
+def answer_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """Mean over samples of the mean cross-entropy on each sample's answer tokens.
+
+    The token at position ``t`` is predicted by the logits at ``t - 1``; only the last
+    ``T - min(answer_start) + 1`` positions go through the LM head.
+    """
+    T = batch.input_ids.shape[1]
+    keep = T - int(batch.answer_start.min()) + 1
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
+    ).logits  # (B, keep, V): positions T-keep .. T-1
+    first = T - keep
+    targets = batch.input_ids[:, first + 1 :]  # token at t+1 for logits at t
+    mask = batch.answer_mask()[:, first + 1 :]
+    token_loss = F.cross_entropy(
+        logits[:, :-1].transpose(1, 2).float(), targets, reduction="none"
+    )  # (B, keep-1)
+    per_sample = (token_loss * mask).sum(1) / mask.sum(1)
+    return per_sample.mean()
+
+
+_LINE = re.compile(r"^line [^\n]*\n", re.MULTILINE)
+
+
+def with_line_passages(sample: Sample) -> Sample:
+    """A line-retrieval sample whose lines are its passages and the queried line the golden one.
+
+    This turns LongEval records into multi-passage retrieval data for MuDAF's contrastive loss
+    and retrieval scores (each ``line <index>: REGISTER_CONTENT is <value>`` is a passage).
+    """
+    if sample.task != "line_retrieval":
+        raise ValueError(f"expected a line_retrieval sample, got task {sample.task!r}")
+    spans = tuple((m.start(), m.end() - 1) for m in _LINE.finditer(sample.prompt))
+    lines = [sample.prompt[a:b] for a, b in spans]
+    golden = lines.index(sample.meta["correct_line"])
+    return replace(sample, passages=spans, golden=(golden,))

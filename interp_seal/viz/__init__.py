@@ -1,0 +1,1 @@
+"""Pure functions from analysis results to plotly figures."""
