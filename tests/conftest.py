@@ -88,7 +88,8 @@ def build_checkpoint(path, family: str = "llama", *, seed: int = 0, n_layers: in
 @pytest.fixture(scope="session", params=sorted(FAMILY_CONFIGS))
 def family_checkpoint(request, tmp_path_factory):
     """A tiny random checkpoint directory of each supported family (llama and mistral use GQA)."""
-    return build_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
+    seed = sorted(FAMILY_CONFIGS).index(request.param)  # distinct weights per family
+    return build_checkpoint(tmp_path_factory.mktemp(request.param), request.param, seed=seed)
 
 
 @pytest.fixture(scope="session")

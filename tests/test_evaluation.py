@@ -30,7 +30,7 @@ from interp_seal.evaluation import (
     teacher_force,
     token_f1,
 )
-from interp_seal.interventions import ablate, hf_hooks
+from interp_seal.interventions import HeadIntervention, ablate, hf_hooks
 from interp_seal.models import load_model
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Encoded, Sample
@@ -88,9 +88,13 @@ def test_exact_match_agrees_with_generate(family_checkpoint):
         assert score.first_token == (generated[0] == answer[0])
         assert score.n_tokens == len(enc)
         # up to and including the first error, the teacher-forced argmax is what greedy emits
-        first_error = next((i for i, ok in enumerate(score.token_correct) if not ok), len(answer) - 1)
+        first_error = next(
+            (i for i, ok in enumerate(score.token_correct) if not ok), len(answer) - 1
+        )
         assert list(score.predicted[: first_error + 1]) == generated[: first_error + 1]
-        assert score.token_correct == tuple(p == a for p, a in zip(score.predicted, answer, strict=True))
+        assert score.token_correct == tuple(
+            p == a for p, a in zip(score.predicted, answer, strict=True)
+        )
         matches.append(score.exact_match)
     assert any(matches) and not all(matches)
     assert any(s.first_token and not s.exact_match for s in scores)
@@ -146,9 +150,9 @@ def test_refuses_samples_longer_than_the_window(llama):
 
 
 def test_refuses_bad_arguments(llama):
+    batched = HeadIntervention(spec=llama.spec, scale=torch.ones(2, *llama.spec.shape))
     with pytest.raises(ValueError, match="one scale table"):
-        batched = torch.ones(2, *llama.spec.shape)
-        teacher_force(llama, records(3, 2), intervention=type(ablate(llama.spec, []))(spec=llama.spec, scale=batched))
+        teacher_force(llama, records(3, 2), intervention=batched)
     with pytest.raises(ValueError, match="batch_size"):
         teacher_force(llama, records(3, 2), batch_size=0)
     no_prompt = Encoded(input_ids=torch.tensor([5, 6]), answer_start=0)
@@ -158,17 +162,23 @@ def test_refuses_bad_arguments(llama):
 
 def test_evaluate_line_retrieval_table(llama):
     iv = ablate(llama.spec, [(1, 0)], "zero")
-    table = evaluate_line_retrieval(llama, [2, 5], n=6, seed=4, intervention=iv, batch_size=4, progress=False)
+    table = evaluate_line_retrieval(
+        llama, [2, 5], n=6, seed=4, intervention=iv, batch_size=4, progress=False
+    )
     assert tuple(table.columns) == ACCURACY_COLUMNS
     assert table["length"].tolist() == [2, 5]
     for row, num_lines in zip(table.itertuples(), [2, 5], strict=True):
-        samples = line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=num_lines), 6, 4)
+        samples = line_retrieval.generate(
+            line_retrieval.LineRetrievalConfig(num_lines=num_lines), 6, 4
+        )
         scores = teacher_force(llama, samples, intervention=iv)
         assert row.n == 6
         assert row.n_tokens == sum(len(s.encode(llama.tokenizer)) for s in samples) / 6
         assert row.exact_match == sum(s.exact_match for s in scores) / 6
         assert row.first_token == sum(s.first_token for s in scores) / 6
-        assert row.answer_logprob == pytest.approx(sum(s.answer_logprob for s in scores) / 6, rel=1e-6)
+        assert row.answer_logprob == pytest.approx(
+            sum(s.answer_logprob for s in scores) / 6, rel=1e-6
+        )
 
 
 def test_accuracy_figure():
@@ -185,12 +195,20 @@ def test_accuracy_figure():
 
 
 def needle(depth: int, length: int, sample: Sample) -> Sample:
-    return dataclasses.replace(sample, task="needle", meta={"depth": depth, "context_length": length})
+    return dataclasses.replace(
+        sample, task="needle", meta={"depth": depth, "context_length": length}
+    )
 
 
 def test_niah_grid_and_heatmap():
     base = records(2, 1)[0]
-    cells = [(50, 1000, True), (0, 1000, False), (0, 2000, True), (50, 2000, True), (50, 2000, False)]
+    cells = [
+        (50, 1000, True),
+        (0, 1000, False),
+        (0, 2000, True),
+        (50, 2000, True),
+        (50, 2000, False),
+    ]
     grid = niah_grid([needle(d, n, base) for d, n, _ in cells], [ok for *_, ok in cells])
     assert grid.index.tolist() == [0, 50] and grid.columns.tolist() == [1000, 2000]
     assert grid.to_numpy().tolist() == [[0.0, 1.0], [1.0, 0.5]]
@@ -203,7 +221,10 @@ def test_niah_grid_and_heatmap():
 
 
 def test_evaluate_niah(llama):
-    samples = [needle(d, n, s) for (d, n), s in zip([(0, 3), (50, 3), (0, 5), (50, 5)], records(3, 4), strict=True)]
+    samples = [
+        needle(d, n, s)
+        for (d, n), s in zip([(0, 3), (50, 3), (0, 5), (50, 5)], records(3, 4), strict=True)
+    ]
     scores = teacher_force(llama, samples)
     expected = niah_grid(samples, [s.exact_match for s in scores])
     pd.testing.assert_frame_equal(evaluate_niah(llama, samples, progress=False), expected)
@@ -271,9 +292,13 @@ def test_cli_lines(llama_checkpoint, llama, tmp_path, capsys):
 
 def test_cli_generated(tmp_path, capsys):
     tasks, preds = tmp_path / "tasks.jsonl", tmp_path / "preds.jsonl"
-    tasks.write_text("\n".join(json.dumps(r) for r in [{"expected_number": 7}, {"expected_number": 8}]))
+    tasks.write_text(
+        "\n".join(json.dumps(r) for r in [{"expected_number": 7}, {"expected_number": 8}])
+    )
     preds.write_text("\n".join(json.dumps({"pred": p}) for p in ["is 7.", "is 9."]))
     assert run_cli(["evaluate", "generated", str(tasks), "--predictions", str(preds)]) == 0
     assert capsys.readouterr().out.split() == ["task", "count", "mean", "longeval", "2", "0.5000"]
     with pytest.raises(ValueError, match="no 'output' field"):
-        run_cli(["evaluate", "generated", str(tasks), "--predictions", str(preds), "--field", "output"])
+        run_cli(
+            ["evaluate", "generated", str(tasks), "--predictions", str(preds), "--field", "output"]
+        )

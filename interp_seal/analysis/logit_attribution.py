@@ -95,7 +95,7 @@ def token_label(tokenizer, token: int) -> str:
 
 def logit_attribution(
     handle: ModelHandle,
-    input_ids: Int[Tensor, "pos"],
+    input_ids: Int[Tensor, " pos"],
     targets: Sequence[Token],
     *,
     position: int = -1,
@@ -109,7 +109,7 @@ def logit_attribution(
 
 def logit_diff_attribution(
     handle: ModelHandle,
-    input_ids: Int[Tensor, "pos"],
+    input_ids: Int[Tensor, " pos"],
     correct: Token,
     wrong: Token,
     *,
@@ -124,7 +124,7 @@ def logit_diff_attribution(
 
 def attribute(
     handle: ModelHandle,
-    input_ids: Int[Tensor, "pos"],
+    input_ids: Int[Tensor, " pos"],
     contrasts: Mapping[str, tuple[int, int | None]],
     *,
     position: int = -1,
@@ -158,7 +158,15 @@ def attribute(
         rows += [(name, *label, v) for label, v in zip(labels, values, strict=True)]
         if unembed.bias is not None:
             bias = unembed.bias.detach().double()
-            rows.append((name, "unembed_bias", None, None, float(bias[a] - (bias[b] if b is not None else 0))))
+            rows.append(
+                (
+                    name,
+                    "unembed_bias",
+                    None,
+                    None,
+                    float(bias[a] - (bias[b] if b is not None else 0)),
+                )
+            )
         model_logits[name] = float(logits[a] - (logits[b] if b is not None else 0))
     table = pd.DataFrame(rows, columns=COLUMNS).astype({"layer": "Int64", "head": "Int64"})
     return LogitAttribution(
@@ -167,12 +175,12 @@ def attribute(
 
 
 def residual_parts(
-    handle: ModelHandle, input_ids: Int[Tensor, "pos"], position: int
+    handle: ModelHandle, input_ids: Int[Tensor, " pos"], position: int
 ) -> tuple[
     Float[Tensor, "component d_model"],
     list[tuple[str, int | None, int | None]],
-    Float[Tensor, "d_model"],
-    Float[Tensor, "vocab"],
+    Float[Tensor, " d_model"],
+    Float[Tensor, " vocab"],
 ]:
     """What each component wrote into the residual stream at ``position`` (float64).
 
@@ -204,7 +212,9 @@ def residual_parts(
     removers = []
     try:
         for module, kind, fn in hooks:
-            register = module.register_forward_pre_hook if kind == "pre" else module.register_forward_hook
+            register = (
+                module.register_forward_pre_hook if kind == "pre" else module.register_forward_hook
+            )
             removers.append(register(fn))
         with torch.no_grad():
             logits = handle.model(input_ids[None].to(handle.device)).logits[0, position].double()

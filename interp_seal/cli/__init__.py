@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-GROUPS = ("tasks", "evaluate", "organism")
+GROUPS = ("tasks", "evaluate", "organism", "retrieval", "tune", "analysis")
 
 
 def build_parser() -> argparse.ArgumentParser:

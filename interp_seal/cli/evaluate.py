@@ -27,9 +27,15 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="retrieval accuracy and output scoring")
     sub = parser.add_subparsers(dest="evaluate_command", required=True)
 
-    lines = sub.add_parser("lines", help="LongEval exact match vs number of lines (teacher forcing)")
-    lines.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
-    lines.add_argument("--lengths", type=int, nargs="+", default=[10, 20, 40], help="lines per record")
+    lines = sub.add_parser(
+        "lines", help="LongEval exact match vs number of lines (teacher forcing)"
+    )
+    lines.add_argument(
+        "--model", default="organism", help="'organism', a checkpoint dir or hub name"
+    )
+    lines.add_argument(
+        "--lengths", type=int, nargs="+", default=[10, 20, 40], help="lines per record"
+    )
     lines.add_argument("--n", type=int, default=50, help="records per length")
     lines.add_argument("--seed", type=int, default=0)
     lines.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
@@ -45,7 +51,9 @@ def register(subparsers) -> None:
 
     generated = sub.add_parser("generated", help="score generated outputs against a task file")
     generated.add_argument("tasks", type=Path, help="task JSONL (LongChat or LongBench fields)")
-    generated.add_argument("--predictions", type=Path, required=True, help="JSONL, one per task line")
+    generated.add_argument(
+        "--predictions", type=Path, required=True, help="JSONL, one per task line"
+    )
     generated.add_argument("--field", default="pred", help="prediction field in each line")
     generated.set_defaults(func=run_generated)
 

@@ -40,7 +40,9 @@ def register(subparsers) -> None:
     gen = sub.add_parser("generate", help="write a task file (JSONL)")
     gen.add_argument("--task", required=True, choices=sorted(jsonl.FORMATS))
     gen.add_argument("--out", required=True, help="output .jsonl file")
-    gen.add_argument("--n", type=int, default=50, help="samples (needle: per length x depth)")
+    gen.add_argument(
+        "--n", type=int, help="samples (default 50); needle: per length x depth cell (default 1)"
+    )
     gen.add_argument("--seed", type=int, default=0)
     lines = gen.add_argument_group("line_retrieval")
     lines.add_argument("--num-lines", type=int, default=200)
@@ -72,10 +74,10 @@ def _samples(args: argparse.Namespace) -> list:
         cfg = line_retrieval.LineRetrievalConfig(
             num_lines=args.num_lines, index_style=args.index_style
         )
-        return line_retrieval.generate(cfg, args.n, args.seed)
+        return line_retrieval.generate(cfg, args.n or 50, args.seed)
     if args.task == "passages":
         cfg = passages.PassagesConfig(num_passages=args.num_passages, hops=args.hops)
-        return passages.generate(cfg, args.n, args.seed)
+        return passages.generate(cfg, args.n or 50, args.seed)
     if not args.tokenizer or not args.lengths:
         raise ValueError("--task needle needs --tokenizer and --lengths")
     from transformers import AutoTokenizer
@@ -87,7 +89,8 @@ def _samples(args: argparse.Namespace) -> list:
         haystack=needle.read_haystack(args.haystack),
         buffer=args.buffer,
     )
-    return needle.generate(cfg, AutoTokenizer.from_pretrained(args.tokenizer), args.n, args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    return needle.generate(cfg, tokenizer, args.n or 1, args.seed)
 
 
 def generate(args: argparse.Namespace) -> int:

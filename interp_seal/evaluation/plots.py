@@ -23,7 +23,9 @@ def accuracy_figure(
     """
     missing = {"length", "n", "n_tokens", *metrics} - set(table.columns)
     if missing:
-        raise ValueError(f"table lacks columns {sorted(missing)} (expected evaluate_lengths output)")
+        raise ValueError(
+            f"table lacks columns {sorted(missing)} (expected evaluate_lengths output)"
+        )
     table = table.sort_values("length")
     return go.Figure(
         data=[

@@ -69,12 +69,13 @@ def score_records(records: Sequence[Mapping], predictions: Sequence[str]) -> pd.
     rows = []
     for i, (record, prediction) in enumerate(zip(records, predictions, strict=True)):
         if "expected_number" in record:
-            rows.append({"task": "longeval", "score": float(score_output(prediction, record["expected_number"]))})
+            task, score = "longeval", float(score_output(prediction, record["expected_number"]))
         elif "answers" in record:
-            rows.append({"task": record.get("dataset") or "qa", "score": qa_f1(prediction, record["answers"])})
+            task, score = record.get("dataset") or "qa", qa_f1(prediction, record["answers"])
         else:
             raise ValueError(
                 f"record {i} has neither 'expected_number' (LongEval) nor 'answers' (LongBench "
                 f"QA); its fields are {sorted(record)}"
             )
+        rows.append({"task": task, "score": score})
     return pd.DataFrame(rows, columns=["task", "score"])

@@ -123,13 +123,15 @@ def teacher_force(
             "batched (B, L, H, D) intervention separately"
         )
     encoded = encode_samples(handle, samples)
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     scores: list[AnswerScore | None] = [None] * len(encoded)
     hooks = nullcontext() if intervention is None else intervene(handle, intervention, "hf")
     with hooks, torch.no_grad():
         for batch in tqdm(batches, desc="teacher forcing", disable=not progress, leave=False):
-            for i, score in zip(sorted(batch), _score_batch(handle, [encoded[i] for i in batch]), strict=True):
+            for i, score in zip(
+                batch, _score_batch(handle, [encoded[i] for i in batch]), strict=True
+            ):
                 scores[i] = score
     return scores
 

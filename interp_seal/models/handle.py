@@ -5,7 +5,8 @@ long-context path: sdpa attention, memory linear in sequence length) and builds 
 backends from it on request: ``handle.nnsight()`` wraps the same weights in
 ``nnsight.TransformersModel``; ``handle.bridge()`` boots a TransformerLens 4
 ``TransformerBridge`` on a private copy (the bridge rewires the HF object it is given, so it
-never touches ``handle.model``). Analysis code asks for a backend by name; library quirks stay
+never touches ``handle.model``; the copy is a snapshot, so call ``reset_backends()`` after
+changing the weights). Analysis code asks for a backend by name; library quirks stay
 in ``interp_seal.interventions.backends``.
 """
 
@@ -106,6 +107,11 @@ class ModelHandle:
             bridge.eval()
             self._bridge = bridge
         return self._bridge
+
+    def reset_backends(self) -> None:
+        """Forget the nnsight wrapper and the bridge's weight snapshot (call after editing weights)."""
+        self._nnsight = None
+        self._bridge = None
 
     # -- tokenisation ----------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:

@@ -3,11 +3,13 @@
 One task per file; ``read_samples`` tells the task from the first record's fields.
 
 - **line_retrieval**: LongChat's LongEval test-case fields ``random_idx`` (``[line index,
-  line number]``), ``expected_number``, ``num_lines``, ``correct_line`` and ``prompt`` (LongChat's
+  0-based line number]``), ``expected_number``, ``num_lines``, ``correct_line`` (with its
+  newline, as LongChat writes it; ``Sample.meta`` keeps it without) and ``prompt`` (LongChat's
   prompt, without an answer prefix), plus ours: ``answer``, ``answer_prefix`` (the part of the
   SEAL answer string forced after the prompt, ``""`` for none) and ``index_style``. A file
-  written by LongChat's ``generate_testcases.py`` (no ``answer``) reads with the SEAL answer
-  string split as ``line_retrieval`` does by default (``force_prefix=True``).
+  written by LongChat's ``generate_testcases.py`` (no ``answer``; its extra ``token_size`` and
+  ``prompt_length`` are ignored) reads with the SEAL answer string split as ``line_retrieval``
+  does by default (``force_prefix=True``).
 - **needle**: ``prompt``, ``answer``, ``needle`` (the sentence), ``needle_span`` (its
   ``[start, end)`` characters in ``prompt``), ``needle_id``, ``question``, ``depth_percent``,
   ``context_length``.
@@ -70,7 +72,8 @@ def _line_to_record(sample: Sample) -> dict:
     prefix = (
         line_retrieval.ANSWER_PREFIX.format(idx=m["random_idx"][0]) if m["force_prefix"] else ""
     )
-    record = {k: m[k] for k in ("random_idx", "expected_number", "num_lines", "correct_line")}
+    record = {k: m[k] for k in ("random_idx", "expected_number", "num_lines")}
+    record["correct_line"] = m["correct_line"] + "\n"
     record["prompt"] = sample.prompt[: len(sample.prompt) - len(prefix)]
     record.update(answer=sample.answer, answer_prefix=prefix)
     return record | ({"index_style": m["index_style"]} if "index_style" in m else {})
@@ -83,7 +86,8 @@ def _line_from_record(record: dict) -> Sample:
     else:  # LongChat's own test case
         prefix = line_retrieval.ANSWER_PREFIX.format(idx=idx)
         answer = line_retrieval.ANSWER.format(value=record["expected_number"])
-    meta = {k: record[k] for k in ("random_idx", "expected_number", "num_lines", "correct_line")}
+    meta = {k: record[k] for k in ("random_idx", "expected_number", "num_lines")}
+    meta["correct_line"] = record["correct_line"].rstrip("\n")
     meta["force_prefix"] = bool(prefix)
     if "index_style" in record:
         meta["index_style"] = record["index_style"]

@@ -97,7 +97,9 @@ def _indices(cfg: LineRetrievalConfig, rng: random.Random) -> list[str]:
     n = cfg.num_lines
     if cfg.index_style == "adjective-noun":
         pairs = rng.sample(range(len(cfg.adjectives) * len(cfg.nouns)), n)
-        return [f"{cfg.adjectives[p // len(cfg.nouns)]}-{cfg.nouns[p % len(cfg.nouns)]}" for p in pairs]
+        return [
+            f"{cfg.adjectives[p // len(cfg.nouns)]}-{cfg.nouns[p % len(cfg.nouns)]}" for p in pairs
+        ]
     if cfg.index_style == "integers":
         return [str(i) for i in rng.sample(range(max(10 * n, 1000)), n)]
     seen: set[str] = set()

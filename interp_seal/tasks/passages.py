@@ -90,9 +90,10 @@ class PassagesConfig:
     dataset: str = "synthetic_mdqa"
 
     def __post_init__(self):
-        if self.num_passages < 2:
+        if not 2 <= self.num_passages <= MAX_PASSAGES:
             raise ValueError(
-                f"num_passages must be >= 2 (a person and a country), got {self.num_passages}"
+                f"num_passages must be in 2..{MAX_PASSAGES} (at least a person and a country; "
+                f"at most what the made-up names allow), got {self.num_passages}"
             )
         if self.hops not in (1, 2):
             raise ValueError(f"hops must be 1 or 2, got {self.hops}")

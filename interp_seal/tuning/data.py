@@ -122,9 +122,8 @@ def answer_loss(model: nn.Module, batch: Batch) -> Tensor:
     first = T - keep
     targets = batch.input_ids[:, first + 1 :]  # token at t+1 for logits at t
     mask = batch.answer_mask()[:, first + 1 :]
-    token_loss = F.cross_entropy(
-        logits[:, :-1].transpose(1, 2).float(), targets, reduction="none"
-    )  # (B, keep-1)
+    logits = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))
+    token_loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, keep-1)
     per_sample = (token_loss * mask).sum(1) / mask.sum(1)
     return per_sample.mean()
 
@@ -144,3 +143,45 @@ def with_line_passages(sample: Sample) -> Sample:
     lines = [sample.prompt[a:b] for a, b in spans]
     golden = lines.index(sample.meta["correct_line"])
     return replace(sample, passages=spans, golden=(golden,))
+
+
+TASKS = ("line_retrieval", "needle", "passages")
+
+
+def format_samples(
+    task: str,
+    tokenizer,
+    n: int = 50,
+    *,
+    num_lines: int | None = None,
+    tokens: int | None = None,
+    num_passages: int = 10,
+    seed: int = 0,
+) -> list[Sample]:
+    """SEAL's training data: ``n`` samples in ``task``'s format with random content (Sec. 4.1).
+
+    Args:
+        task: ``"line_retrieval"`` (LongEval; size by ``num_lines`` or ``tokens``),
+            ``"needle"`` (SEAL's 10 synthetic needles at evenly spread depths of a ``tokens``
+            context) or ``"passages"`` (synthetic multi-document QA, ``num_passages`` each).
+        tokenizer: the tuned model's tokenizer (sizes are in its tokens).
+        n: samples (SEAL: 50).
+        seed: seeds the content; use another seed than the evaluation data.
+    """
+    from interp_seal.tasks import line_retrieval, needle, passages
+
+    if task == "line_retrieval":
+        if (num_lines is None) == (tokens is None):
+            raise ValueError("line_retrieval samples need exactly one of num_lines or tokens")
+        if num_lines is None:
+            num_lines = line_retrieval.num_lines_for_tokens(tokenizer, tokens, seed=seed)
+        cfg = line_retrieval.LineRetrievalConfig(num_lines=num_lines)
+        return line_retrieval.generate(cfg, n, seed=seed)
+    if task == "needle":
+        if tokens is None:
+            raise ValueError("needle samples need tokens, the context length")
+        cfg = needle.NeedleConfig(context_lengths=(tokens,), depths=needle.linear_grid(0, 100, n))
+        return needle.generate(cfg, tokenizer, 1, seed=seed)
+    if task == "passages":
+        return passages.generate(passages.PassagesConfig(num_passages=num_passages), n, seed=seed)
+    raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")

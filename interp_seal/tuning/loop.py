@@ -122,9 +122,12 @@ class StepInfo:
 
 @dataclass(kw_only=True)
 class TrainResult:
-    """What a run did: per-step global mean losses (and parts) over the whole run."""
+    """What a run did: per-step global mean losses (and parts) over the whole run, the number
+    of processes, and whether this process is the main one (the one that writes results)."""
 
     steps: int
+    processes: int = 1
+    is_main_process: bool = True
     losses: list[float] = field(default_factory=list)
     parts: list[dict[str, float]] = field(default_factory=list)
     resumed_from: int = 0
@@ -166,7 +169,8 @@ def total_steps(n_examples: int, cfg: TrainConfig, world: int = 1) -> int:
 def _identity(tuner: Tuner, cfg: TrainConfig, n_examples: int, world: int) -> dict:
     run = asdict(cfg)
     run.pop("checkpoint_every")  # how often we save does not change the result
-    return {"tuner": tuner.describe(), "config": run, "examples": n_examples, "world": world}
+    identity = {"tuner": tuner.describe(), "config": run, "examples": n_examples, "world": world}
+    return json.loads(json.dumps(identity))  # as it reads back from state.json
 
 
 def _save_checkpoint(out_dir: Path, step: int, tuner: Tuner, optimizer, result: TrainResult, identity: dict):
@@ -259,7 +263,7 @@ def train(
         trainable, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
     )
     identity = _identity(tuner, cfg, len(examples), world)
-    result = TrainResult(steps=steps)
+    result = TrainResult(steps=steps, processes=world, is_main_process=accelerator.is_main_process)
     checkpoint = latest_checkpoint(out_dir) if out_dir is not None else None
     info = _load_checkpoint(checkpoint, tuner, identity) if checkpoint else None
     model, optimizer = accelerator.prepare(tuner, optimizer)

@@ -1,0 +1,217 @@
+"""Are the retrieval heads needed? Mask them and measure the task (MuDAF Sec. 3.1, Fig. 4).
+
+MuDAF ranks heads by their passage-level retrieval score, masks the strongest ones and shows
+that multi-document QA collapses, while masking as many random heads, or the NIAH retrieval
+heads of Wu et al. (copy-paste score), hurts far less. The conditions here:
+
+- ``"none"``: the unedited model (baseline);
+- ``"retrieval"``: the top-``k`` heads of a ranked score table (``rank`` column, e.g.
+  ``PassageScores.heads``);
+- ``"random"``: ``k`` heads drawn uniformly from the heads *outside* that top-``k`` set, one
+  draw per seed (MuDAF averages three runs);
+- ``"niah"``: the top-``k`` heads by copy-paste score (``NeedleScores.heads``), if given.
+
+each in every masking mode (``interp_seal.interventions.ablate``): ``"zero"`` sets the head's
+output to 0 (SEAL's pruning); ``"uniform"`` makes the head attend uniformly to its causal
+prefix (what the MuDAF and Retrieval Head code do by zeroing pre-softmax scores).
+
+The task score is greedy exact match by teacher forcing (one forward per sample,
+``interp_seal.evaluation.teacher_force``), the first answer token's accuracy and the mean
+answer log-probability; with ``qa_f1=True`` also LongBench's QA token F1 of the greedily
+decoded answer (decoded without a KV cache, so that uniform attention stays exact).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from interp_seal.analysis.retrieval_scores import ResultLog, fingerprint
+from interp_seal.evaluation import qa_f1, teacher_force
+from interp_seal.interventions import ablate, hf_hooks
+from interp_seal.models import ModelHandle
+from interp_seal.tasks.sample import Sample
+
+Head = tuple[int, int]
+MASK_MODES = ("zero", "uniform")
+COLUMNS = [
+    "strategy", "mode", "k", "seed", "heads", "exact_match", "first_token", "answer_logprob",
+    "qa_f1", "n_samples",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskingConfig:
+    """The masking experiment's conditions.
+
+    Attributes:
+        ks: numbers of heads to mask.
+        modes: masking modes, from ``MASK_MODES``.
+        seeds: one random-heads draw per seed.
+        qa_f1: also decode greedily and score LongBench QA F1 (slower: no KV cache).
+        max_new_tokens: greedy decoding budget for ``qa_f1``.
+        batch_size: samples per teacher-forced forward.
+    """
+
+    ks: tuple[int, ...] = (16,)
+    modes: tuple[str, ...] = MASK_MODES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    qa_f1: bool = False
+    max_new_tokens: int = 32
+    batch_size: int = 1
+
+    def __post_init__(self):
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"ks must be positive head counts, got {self.ks}")
+        bad = [m for m in self.modes if m not in MASK_MODES]
+        if not self.modes or bad:
+            raise ValueError(f"modes must be taken from {MASK_MODES}, got {self.modes}")
+        if not self.seeds:
+            raise ValueError("seeds is empty: the random-heads control needs at least one draw")
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ValueError("max_new_tokens and batch_size must be >= 1")
+
+
+def top_heads(ranked: pd.DataFrame, k: int) -> list[Head]:
+    """The ``k`` best heads of a score table with ``layer``, ``head`` and ``rank`` columns."""
+    missing = {"layer", "head", "rank"} - set(ranked.columns)
+    if missing:
+        raise ValueError(f"the score table lacks columns {sorted(missing)} (use a .heads table)")
+    if k > len(ranked):
+        raise ValueError(f"cannot take the top {k} heads of a table of {len(ranked)}")
+    best = ranked.sort_values("rank").head(k)
+    return [
+        (int(layer), int(head)) for layer, head in zip(best["layer"], best["head"], strict=True)
+    ]
+
+
+def random_heads(
+    n_layers: int, n_heads: int, k: int, exclude: Sequence[Head], seed: int
+) -> list[Head]:
+    """``k`` heads drawn without replacement from the heads not in ``exclude``."""
+    pool = [(i, j) for i in range(n_layers) for j in range(n_heads) if (i, j) not in set(exclude)]
+    if k > len(pool):
+        raise ValueError(f"only {len(pool)} heads lie outside the top set; cannot draw {k}")
+    return sorted(random.Random(seed).sample(pool, k))
+
+
+def conditions(
+    handle: ModelHandle,
+    retrieval: pd.DataFrame,
+    niah: pd.DataFrame | None,
+    config: MaskingConfig,
+) -> list[dict]:
+    """Every (strategy, mode, k, seed, heads) to evaluate, baseline first."""
+    L, H = handle.spec.n_layers, handle.spec.n_heads
+    out = [{"strategy": "none", "mode": "none", "k": 0, "seed": -1, "heads": []}]
+    for k in config.ks:
+        top = top_heads(retrieval, k)
+        sets = [("retrieval", -1, top)]
+        sets += [("random", s, random_heads(L, H, k, top, s)) for s in config.seeds]
+        if niah is not None:
+            sets.append(("niah", -1, top_heads(niah, k)))
+        for mode in config.modes:
+            for strategy, seed, heads in sets:
+                out.append(
+                    {"strategy": strategy, "mode": mode, "k": k, "seed": seed, "heads": heads}
+                )
+    return out
+
+
+@torch.no_grad()
+def greedy_text(handle: ModelHandle, prompt_ids: torch.Tensor, max_new_tokens: int) -> str:
+    """Greedy continuation of ``prompt_ids`` (full forwards, no cache), stopping at EOS/newline."""
+    ids = prompt_ids.to(handle.device)[None]
+    eos = handle.tokenizer.eos_token_id
+    new: list[int] = []
+    for _ in range(max_new_tokens):
+        token = int(handle.model(ids, use_cache=False).logits[0, -1].argmax())
+        if token == eos or "\n" in handle.tokenizer.decode([token]):
+            break
+        new.append(token)
+        ids = torch.cat([ids, ids.new_tensor([[token]])], dim=1)
+    return handle.tokenizer.decode(new)
+
+
+def evaluate_condition(
+    handle: ModelHandle, samples: Sequence[Sample], condition: dict, config: MaskingConfig
+) -> dict:
+    """Task scores of ``samples`` with ``condition``'s heads masked."""
+    iv = None
+    if condition["heads"]:
+        iv = ablate(handle.spec, condition["heads"], condition["mode"])
+    scores = teacher_force(handle, samples, intervention=iv, batch_size=config.batch_size)
+    row = {
+        "exact_match": float(np.mean([s.exact_match for s in scores])),
+        "first_token": float(np.mean([s.first_token for s in scores])),
+        "answer_logprob": float(np.mean([s.answer_logprob for s in scores])),
+        "qa_f1": float("nan"),
+        "n_samples": len(scores),
+    }
+    if config.qa_f1:
+        f1s = []
+        for sample in samples:
+            prompt = sample.encode(handle.tokenizer).prompt_ids
+            if iv is None:
+                text = greedy_text(handle, prompt, config.max_new_tokens)
+            else:
+                with hf_hooks(handle, iv):
+                    text = greedy_text(handle, prompt, config.max_new_tokens)
+            f1s.append(qa_f1(text, sample.meta.get("answers") or [sample.answer]))
+        row["qa_f1"] = float(np.mean(f1s))
+    return row
+
+
+def masking_experiment(
+    handle: ModelHandle,
+    samples: Sequence[Sample],
+    retrieval: pd.DataFrame,
+    *,
+    niah: pd.DataFrame | None = None,
+    config: MaskingConfig = MaskingConfig(),
+    results: str | Path | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """MuDAF Fig. 4: task scores with top retrieval heads, random heads or NIAH heads masked.
+
+    Args:
+        handle: the model.
+        samples: task samples with answers (e.g. multi-document QA).
+        retrieval: ranked head table (``layer, head, rank``) whose top heads are masked.
+        niah: ranked copy-paste head table, for the ``"niah"`` strategy.
+        config: ks, modes, seeds, metrics.
+        results: JSONL file of finished conditions (a restart skips them).
+        progress: show a progress bar over conditions.
+
+    Returns one row per condition with ``COLUMNS``; ``seed`` is -1 for deterministic head
+    sets, ``heads`` a string of ``layer.head`` names.
+    """
+    if not samples:
+        raise ValueError("no samples to evaluate")
+    log = ResultLog(results) if results is not None else None
+    data = fingerprint([(s.prompt, s.answer) for s in samples], config.qa_f1, config.max_new_tokens)
+    rows = []
+    for cond in tqdm(
+        conditions(handle, retrieval, niah, config), desc="masking", disable=not progress
+    ):
+        key = f"{cond['strategy']}/{cond['mode']}/k={cond['k']}/seed={cond['seed']}"
+        print_ = fingerprint(data, cond["heads"])
+        record = log.get(key, print_) if log else None
+        if record is None:
+            record = {"key": key, "fingerprint": print_, **cond}
+            record |= evaluate_condition(handle, samples, cond, config)
+            if log:
+                log.add(record)
+        rows.append({c: record[c] for c in COLUMNS})
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["heads"] = frame["heads"].map(
+        lambda hs: " ".join(f"{layer}.{head}" for layer, head in hs)
+    )
+    return frame

@@ -1,0 +1,402 @@
+"""Activation patching: which activations carry the information that decides the answer.
+
+Run the model on two prompts of equal token length (Meng et al. 2022; Wang et al. 2022; the
+TransformerLens ``patching`` module): a *clean* one, whose answer is ``a``, and a *corrupted*
+one that differs in one key detail and whose answer is ``b``. For line retrieval (LongEval)
+the corruption is either
+
+- ``"key"``: the same record, but the question asks for another line, or
+- ``"value"``: the same question, but the queried line holds another number.
+
+The metric is the logit difference ``LD = logit[a] - logit[b]`` at the last position. Run the
+corrupted prompt again but overwrite one activation (a head's output ``z`` at every position or
+at one position, or the residual stream at one layer and position) with its value from the
+clean run, and report how much of the clean behaviour comes back::
+
+    value = (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)
+
+0 means the activation carries nothing the corruption changed; 1 means it alone restores the
+clean answer. Patches are batched: each batch row of one forward pass carries its own patch.
+
+Sites (``Patch.site``):
+
+- ``"head"``: head ``h``'s output ``z`` at layer ``l`` (the ``o_proj`` input, the same place
+  SEAL's scales act), at every position (``position=None``) or at one position;
+- ``"resid"``: the residual stream entering block ``l`` (``l = n_layers`` is the stream
+  entering the final norm), at one position (or every position).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp_seal.models.handle import ModelHandle
+from interp_seal.tasks.line_retrieval import FOOTER, LINE
+from interp_seal.tasks.sample import Sample
+
+SITES = ("head", "resid")
+CORRUPTIONS = ("key", "value")
+COLUMNS = ["site", "layer", "head", "position", "logit_diff", "value"]
+_RECORD_END = FOOTER.split("{", 1)[0]
+_LINE_RE = re.compile(re.escape(LINE.split("{", 1)[0]) + r"(\S+): REGISTER_CONTENT is <(\d+)>")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchingPair:
+    """A clean and a corrupted prompt of equal length, read out at their last position.
+
+    Attributes:
+        clean_ids: the clean prompt's token ids.
+        corrupted_ids: the corrupted prompt's token ids.
+        clean_token: the token the clean prompt should produce next.
+        corrupted_token: the token the corrupted prompt should produce next.
+    """
+
+    clean_ids: Int[Tensor, " pos"]
+    corrupted_ids: Int[Tensor, " pos"]
+    clean_token: int
+    corrupted_token: int
+
+    def __post_init__(self):
+        if self.clean_ids.dim() != 1 or self.clean_ids.shape != self.corrupted_ids.shape:
+            raise ValueError(
+                f"clean and corrupted prompts must be 1-D and of equal length, got shapes "
+                f"{tuple(self.clean_ids.shape)} and {tuple(self.corrupted_ids.shape)}"
+            )
+        if self.clean_token == self.corrupted_token:
+            raise ValueError("clean_token and corrupted_token are equal: the logit difference is 0")
+
+    def logit_diff(self, logits: Float[Tensor, "batch vocab"]) -> Float[Tensor, " batch"]:
+        """``logit[clean_token] - logit[corrupted_token]`` for each row."""
+        return logits[:, self.clean_token] - logits[:, self.corrupted_token]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Patch:
+    """One activation to copy from the clean run into the corrupted run.
+
+    Attributes:
+        site: ``"head"`` or ``"resid"``.
+        layer: the layer (``0..n_layers`` for ``"resid"``; ``n_layers`` = final norm input).
+        head: the query head for ``"head"``; None for ``"resid"``.
+        position: the position patched, or None for every position.
+    """
+
+    site: str
+    layer: int
+    head: int | None = None
+    position: int | None = None
+
+
+# -- prompt pairs ----------------------------------------------------------------------------
+def line_retrieval_pair(
+    sample: Sample, tokenizer, *, corrupt: str = "key", seed: int = 0
+) -> PatchingPair:
+    """A clean/corrupted pair from a LongEval line-retrieval sample.
+
+    ``corrupt="key"`` asks for another line of the same record; ``"value"`` changes the first
+    digit of the queried line's number. Both prompts must tokenise to the same length (true for
+    the word-level organism tokenizer, where a line index is one token). The pair ends right
+    before the first answer token where the two answers differ (the shared answer tokens before
+    it are appended to both prompts). ``seed`` picks the other line or digit.
+    """
+    if sample.task != "line_retrieval" or not sample.meta.get("force_prefix"):
+        raise ValueError(
+            "line_retrieval_pair needs a line-retrieval sample generated with force_prefix=True, "
+            "so that the prompt ends right before the number"
+        )
+    rng = random.Random(seed)
+    key, value = sample.meta["random_idx"][0], int(sample.meta["expected_number"])
+    cut = sample.prompt.index(_RECORD_END)
+    record, question = sample.prompt[:cut], sample.prompt[cut:]
+    if corrupt == "key":
+        others = [(k, int(v)) for k, v in _LINE_RE.findall(record) if k != key and int(v) != value]
+        rng.shuffle(others)
+        candidates = [(record + question.replace(f"line {key}", f"line {k}"), v) for k, v in others]
+    elif corrupt == "value":
+        digits = str(value)
+        firsts = [d for d in "123456789" if d != digits[0]]
+        rng.shuffle(firsts)
+        line = f"line {key}: REGISTER_CONTENT is <{value}>"
+        candidates = []
+        for d in firsts:
+            new = int(d + digits[1:])
+            candidates.append(
+                (record.replace(line, line.replace(f"<{value}>", f"<{new}>")) + question, new)
+            )
+    else:
+        raise ValueError(f"unknown corruption {corrupt!r}; choose one of {CORRUPTIONS}")
+    clean = sample.encode(tokenizer)
+    for prompt, new_value in candidates:
+        other = dataclasses.replace(
+            sample, prompt=prompt, answer=sample.answer.replace(str(value), str(new_value))
+        ).encode(tokenizer)
+        if len(other.prompt_ids) == len(clean.prompt_ids):
+            return _pair_at_divergence(clean, other)
+    raise ValueError(
+        f"no {corrupt!r} corruption of this sample tokenises to the clean prompt's length "
+        f"({len(clean.prompt_ids)} tokens); use a tokenizer where line indices and digits are "
+        "single tokens (the organism's word-level tokenizer) or another sample"
+    )
+
+
+def _pair_at_divergence(clean, other) -> PatchingPair:
+    """Both prompts extended by the answer tokens they share, up to the first that differs."""
+    a, b = clean.answer_ids.tolist(), other.answer_ids.tolist()
+    k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if k is None:
+        raise ValueError(f"the clean and corrupted answers tokenise identically ({a})")
+    return PatchingPair(
+        clean_ids=torch.cat([clean.prompt_ids, clean.answer_ids[:k]]),
+        corrupted_ids=torch.cat([other.prompt_ids, other.answer_ids[:k]]),
+        clean_token=a[k],
+        corrupted_token=b[k],
+    )
+
+
+# -- running the model -----------------------------------------------------------------------
+def last_logits(handle: ModelHandle, ids: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch vocab"]:
+    """Logits at the last position only (the unembedding runs on one position)."""
+    return handle.model(ids.to(handle.device), logits_to_keep=1).logits[:, -1]
+
+
+def _site_module(handle: ModelHandle, site: str, layer: int) -> torch.nn.Module:
+    """The module whose input is the activation ``site`` at ``layer``."""
+    if site == "head":
+        return handle.proj(layer, "o_proj")
+    return handle.final_norm() if layer == handle.spec.n_layers else handle.layers()[layer]
+
+
+@contextmanager
+def replace_inputs(
+    handle: ModelHandle,
+    site: str,
+    edits: dict[int, Callable[[Tensor], Tensor]],
+) -> Iterator[None]:
+    """Replace the input activation of ``site`` at each layer in ``edits`` by ``edit(x)``.
+
+    ``x`` is ``(batch, pos, head, d_head)`` for ``"head"`` and ``(batch, pos, d_model)`` for
+    ``"resid"``. Hooks are removed on exit, exception or not.
+    """
+    H, D = handle.spec.n_heads, handle.spec.d_head
+    removers = []
+
+    def hook_for(edit):
+        def hook(_mod, args):
+            x = args[0]
+            if site == "head":
+                return (edit(x.view(*x.shape[:2], H, D)).reshape(x.shape), *args[1:])
+            return (edit(x), *args[1:])
+
+        return hook
+
+    try:
+        for layer, edit in edits.items():
+            removers.append(
+                _site_module(handle, site, layer).register_forward_pre_hook(hook_for(edit))
+            )
+        yield
+    finally:
+        for remove in removers:
+            remove.remove()
+
+
+def record_inputs(
+    handle: ModelHandle, ids: Int[Tensor, " pos"], site: str, layers: Sequence[int]
+) -> tuple[dict[int, Tensor], Float[Tensor, " vocab"]]:
+    """The input activations of ``site`` at ``layers`` for one prompt, and its last logits."""
+    seen: dict[int, Tensor] = {}
+
+    def keep(layer):
+        def edit(x):
+            seen[layer] = x[0].detach()
+            return x
+
+        return edit
+
+    with torch.no_grad(), replace_inputs(handle, site, {layer: keep(layer) for layer in layers}):
+        logits = last_logits(handle, ids[None])[0]
+    return seen, logits
+
+
+# -- exact patching --------------------------------------------------------------------------
+def patch(
+    handle: ModelHandle,
+    pair: PatchingPair,
+    patches: Sequence[Patch],
+    *,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """The generic driver: the normalised logit difference for every patch in ``patches``.
+
+    Returns a tidy table ``site, layer, head, position, logit_diff, value`` in the order of
+    ``patches``; its ``attrs`` hold ``clean_logit_diff`` and ``corrupted_logit_diff``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    for p in patches:
+        _check_patch(handle, pair, p)
+    clean_ld, corrupted_ld = baseline_logit_diffs(handle, pair)
+    by_site = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
+    clean = {
+        site: record_inputs(handle, pair.clean_ids, site, layers)[0]
+        for site, layers in by_site.items()
+    }
+    T = pair.corrupted_ids.shape[0]
+    values = []
+    chunks = range(0, len(patches), batch_size)
+    for start in tqdm(chunks, desc="activation patching", disable=not progress):
+        chunk = patches[start : start + batch_size]
+        masks = _masks(handle, chunk, T)
+        with torch.no_grad(), _apply(handle, clean, masks):
+            logits = last_logits(handle, pair.corrupted_ids.expand(len(chunk), T))
+        values.append(pair.logit_diff(logits))
+    ld = torch.cat(values) if values else torch.zeros(0)
+    return patch_table(patches, ld, clean_ld, corrupted_ld)
+
+
+def patch_table(
+    patches: Sequence[Patch],
+    logit_diff: Float[Tensor, " patch"],
+    clean_ld: float,
+    corrupted_ld: float,
+) -> pd.DataFrame:
+    """The tidy result table of ``patches`` given each patched run's logit difference."""
+    rows = [(p.site, p.layer, p.head, p.position) for p in patches]
+    table = pd.DataFrame(rows, columns=COLUMNS[:4]).astype({"head": "Int64", "position": "Int64"})
+    ld = logit_diff.detach().double().cpu()
+    table["logit_diff"] = ld.numpy()
+    table["value"] = ((ld - corrupted_ld) / (clean_ld - corrupted_ld)).numpy()
+    table.attrs.update(clean_logit_diff=clean_ld, corrupted_logit_diff=corrupted_ld)
+    return table
+
+
+def baseline_logit_diffs(handle: ModelHandle, pair: PatchingPair) -> tuple[float, float]:
+    """``(LD_clean, LD_corrupted)``; refuses pairs the metric cannot normalise."""
+    with torch.no_grad():
+        ids = torch.stack([pair.clean_ids, pair.corrupted_ids])
+        clean_ld, corrupted_ld = pair.logit_diff(last_logits(handle, ids)).double().tolist()
+    if abs(clean_ld - corrupted_ld) < 1e-6:
+        raise ValueError(
+            f"the clean and corrupted runs have the same logit difference ({clean_ld:.4g}); the "
+            "normalised metric is undefined. Pick a pair the model tells apart."
+        )
+    return clean_ld, corrupted_ld
+
+
+def _check_patch(handle: ModelHandle, pair: PatchingPair, p: Patch) -> None:
+    L, H, T = handle.spec.n_layers, handle.spec.n_heads, pair.clean_ids.shape[0]
+    if p.site not in SITES:
+        raise ValueError(f"unknown patch site {p.site!r}; choose one of {SITES}")
+    top = L if p.site == "resid" else L - 1
+    if not 0 <= p.layer <= top:
+        raise ValueError(f"{p}: layer must be in 0..{top} for site {p.site!r}")
+    if (p.site == "head") != (p.head is not None) or not 0 <= (p.head or 0) < H:
+        raise ValueError(f"{p}: 'head' patches need a head in 0..{H - 1}, 'resid' patches none")
+    if p.position is not None and not 0 <= p.position < T:
+        raise ValueError(f"{p}: position must be in 0..{T - 1} or None (every position)")
+
+
+def _masks(
+    handle: ModelHandle, chunk: Sequence[Patch], T: int
+) -> dict[str, dict[int, Bool[Tensor, "batch pos *head"]]]:
+    """Per site and layer, which (row, position[, head]) entries take the clean value."""
+    H = handle.spec.n_heads
+    masks: dict[str, dict[int, Tensor]] = {site: {} for site in SITES}
+    for row, p in enumerate(chunk):
+        shape = (len(chunk), T, H) if p.site == "head" else (len(chunk), T)
+        mask = masks[p.site].setdefault(p.layer, torch.zeros(shape, dtype=torch.bool))
+        pos = slice(None) if p.position is None else p.position
+        if p.site == "head":
+            mask[row, pos, p.head] = True
+        else:
+            mask[row, pos] = True
+    return masks
+
+
+@contextmanager
+def _apply(handle: ModelHandle, clean: dict, masks: dict) -> Iterator[None]:
+    """Install every masked replacement of ``masks`` (both sites) for the block."""
+    with ExitStack() as stack:
+        for site, layers in masks.items():
+            edits = {
+                layer: _take_clean_where(mask.to(handle.device), clean[site][layer])
+                for layer, mask in layers.items()
+            }
+            stack.enter_context(replace_inputs(handle, site, edits))
+        yield
+
+
+def _take_clean_where(mask: Tensor, clean: Tensor) -> Callable[[Tensor], Tensor]:
+    """``x -> clean`` where ``mask`` (batch, pos[, head]) is set, ``x`` elsewhere."""
+
+    def edit(x):
+        return torch.where(mask[..., None], clean, x)
+
+    return edit
+
+
+# -- named wrappers --------------------------------------------------------------------------
+def head_patches(
+    handle: ModelHandle, n_positions: int, *, by_position: bool = False, positions=None
+) -> list[Patch]:
+    """Every head, whole (layer-major) or at each of ``positions`` (layer, position, head order)."""
+    L, H = handle.spec.n_layers, handle.spec.n_heads
+    if not by_position:
+        return [Patch(site="head", layer=layer, head=h) for layer in range(L) for h in range(H)]
+    pos = range(n_positions) if positions is None else positions
+    return [
+        Patch(site="head", layer=layer, head=h, position=t)
+        for layer in range(L)
+        for t in pos
+        for h in range(H)
+    ]
+
+
+def patch_heads(
+    handle: ModelHandle,
+    pair: PatchingPair,
+    *,
+    by_position: bool = False,
+    positions: Sequence[int] | None = None,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Patch every head's output, at every position at once or (``by_position``) one at a time.
+
+    ``positions`` restricts ``by_position`` to some positions (default: all).
+    """
+    patches = head_patches(
+        handle, pair.clean_ids.shape[0], by_position=by_position, positions=positions
+    )
+    return patch(handle, pair, patches, batch_size=batch_size, progress=progress)
+
+
+def patch_residual(
+    handle: ModelHandle,
+    pair: PatchingPair,
+    *,
+    positions: Sequence[int] | None = None,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Patch the residual stream at every layer ``0..n_layers`` x position (default: all)."""
+    pos = range(pair.clean_ids.shape[0]) if positions is None else positions
+    patches = [
+        Patch(site="resid", layer=layer, position=t)
+        for layer in range(handle.spec.n_layers + 1)
+        for t in pos
+    ]
+    return patch(handle, pair, patches, batch_size=batch_size, progress=progress)

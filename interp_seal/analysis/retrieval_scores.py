@@ -1,0 +1,461 @@
+"""Which heads retrieve? Two per-head retrieval scores, from attention rows only.
+
+**Passage-level score (MuDAF, Sec. 3.1 and App. A.2).** A multi-document QA prompt mixes
+golden passages ``P_G`` with distractors. For head ``h``, the attention ``a_p`` of passage
+``p`` is the attention of the *last prompt token* summed over the passage's tokens. Then
+
+- F1: the attended set is ``P_A = {p : a_p > eps}``; precision ``|P_G & P_A| / |P_A|``,
+  recall ``|P_G & P_A| / |P_G|``, F1 their harmonic mean (0 when both are 0, and when
+  nothing is attended);
+- EM: 1 iff the ``|P_G|`` passages with the highest attention are exactly ``P_G`` (ties go to
+  the earlier passage);
+
+each averaged over questions. MuDAF's ``R_h`` is the mean F1 (Eq. 1, 15). The paper leaves
+``eps`` unspecified; the official code scores with ``eps = 0.3`` (DESIGN.md Sec. 5), our
+default. With many passages, a head that spreads its attention evenly attends to none.
+
+**Copy-paste score (Retrieval Head, Wu et al. 2024).** While the model greedily decodes the
+answer to a needle-in-a-haystack question, at every step each head's attention argmax (over
+the prompt and the tokens generated so far, from the position being decoded) is looked up: if
+it falls inside the needle's tokens and the token there is the token just generated, the head
+copied it and scores ``1 / len(needle)``. A sample's score is the sum over steps; the head's
+score the mean over samples (a context length x depth grid); heads above 0.1 are *retrieval
+heads*. The decoding loop keeps a KV cache and takes one attention row per head and step
+(``attention_rows``): never a T x T matrix.
+
+``passage_retrieval_scores`` and ``needle_retrieval_scores`` run one sample at a time through
+``score_samples``, which appends each sample's result to a JSONL file when asked (``results=``)
+and skips samples already there on restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp_seal.analysis.attention_rows import (
+    CAPTURE_BACKENDS,
+    attention_row_hooks,
+    capture_attention_rows,
+)
+from interp_seal.models import ModelHandle
+from interp_seal.tasks.sample import Encoded, Sample, Span
+
+# -- passage-level (MuDAF) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassageScoreConfig:
+    """MuDAF passage-level retrieval score.
+
+    Attributes:
+        eps: a passage is attended when its summed attention exceeds ``eps`` (official code:
+            0.3; the paper does not state it).
+        backend: attention-row capture route, ``"hf"`` or ``"nnsight"`` (same numbers).
+    """
+
+    eps: float = 0.3
+    backend: str = "hf"
+
+    def __post_init__(self):
+        if not 0 <= self.eps < 1:
+            raise ValueError(f"eps must be in [0, 1) (attention sums to 1), got {self.eps}")
+        if self.backend not in CAPTURE_BACKENDS:
+            raise ValueError(f"backend must be one of {CAPTURE_BACKENDS}, got {self.backend!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassageAttention:
+    """One question's last-token attention per head and passage (MuDAF Fig. 10's heatmaps).
+
+    Attributes:
+        attention: ``(L, H, P)`` attention summed over each passage's tokens.
+        prefix: ``(L, H)`` attention on the tokens before the first passage (Fig. 10's "#0").
+        golden: ids of the golden passages.
+    """
+
+    attention: Float[np.ndarray, "layer head passage"]
+    prefix: Float[np.ndarray, "layer head"]
+    golden: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassageScores:
+    """MuDAF retrieval scores.
+
+    Attributes:
+        heads: one row per head: ``layer, head, f1, em, rank`` (rank 1 = highest mean F1,
+            ties broken by EM, then layer, then head).
+        per_sample: ``sample, layer, head, f1, em``.
+        attention: per sample, its ``PassageAttention``.
+    """
+
+    heads: pd.DataFrame
+    per_sample: pd.DataFrame
+    attention: list[PassageAttention]
+
+
+def passage_spans(enc: Encoded) -> tuple[Span, ...]:
+    """``enc``'s passage token spans, checked to be non-empty, in order and inside the prompt."""
+    if not enc.passages:
+        raise ValueError(
+            "the sample has no passages; passage retrieval scores need Sample.passages (the "
+            "character spans of the passages in the prompt)"
+        )
+    last_end = 0
+    for i, (start, end) in enumerate(enc.passages):
+        if not 0 <= start < end <= enc.answer_start - 1:
+            raise ValueError(
+                f"passage {i} has token span [{start}, {end}) but the prompt before the last "
+                f"token (the query) is [0, {enc.answer_start - 1}); every passage must be a "
+                "non-empty part of the prompt ahead of its last token"
+            )
+        if start < last_end:
+            raise ValueError(f"passage {i} overlaps the passage before it; spans must be disjoint")
+        last_end = end
+    return enc.passages
+
+
+def check_golden(golden: Sequence[int], n_passages: int) -> tuple[int, ...]:
+    """Golden ids, checked: at least one, distinct, each in ``0..n_passages-1``."""
+    golden = tuple(int(g) for g in golden)
+    if not golden:
+        raise ValueError(
+            "the sample has no golden passages; MuDAF scores need the ids of the passages that "
+            "hold the answer (Sample.golden, or a golden-id file for LongBench data)"
+        )
+    bad = [g for g in golden if not 0 <= g < n_passages]
+    if bad:
+        raise ValueError(
+            f"golden passage ids {bad} are out of range: the sample has {n_passages} passages "
+            f"(ids 0..{n_passages - 1})"
+        )
+    if len(set(golden)) != len(golden):
+        raise ValueError(f"golden passage ids repeat: {golden}")
+    return golden
+
+
+def score_passages(
+    attention: Float[Tensor, "*head passage"], golden: Sequence[int], eps: float
+) -> tuple[Float[Tensor, "*head"], Float[Tensor, "*head"]]:
+    """Per-question MuDAF F1 and EM of each head from its passage attention (App. A.2)."""
+    attention = torch.as_tensor(attention)
+    golden = check_golden(golden, attention.shape[-1])
+    is_golden = torch.zeros(attention.shape[-1], dtype=torch.bool)
+    is_golden[list(golden)] = True
+    attended = attention > eps
+    hits = (attended & is_golden).sum(-1).double()
+    precision = hits / attended.sum(-1).clamp(min=1)  # nothing attended: precision 0
+    recall = hits / len(golden)
+    f1 = torch.where(hits > 0, 2 * precision * recall / (precision + recall), 0.0)
+    order = torch.argsort(-attention, dim=-1, stable=True)  # ties: earlier passage first
+    em = is_golden[order[..., : len(golden)]].all(-1).double()
+    return f1, em
+
+
+def passage_attention(
+    handle: ModelHandle, sample: Sample, *, backend: str = "hf"
+) -> PassageAttention:
+    """The last prompt token's attention summed over each passage, for every head."""
+    enc = sample.encode(handle.tokenizer)
+    spans = passage_spans(enc)
+    golden = check_golden(sample.golden, len(spans))
+    first = spans[0][0]
+
+    def per_passage(rows: Float[Tensor, "batch head query key"]) -> Tensor:
+        sums = [rows[..., s:e].sum(-1) for s, e in ((0, first), *spans)]
+        return torch.stack(sums, -1)[0, :, 0]  # (H, 1 + P)
+
+    sums = capture_attention_rows(
+        handle, enc.prompt_ids, (-1,), reduce=per_passage, backend=backend
+    )
+    sums = sums.double().numpy()  # (L, H, 1 + P)
+    return PassageAttention(attention=sums[..., 1:], prefix=sums[..., 0], golden=golden)
+
+
+# -- copy-paste (Retrieval Head) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyPasteConfig:
+    """Retrieval Head copy-paste score.
+
+    Attributes:
+        threshold: heads whose mean score exceeds it are retrieval heads (Wu et al.: 0.1).
+        max_new_tokens: greedy steps per sample; None = the answer's token count. Decoding
+            also stops at the tokenizer's EOS.
+    """
+
+    threshold: float = 0.1
+    max_new_tokens: int | None = None
+
+    def __post_init__(self):
+        if self.threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyPaste:
+    """One sample's copy-paste score per head and what greedy decoding produced.
+
+    Attributes:
+        score: ``(L, H)``, the number of copying steps / needle length.
+        generated: the greedily decoded token ids.
+    """
+
+    score: Float[np.ndarray, "layer head"]
+    generated: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NeedleScores:
+    """Retrieval Head scores.
+
+    Attributes:
+        heads: ``layer, head, score, retrieval_head, rank`` (rank 1 = highest mean score).
+        per_sample: ``sample, layer, head, score`` plus the sample's NIAH fields
+            (``context_length``, ``depth_percent``, ``needle_id`` when the sample has them).
+    """
+
+    heads: pd.DataFrame
+    per_sample: pd.DataFrame
+
+
+def needle_span(enc: Encoded) -> Span:
+    """``enc``'s needle token span, checked to lie in the prompt."""
+    if enc.needle is None:
+        raise ValueError(
+            "the sample has no needle span; copy-paste scores need Sample.needle (the needle's "
+            "character span in the prompt)"
+        )
+    start, end = enc.needle
+    if not 0 <= start < end <= enc.answer_start:
+        raise ValueError(
+            f"needle token span [{start}, {end}) is not inside the prompt's {enc.answer_start} "
+            "tokens; the needle must be part of the prompt"
+        )
+    return enc.needle
+
+
+def copy_hits(
+    argmax: Int[Tensor, "layer head"], token: int, ids: Int[Tensor, " pos"], needle: Span
+) -> Bool[Tensor, "layer head"]:
+    """Heads whose attention argmax is a needle token equal to the token just generated."""
+    inside = (argmax >= needle[0]) & (argmax < needle[1])
+    return inside & (ids[argmax] == token)
+
+
+@torch.no_grad()
+def copy_paste_score(
+    handle: ModelHandle, sample: Sample | Encoded, *, max_new_tokens: int | None = None
+) -> CopyPaste:
+    """Greedy KV-cache decoding of ``sample``'s answer, scoring copy-paste heads at each step."""
+    enc = sample.encode(handle.tokenizer) if isinstance(sample, Sample) else sample
+    start, end = needle_span(enc)
+    steps = max_new_tokens or len(enc.answer_ids)
+    ids = enc.prompt_ids.to(handle.device)
+    if len(ids) < 2:
+        raise ValueError("the prompt needs at least two tokens (a prefix and a query token)")
+    eos = handle.tokenizer.eos_token_id
+    score = torch.zeros(handle.spec.n_layers, handle.spec.n_heads, dtype=torch.float64)
+    cache = handle.model(ids[None, :-1], use_cache=True).past_key_values
+    generated: list[int] = []
+
+    def argmax_rows(rows: Float[Tensor, "batch head query key"]) -> Tensor:
+        return rows[0, :, 0].argmax(-1)  # (H,)
+
+    with attention_row_hooks(handle, (-1,), reduce=argmax_rows) as capture:
+        for _ in range(steps):
+            out = handle.model(ids[None, -1:], past_key_values=cache, use_cache=True)
+            cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
+            score += copy_hits(capture.take(), token, ids, (start, end)).double() / (end - start)
+            generated.append(token)
+            ids = torch.cat([ids, ids.new_tensor([token])])
+            if token == eos:
+                break
+    return CopyPaste(score=score.numpy(), generated=tuple(generated))
+
+
+# -- running over samples, resumably -----------------------------------------------------------
+
+
+class ResultLog:
+    """Per-sample results appended to a JSONL file as they are computed.
+
+    Each record carries the sample's key and a fingerprint of its prompt, so a restart skips
+    finished samples and refuses results computed on other samples.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.records: dict[str, dict] = {}
+        if self.path.exists():
+            for lineno, line in enumerate(self.path.read_text().splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    raise ValueError(
+                        f"{self.path}:{lineno} is not valid JSON (an interrupted write?); delete "
+                        "that line to resume"
+                    ) from None
+                self.records[record["key"]] = record
+
+    def get(self, key: str, fingerprint: str) -> dict | None:
+        record = self.records.get(key)
+        if record is not None and record["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"{self.path} holds a result for {key!r} computed on a different input; write to "
+                "a new output file or delete this one"
+            )
+        return record
+
+    def add(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        self.records[record["key"]] = record
+
+
+def fingerprint(*parts) -> str:
+    """A short stable hash of JSON-able ``parts``."""
+    return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def score_samples(
+    samples: Sequence[Sample],
+    compute: Callable[[Sample], dict],
+    *,
+    results: str | Path | None = None,
+    desc: str,
+    progress: bool = True,
+) -> list[dict]:
+    """``compute(sample)`` for every sample, in order; with ``results``, resumable on disk."""
+    log = ResultLog(results) if results is not None else None
+    records = []
+    for i, sample in enumerate(tqdm(samples, desc=desc, disable=not progress)):
+        key, print_ = f"sample-{i}", fingerprint(sample.prompt, sample.answer)
+        record = log.get(key, print_) if log else None
+        if record is None:
+            record = {"key": key, "fingerprint": print_, "sample": i, **compute(sample)}
+            if log:
+                log.add(record)
+        records.append(record)
+    return records
+
+
+def rank_heads(heads: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """``heads`` sorted best first by the columns ``by`` (descending), with a 1-based ``rank``."""
+    ranked = heads.sort_values([*by, "layer", "head"], ascending=[False] * len(by) + [True, True])
+    return ranked.assign(rank=np.arange(1, len(ranked) + 1)).reset_index(drop=True)
+
+
+def _long(per_sample: Sequence[tuple[int, dict[str, np.ndarray]]]) -> pd.DataFrame:
+    """Tidy ``sample, layer, head, <value>...`` rows from per-sample ``(L, H)`` arrays."""
+    frames = []
+    for sample, values in per_sample:
+        L, H = next(iter(values.values())).shape
+        layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
+        frames.append(
+            pd.DataFrame(
+                {"sample": sample, "layer": layer.ravel(), "head": head.ravel()}
+                | {name: np.asarray(v).ravel() for name, v in values.items()}
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def passage_retrieval_scores(
+    handle: ModelHandle,
+    samples: Sequence[Sample],
+    config: PassageScoreConfig = PassageScoreConfig(),
+    *,
+    results: str | Path | None = None,
+    progress: bool = True,
+) -> PassageScores:
+    """MuDAF retrieval scores of every head over multi-document QA ``samples``.
+
+    Args:
+        handle: the model.
+        samples: samples with passages and golden ids (``interp_seal.tasks.passages`` or
+            LongBench files with golden ids).
+        config: threshold and capture backend.
+        results: JSONL file for per-sample results (resumes from it).
+        progress: show a progress bar.
+    """
+    if not samples:
+        raise ValueError("no samples to score")
+
+    def compute(sample: Sample) -> dict:
+        pa = passage_attention(handle, sample, backend=config.backend)
+        return {
+            "eps": config.eps,
+            "golden": list(pa.golden),
+            "attention": pa.attention.tolist(),
+            "prefix": pa.prefix.tolist(),
+        }
+
+    records = score_samples(
+        samples, compute, results=results, desc="passage scores", progress=progress
+    )
+    attention = [
+        PassageAttention(
+            attention=np.asarray(r["attention"]),
+            prefix=np.asarray(r["prefix"]),
+            golden=tuple(r["golden"]),
+        )
+        for r in records
+    ]
+    scored = []
+    for record, pa in zip(records, attention, strict=True):
+        f1, em = score_passages(torch.from_numpy(pa.attention), pa.golden, config.eps)
+        scored.append((record["sample"], {"f1": f1.numpy(), "em": em.numpy()}))
+    per_sample = _long(scored)
+    heads = per_sample.groupby(["layer", "head"], as_index=False)[["f1", "em"]].mean()
+    return PassageScores(
+        heads=rank_heads(heads, ["f1", "em"]), per_sample=per_sample, attention=attention
+    )
+
+
+NIAH_FIELDS = ("context_length", "depth_percent", "needle_id")
+
+
+def needle_retrieval_scores(
+    handle: ModelHandle,
+    samples: Sequence[Sample],
+    config: CopyPasteConfig = CopyPasteConfig(),
+    *,
+    results: str | Path | None = None,
+    progress: bool = True,
+) -> NeedleScores:
+    """Retrieval Head copy-paste scores of every head over needle ``samples`` (a NIAH grid)."""
+    if not samples:
+        raise ValueError("no samples to score")
+
+    def compute(sample: Sample) -> dict:
+        cp = copy_paste_score(handle, sample, max_new_tokens=config.max_new_tokens)
+        niah = {k: sample.meta[k] for k in NIAH_FIELDS if k in sample.meta}
+        return {"score": cp.score.tolist(), "generated": list(cp.generated), "niah": niah}
+
+    records = score_samples(
+        samples, compute, results=results, desc="copy-paste scores", progress=progress
+    )
+    per_sample = _long([(r["sample"], {"score": np.asarray(r["score"])}) for r in records])
+    niah = pd.DataFrame([{"sample": r["sample"], **r["niah"]} for r in records])
+    per_sample = per_sample.merge(niah, on="sample")
+    heads = per_sample.groupby(["layer", "head"], as_index=False)["score"].mean()
+    heads["retrieval_head"] = heads["score"] > config.threshold
+    return NeedleScores(heads=rank_heads(heads, ["score"]), per_sample=per_sample)

@@ -1,0 +1,178 @@
+"""``interp-seal analysis``: ablation sweeps on LongEval line retrieval (SEAL Sec. 3, Fig. 2).
+
+    interp-seal analysis head-sweep --model organism --lengths 20 40 --n 50 --mode zero --out runs/heads
+    interp-seal analysis head-sweep ... --out runs/heads --resume      # continue a killed sweep
+    interp-seal analysis channel-sweep --heads 1.3 2.5 --lengths 20 40 --n 50 --out runs/channels
+
+Lengths are lines per LongEval record. Each command writes to ``OUT``: ``manifest.json`` and
+``records.jsonl`` (per-sample results, appended as the sweep runs, so ``--resume`` continues a
+killed sweep), ``results.csv`` (or ``.parquet``) with columns layer, head, channel, length,
+metric, value, baseline, delta, and self-contained HTML figures: ``head_deltas.html`` (layer x
+head heatmap per length) and, with two or more lengths, ``quadrants.html`` (the first length
+against the last, SEAL Fig. 2b, also ``quadrants.csv``); ``channel_map.html`` for channel sweeps.
+Mode ``mean`` ablates to the mean head output over the sweep's own samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from interp_seal.cli.evaluate import parse_heads
+from interp_seal.tasks.line_retrieval import INDEX_STYLES
+
+MODES = ("zero", "scale", "mean", "uniform")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("analysis", help="ablation sweeps and head quadrants")
+    sub = parser.add_subparsers(dest="analysis_command", required=True)
+
+    heads = sub.add_parser("head-sweep", help="ablate one head at a time (SEAL Fig. 2b)")
+    _sweep_arguments(heads)
+    heads.add_argument(
+        "--heads", nargs="+", default=None, metavar="LAYER.HEAD", help="heads (default: all)"
+    )
+    heads.set_defaults(func=run_head_sweep)
+
+    channels = sub.add_parser(
+        "channel-sweep", help="ablate one channel of chosen heads at a time (SEAL Fig. 2c)"
+    )
+    _sweep_arguments(channels)
+    channels.add_argument(
+        "--heads", nargs="+", required=True, metavar="LAYER.HEAD", help="heads to open, e.g. 1.3"
+    )
+    channels.add_argument(
+        "--channels", type=int, nargs="+", default=None, help="channels (default: all)"
+    )
+    channels.set_defaults(func=run_channel_sweep)
+
+
+def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default="organism", help="'organism', a checkpoint dir or hub name"
+    )
+    parser.add_argument("--lengths", type=int, nargs="+", default=[20, 40], help="lines per record")
+    parser.add_argument("--n", type=int, default=50, help="records per length")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
+    parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
+    parser.add_argument("--factor", type=float, help="multiplier for --mode scale")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    parser.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    parser.add_argument("--batch-rows", type=int, default=64, help="rows per edited forward")
+    parser.add_argument("--batch-samples", type=int, default=8, help="records per clean forward")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+
+
+def _setup(args: argparse.Namespace):
+    """The model, samples by length, ``mean_z`` (mode mean) and sweep options of a command."""
+    import torch
+
+    from interp_seal.analysis.sweeps import SweepOptions, mean_head_outputs
+    from interp_seal.models import load_model
+    from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    handle = load_model(args.model)
+    samples = {
+        n: generate(
+            LineRetrievalConfig(num_lines=n, index_style=args.index_style), args.n, args.seed
+        )
+        for n in args.lengths
+    }
+    mean_z = None
+    if args.mode == "mean":
+        mean_z = mean_head_outputs(handle, [s for batch in samples.values() for s in batch])
+    options = SweepOptions(
+        out=args.out,
+        resume=args.resume,
+        batch_rows=args.batch_rows,
+        batch_samples=args.batch_samples,
+    )
+    return handle, samples, mean_z, options
+
+
+def run_head_sweep(args: argparse.Namespace) -> int:
+    from interp_seal.analysis.quadrants import head_quadrants
+    from interp_seal.analysis.sweeps import head_sweep
+    from interp_seal.viz.sweeps import head_delta_heatmap, quadrant_scatter
+
+    handle, samples, mean_z, options = _setup(args)
+    heads = parse_heads(args.heads) if args.heads else None
+    table = head_sweep(
+        handle,
+        samples,
+        heads=heads,
+        mode=args.mode,
+        factor=args.factor,
+        mean_z=mean_z,
+        options=options,
+    )
+    written = [_write_table(table, args.out, args.format)]
+    head_delta_heatmap(table).write_html(args.out / "head_deltas.html")
+    written.append(args.out / "head_deltas.html")
+    lengths = sorted(args.lengths)
+    if len(lengths) >= 2:
+        quadrants = head_quadrants(table, mid=lengths[0], long=lengths[-1])
+        quadrants.heads.to_csv(args.out / "quadrants.csv", index=False)
+        quadrant_scatter(quadrants).write_html(args.out / "quadrants.html")
+        written += [args.out / "quadrants.csv", args.out / "quadrants.html"]
+        print(
+            f"quadrants (lengths {lengths[0]} vs {lengths[-1]}): {quadrants.counts()}, "
+            f"Pearson r = {quadrants.pearson:.3f}"
+        )
+    _print_summary(table, written)
+    return 0
+
+
+def run_channel_sweep(args: argparse.Namespace) -> int:
+    from interp_seal.analysis.sweeps import channel_sweep
+    from interp_seal.viz.sweeps import channel_map
+
+    handle, samples, mean_z, options = _setup(args)
+    table = channel_sweep(
+        handle,
+        samples,
+        heads=parse_heads(args.heads),
+        channels=args.channels,
+        mode=args.mode,
+        factor=args.factor,
+        mean_z=mean_z,
+        options=options,
+    )
+    written = [_write_table(table, args.out, args.format)]
+    channel_map(table).write_html(args.out / "channel_map.html")
+    written.append(args.out / "channel_map.html")
+    _print_summary(table, written)
+    return 0
+
+
+def _write_table(table, out: Path, fmt: str) -> Path:
+    path = out / f"results.{fmt}"
+    if fmt == "csv":
+        table.to_csv(path, index=False)
+    else:
+        table.to_parquet(path, index=False)
+    return path
+
+
+def _print_summary(table, written: list[Path]) -> None:
+    """The baseline per length and the largest changes in exact match."""
+    exact = table[table.metric == "exact_match"]
+    for length, rows in exact.groupby("length"):
+        best, worst = rows.loc[rows.delta.idxmax()], rows.loc[rows.delta.idxmin()]
+        print(
+            f"length {length}: baseline exact match {rows.baseline.iloc[0]:.3f}; largest gain "
+            f"{best.delta:+.3f} ({_unit(best)}), largest drop {worst.delta:+.3f} ({_unit(worst)})"
+        )
+    print("wrote " + ", ".join(str(p) for p in written))
+
+
+def _unit(row) -> str:
+    import pandas as pd
+
+    channel = "" if pd.isna(row["channel"]) else f"C{row['channel']}"
+    return f"L{row['layer']}H{row['head']}{channel}"

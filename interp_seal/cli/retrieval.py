@@ -1,0 +1,156 @@
+"""``interp-seal retrieval``: per-head retrieval scores and the head-masking experiment.
+
+    interp-seal retrieval passage-scores --model organism --samples mdqa.jsonl --out runs/mudaf
+    interp-seal retrieval passage-scores --samples hotpotqa.jsonl --golden golden.json --eps 0.3 \\
+        --out runs/mudaf_hotpot
+    interp-seal retrieval needle-scores --samples niah.jsonl --out runs/niah_heads
+    interp-seal retrieval masking --samples mdqa.jsonl --scores runs/mudaf/head_scores.csv \\
+        --niah-scores runs/niah_heads/head_scores.csv --ks 8 16 --seeds 0 1 2 --out runs/masking
+
+Sample files are task JSONL files (``interp-seal tasks generate``; LongBench files with
+``--golden``). ``passage-scores`` (MuDAF) and ``needle-scores`` (Retrieval Head copy-paste)
+append each sample's result to ``OUT/per_sample.jsonl`` as it is computed and skip finished
+samples when re-run with the same ``--out``; they write ``OUT/head_scores.csv`` (ranked heads),
+``OUT/per_sample_scores.csv`` and ``OUT/head_scores.html``; ``passage-scores`` also writes
+``OUT/passage_attention.html`` (MuDAF Fig. 10 for the first sample). ``masking`` (MuDAF Fig. 4)
+appends each finished condition to ``OUT/conditions.jsonl`` and writes ``OUT/masking.csv`` and
+``OUT/masking.html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default="organism", help="'organism', a checkpoint dir or hub name"
+    )
+    parser.add_argument("--samples", type=Path, required=True, help="task JSONL file")
+    parser.add_argument("--limit", type=int, help="use only the first N samples")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory (resumable)")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("retrieval", help="retrieval scores of heads, head masking")
+    sub = parser.add_subparsers(dest="retrieval_command", required=True)
+
+    passages = sub.add_parser("passage-scores", help="MuDAF passage-level retrieval scores")
+    _common(passages)
+    passages.add_argument("--golden", type=Path, help="golden passage ids of a LongBench file")
+    passages.add_argument("--eps", type=float, default=0.3, help="attended-passage threshold")
+    passages.add_argument("--backend", choices=("hf", "nnsight"), default="hf")
+    passages.set_defaults(func=run_passage_scores)
+
+    needle = sub.add_parser("needle-scores", help="Retrieval Head copy-paste scores (NIAH)")
+    _common(needle)
+    needle.add_argument("--threshold", type=float, default=0.1, help="retrieval-head threshold")
+    needle.add_argument(
+        "--max-new-tokens", type=int, help="greedy steps (default: the answer's length)"
+    )
+    needle.set_defaults(func=run_needle_scores)
+
+    masking = sub.add_parser("masking", help="mask top / random / NIAH heads (MuDAF Fig. 4)")
+    _common(masking)
+    masking.add_argument("--golden", type=Path, help="golden passage ids of a LongBench file")
+    masking.add_argument("--scores", type=Path, required=True, help="ranked head_scores.csv")
+    masking.add_argument("--niah-scores", type=Path, help="copy-paste head_scores.csv")
+    masking.add_argument("--ks", type=int, nargs="+", default=[16], help="heads to mask")
+    masking.add_argument(
+        "--modes", nargs="+", choices=("zero", "uniform"), default=["zero", "uniform"]
+    )
+    masking.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    masking.add_argument("--qa-f1", action="store_true", help="also greedy-decode and score QA F1")
+    masking.add_argument("--max-new-tokens", type=int, default=32)
+    masking.add_argument("--batch-size", type=int, default=1)
+    masking.set_defaults(func=run_masking)
+
+
+def _setup(args: argparse.Namespace):
+    """The model and samples named by ``args``; the output directory created."""
+    import torch
+
+    from interp_seal.models import load_model
+    from interp_seal.tasks.jsonl import read_golden, read_samples
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    if not args.samples.is_file():
+        raise FileNotFoundError(f"no such sample file: {args.samples}")
+    golden = read_golden(args.golden) if getattr(args, "golden", None) else None
+    samples = read_samples(args.samples, golden=golden)[: args.limit]
+    args.out.mkdir(parents=True, exist_ok=True)
+    return load_model(args.model), samples
+
+
+def _read_scores(path: Path):
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no such score table: {path} (write one with passage-scores)")
+    return pd.read_csv(path)
+
+
+def _write_heads(out: Path, heads, per_sample, value: str, title: str) -> None:
+    from interp_seal.viz.passages import head_score_heatmap
+
+    heads.to_csv(out / "head_scores.csv", index=False)
+    per_sample.to_csv(out / "per_sample_scores.csv", index=False)
+    head_score_heatmap(heads, value=value, title=title).write_html(out / "head_scores.html")
+    print(heads.head(16).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {out / 'head_scores.csv'}, per_sample_scores.csv and head_scores.html")
+
+
+def run_passage_scores(args: argparse.Namespace) -> int:
+    from interp_seal.analysis.retrieval_scores import PassageScoreConfig, passage_retrieval_scores
+    from interp_seal.viz.passages import passage_heatmap
+
+    config = PassageScoreConfig(eps=args.eps, backend=args.backend)
+    handle, samples = _setup(args)
+    scores = passage_retrieval_scores(
+        handle, samples, config, results=args.out / "per_sample.jsonl"
+    )
+    title = f"MuDAF retrieval score (F1, eps={args.eps}): {Path(handle.name_or_path).name}"
+    _write_heads(args.out, scores.heads, scores.per_sample, "f1", title)
+    passage_heatmap(scores.attention[0]).write_html(args.out / "passage_attention.html")
+    return 0
+
+
+def run_needle_scores(args: argparse.Namespace) -> int:
+    from interp_seal.analysis.retrieval_scores import CopyPasteConfig, needle_retrieval_scores
+
+    config = CopyPasteConfig(threshold=args.threshold, max_new_tokens=args.max_new_tokens)
+    handle, samples = _setup(args)
+    scores = needle_retrieval_scores(handle, samples, config, results=args.out / "per_sample.jsonl")
+    title = f"Retrieval Head copy-paste score: {Path(handle.name_or_path).name}"
+    _write_heads(args.out, scores.heads, scores.per_sample, "score", title)
+    print(f"{int(scores.heads['retrieval_head'].sum())} heads score above {args.threshold}")
+    return 0
+
+
+def run_masking(args: argparse.Namespace) -> int:
+    from interp_seal.analysis.masking import MaskingConfig, masking_experiment
+    from interp_seal.viz.passages import masking_bars
+
+    config = MaskingConfig(
+        ks=tuple(args.ks),
+        modes=tuple(args.modes),
+        seeds=tuple(args.seeds),
+        qa_f1=args.qa_f1,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+    )
+    retrieval = _read_scores(args.scores)
+    niah = _read_scores(args.niah_scores) if args.niah_scores else None
+    handle, samples = _setup(args)
+    frame = masking_experiment(
+        handle, samples, retrieval, niah=niah, config=config, results=args.out / "conditions.jsonl"
+    )
+    frame.to_csv(args.out / "masking.csv", index=False)
+    metric = "qa_f1" if args.qa_f1 else "exact_match"
+    masking_bars(frame, metric=metric).write_html(args.out / "masking.html")
+    print(frame.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {args.out / 'masking.csv'} and {args.out / 'masking.html'}")
+    return 0

@@ -1,0 +1,157 @@
+"""Figures for retrieval scores: passage-level attention maps and head score maps.
+
+- ``passage_heatmap``: MuDAF Fig. 10, one panel per layer, heads x passages, the last
+  token's attention summed over each passage. Column ``#0`` is the text before the first
+  passage (where attention sinks live); ``#i`` is LongBench's ``Passage i`` (passage id
+  ``i - 1``); golden passages are boxed.
+- ``head_score_heatmap``: any per-head score (MuDAF F1/EM, copy-paste score) as layer x head.
+- ``ranked_score_curve``: MuDAF Fig. 3, scores of all heads ranked by the first one.
+- ``masking_bars``: MuDAF Fig. 4, task score per masking strategy and mode (random heads
+  averaged over seeds, with their spread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from interp_seal.analysis.retrieval_scores import PassageAttention
+
+
+def passage_heatmap(
+    attention: PassageAttention,
+    *,
+    layers: Sequence[int] | None = None,
+    title: str = "Passage-level attention of the last token",
+) -> go.Figure:
+    """Heads x passages heatmaps of one question, one panel per layer (all layers by default)."""
+    n_layers, n_heads, n_passages = attention.attention.shape
+    layers = list(range(n_layers)) if layers is None else list(layers)
+    bad = [layer for layer in layers if not 0 <= layer < n_layers]
+    if not layers or bad:
+        raise ValueError(f"layers {bad or layers} not in 0..{n_layers - 1}")
+    columns = ["#0"] + [f"#{i + 1}" for i in range(n_passages)]
+    fig = make_subplots(
+        rows=1, cols=len(layers), subplot_titles=[f"layer {layer}" for layer in layers],
+        shared_yaxes=True, horizontal_spacing=0.03,
+    )  # fmt: skip
+    for col, layer in enumerate(layers, 1):
+        z = np.concatenate([attention.prefix[layer][:, None], attention.attention[layer]], 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=columns,
+                y=[f"head {h}" for h in range(n_heads)],
+                coloraxis="coloraxis",
+                hovertemplate="%{y}, passage %{x}: %{z:.3f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        for g in attention.golden:  # dotted box around golden columns (Fig. 10)
+            fig.add_shape(
+                type="rect", x0=g + 0.5, x1=g + 1.5, y0=-0.5, y1=n_heads - 0.5,
+                line=dict(dash="dot", width=2, color="black"), row=1, col=col,
+            )  # fmt: skip
+    fig.update_layout(
+        title=title,
+        coloraxis=dict(colorscale="Blues", cmin=0, colorbar_title="attention"),
+        template="plotly_white",
+    )
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def head_score_heatmap(
+    heads: pd.DataFrame, *, value: str = "f1", title: str | None = None
+) -> go.Figure:
+    """A layer x head heatmap of column ``value`` of a per-head table (``layer``, ``head``)."""
+    missing = {"layer", "head", value} - set(heads.columns)
+    if missing:
+        raise ValueError(f"the head table lacks columns {sorted(missing)}")
+    grid = heads.pivot(index="layer", columns="head", values=value).sort_index()
+    return go.Figure(
+        data=go.Heatmap(
+            z=grid.to_numpy(dtype=float),
+            x=[str(h) for h in grid.columns],
+            y=[str(layer) for layer in grid.index],
+            colorscale="Viridis",
+            colorbar_title=value,
+            hovertemplate=f"layer %{{y}}, head %{{x}}<br>{value} %{{z:.3f}}<extra></extra>",
+        ),
+        layout=go.Layout(
+            title=title or f"Retrieval score per head ({value})",
+            xaxis_title="head",
+            yaxis=dict(title="layer", autorange="reversed"),
+            template="plotly_white",
+        ),
+    )
+
+
+def ranked_score_curve(
+    heads: pd.DataFrame,
+    *,
+    values: Sequence[str] = ("f1", "em"),
+    title: str = "Retrieval scores of all heads",
+) -> go.Figure:
+    """Every head's scores, heads sorted by ``values[0]`` descending (MuDAF Fig. 3)."""
+    missing = {"layer", "head", *values} - set(heads.columns)
+    if missing:
+        raise ValueError(f"the head table lacks columns {sorted(missing)}")
+    ranked = heads.sort_values(list(values), ascending=False)
+    names = [f"{layer}.{head}" for layer, head in zip(ranked["layer"], ranked["head"], strict=True)]
+    return go.Figure(
+        data=[
+            go.Scatter(
+                x=np.arange(1, len(ranked) + 1),
+                y=ranked[v],
+                mode="lines",
+                name=v,
+                customdata=names,
+                hovertemplate="head %{customdata}<br>%{y:.3f}<extra>" + v + "</extra>",
+            )
+            for v in values
+        ],
+        layout=go.Layout(
+            title=title, xaxis_title="head rank", yaxis_title="score", template="plotly_white"
+        ),
+    )
+
+
+def masking_bars(
+    frame: pd.DataFrame, *, metric: str = "exact_match", title: str | None = None
+) -> go.Figure:
+    """Task ``metric`` per strategy, one bar group per masking mode (MuDAF Fig. 4).
+
+    Random-head rows are averaged over seeds; error bars show their standard deviation.
+    """
+    missing = {"strategy", "mode", "k", metric} - set(frame.columns)
+    if missing:
+        raise ValueError(f"the masking table lacks columns {sorted(missing)}")
+    baseline = frame.loc[frame["strategy"] == "none", metric]
+    masked = frame[frame["strategy"] != "none"]
+    stats = masked.groupby(["strategy", "mode", "k"], as_index=False)[metric].agg(["mean", "std"])
+    fig = go.Figure()
+    for (strategy, k), rows in stats.groupby(["strategy", "k"], sort=False):
+        fig.add_trace(
+            go.Bar(
+                x=rows["mode"],
+                y=rows["mean"],
+                error_y=dict(type="data", array=rows["std"].fillna(0)),
+                name=f"{strategy} (k={k})",
+            )
+        )
+    if len(baseline):
+        fig.add_hline(y=float(baseline.iloc[0]), line_dash="dash", annotation_text="no masking")
+    fig.update_layout(
+        title=title or f"Masking heads: {metric}",
+        barmode="group",
+        xaxis_title="masking mode",
+        yaxis_title=metric,
+        template="plotly_white",
+    )
+    return fig

@@ -1,0 +1,156 @@
+"""Direct logit attribution: sums to the logit, agrees with the TransformerLens bridge."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp_seal.analysis.logit_attribution import (
+    logit_attribution,
+    logit_diff_attribution,
+)
+from interp_seal.models import load_model
+
+TARGETS = [10, 11, 25]
+
+
+def prompt_ids(handle, seed: int = 0, length: int = 12) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(4, handle.spec.vocab_size, (length,), generator=gen)
+
+
+@pytest.fixture(scope="module")
+def handles():
+    """One handle per family checkpoint, loaded lazily."""
+    return {}
+
+
+def handle_for(handles, path):
+    if path not in handles:
+        handles[path] = load_model(path)
+    return handles[path]
+
+
+@pytest.mark.parametrize("position", [-1, 5])
+def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handles, position):
+    handle = handle_for(handles, family_checkpoint)
+    ids = prompt_ids(handle)
+    result = logit_attribution(handle, ids, TARGETS, position=position)
+    with torch.no_grad():
+        logits = handle.model(ids[None]).logits[0, position].double()
+    expected = {handle.tokenizer.convert_ids_to_tokens(t): float(logits[t]) for t in TARGETS}
+    assert result.logits == pytest.approx(expected, abs=1e-6)
+    totals = result.totals()
+    for name, logit in expected.items():
+        assert totals[name] == pytest.approx(logit, abs=1e-4)
+    n = handle.spec.n_layers
+    counts = result.table.groupby("target")["component"].value_counts().unstack()
+    assert (counts["head"] == n * handle.spec.n_heads).all() and (counts["mlp"] == n).all()
+    assert (counts["embed"] == 1).all()
+
+
+def test_logit_difference_sums_to_the_difference(family_checkpoint, handles):
+    handle = handle_for(handles, family_checkpoint)
+    ids = prompt_ids(handle, seed=1)
+    diff = logit_diff_attribution(handle, ids, 10, 11)
+    single = logit_attribution(handle, ids, [10, 11])
+    (name,) = diff.logits
+    assert diff.totals()[name] == pytest.approx(diff.logits[name], abs=1e-4)
+    a, b = (single.table[single.table.target == t].value.to_numpy() for t in single.logits)
+    assert diff.table.value.to_numpy() == pytest.approx(a - b, abs=1e-9)
+
+
+def test_seal_variant_drops_only_the_rms_factor(llama_checkpoint, handles):
+    """SEAL's direct effect: same components times rms(x); they sum to rms(x) * logit."""
+    handle = handle_for(handles, llama_checkpoint)
+    ids = prompt_ids(handle, seed=2)
+    frozen = logit_attribution(handle, ids, TARGETS)
+    seal = logit_attribution(handle, ids, TARGETS, variant="seal")
+    assert seal.rms == pytest.approx(frozen.rms) and seal.rms != pytest.approx(1.0, abs=1e-3)
+    assert seal.table.value.to_numpy() == pytest.approx(
+        frozen.table.value.to_numpy() * frozen.rms, rel=1e-9, abs=1e-12
+    )
+    # hand computation of rms from the residual stream the model feeds its final norm
+    x = {}
+    hook = handle.final_norm().register_forward_pre_hook(lambda _m, a: x.update(x=a[0][0, -1]))
+    with torch.no_grad():
+        handle.model(ids[None])
+    hook.remove()
+    eps = handle.final_norm().variance_epsilon
+    rms = float(torch.sqrt(x["x"].double().pow(2).mean() + eps))
+    assert seal.rms == pytest.approx(rms, rel=1e-7)
+    for name, total in seal.totals().items():
+        assert total == pytest.approx(seal.logits[name] * rms, abs=1e-4)
+
+
+def test_head_effect_is_its_o_proj_block_through_the_frozen_norm(llama_checkpoint, handles):
+    """Hand computation: run ``o_proj`` itself on the captured ``z`` with every other head
+    zeroed, push that vector through ``w / rms`` and ``W_U``."""
+    from interp_seal.interventions import capture_head_outputs
+
+    handle = handle_for(handles, llama_checkpoint)
+    ids = prompt_ids(handle, seed=3)
+    target = 25
+    result = logit_attribution(handle, ids, [target])
+    zs = capture_head_outputs(handle, ids[None])
+    w = handle.final_norm().weight.double()
+    w_u = handle.unembed().weight.double()[target]
+    for layer, head in [(0, 1), (handle.spec.n_layers - 1, 2)]:
+        only = torch.zeros_like(zs[layer][0, -1])
+        only[head] = zs[layer][0, -1, head]
+        with torch.no_grad():
+            vector = handle.proj(layer, "o_proj")(only.flatten()).double()
+        expected = float(w_u @ (w * vector)) / result.rms
+        row = result.table.query("component == 'head' and layer == @layer and head == @head")
+        assert float(row.value.iloc[0]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_matches_transformer_lens_bridge(family_checkpoint):
+    """Heads via ``cache.stack_head_results``, embedding + MLPs via ``decompose_resid``, both
+    through ``cache.logit_attrs`` on the bridge in compatibility mode (final norm folded into
+    W_U; no centering and no value-bias folding, which would move per-head or per-token mass)."""
+    handle = load_model(family_checkpoint)
+    ids = prompt_ids(handle, seed=4)
+    ours = logit_attribution(handle, ids, [10])
+    ours_diff = logit_diff_attribution(handle, ids, 10, 11)
+    bridge = handle.bridge()
+    bridge.enable_compatibility_mode(
+        disable_warnings=True,
+        center_writing_weights=False,
+        center_unembed=False,
+        fold_value_biases=False,
+    )
+    with torch.no_grad():
+        _, cache = bridge.run_with_cache(ids[None])
+        heads = cache.stack_head_results(layer=-1, pos_slice=-1)
+        rest = cache.decompose_resid(mode="mlp", pos_slice=-1, incl_embeds=True)
+        stack = torch.cat([rest[:1], heads, rest[1:]])  # embed, heads, MLPs
+        tl = cache.logit_attrs(stack, tokens=torch.tensor([10]), pos_slice=-1)[:, 0]
+        tl_diff = cache.logit_attrs(
+            stack, tokens=torch.tensor([10]), incorrect_tokens=torch.tensor([11]), pos_slice=-1
+        )[:, 0]
+    for result, reference in ((ours, tl), (ours_diff, tl_diff)):
+        table = result.table
+        order = [
+            table[table.component == "embed"],
+            table[table.component == "head"],
+            table[table.component == "mlp"],
+        ]
+        values = torch.tensor([v for part in order for v in part.value], dtype=torch.float64)
+        assert values.shape == reference.shape
+        assert torch.allclose(values, reference.double(), atol=1e-4, rtol=0)
+
+
+def test_bad_inputs_are_refused(llama_checkpoint, handles):
+    handle = handle_for(handles, llama_checkpoint)
+    ids = prompt_ids(handle)
+    with pytest.raises(ValueError, match="single token"):
+        logit_attribution(handle, ids, [" happy tiger"])
+    with pytest.raises(ValueError, match="variant"):
+        logit_attribution(handle, ids, [10], variant="lieberum")
+    with pytest.raises(ValueError, match="outside the prompt"):
+        logit_attribution(handle, ids, [10], position=12)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        logit_attribution(handle, ids, [10**7])
+    with pytest.raises(ValueError, match="one prompt"):
+        logit_attribution(handle, ids[None], [10])

@@ -1,0 +1,163 @@
+"""``load_model``: local checkpoints load with the right geometry; everything else fails clearly.
+
+Tiny checkpoints are written with ``save_pretrained`` and loaded back through the same path a
+hub model takes. The network is blocked (``conftest._no_network``), so a hub name that is not
+cached must raise ``ModelNotFoundError``, and a checkpoint needing custom code must never run
+it unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from interp_seal.models import (
+    FAMILIES,
+    ModelNotFoundError,
+    UnsupportedModelError,
+    load_model,
+)
+
+SUPPORTED = ", ".join(sorted(FAMILIES))
+
+
+def test_local_checkpoint_loads_with_the_right_spec(family_checkpoint):
+    handle = load_model(family_checkpoint)
+    config = json.loads((Path(family_checkpoint) / "config.json").read_text())
+    n_kv = config["num_key_value_heads"]
+    assert handle.family.name == config["model_type"]
+    assert handle.spec.as_dict() == {
+        "n_layers": 2,
+        "n_heads": 4,
+        "n_kv_heads": n_kv,
+        "d_head": 16,
+        "d_model": 64,
+        "vocab_size": len(handle.tokenizer),
+        "max_positions": 2048,
+    }
+    assert handle.spec.group_size == 4 // n_kv
+    assert handle.spec.shape == (2, 4, 16)
+    assert handle.backend == "hf"
+    assert handle.model.config._attn_implementation == "sdpa"
+    assert not handle.model.training
+    assert not any(p.requires_grad for p in handle.model.parameters())
+
+
+def test_module_map_points_at_the_models_modules(family_checkpoint):
+    handle = load_model(family_checkpoint)
+    spec, inner = handle.spec, handle.model.model
+    assert handle.attn(1) is inner.layers[1].self_attn
+    assert handle.proj(1, "o_proj").in_features == spec.n_heads * spec.d_head
+    assert handle.proj(0, "q_proj").out_features == spec.n_heads * spec.d_head
+    assert handle.proj(0, "k_proj").out_features == spec.n_kv_heads * spec.d_head
+    assert handle.proj(0, "v_proj").out_features == spec.n_kv_heads * spec.d_head
+    assert handle.mlp(0) is inner.layers[0].mlp
+    assert handle.final_norm() is inner.norm
+    assert handle.embed() is inner.embed_tokens
+    assert handle.unembed() is handle.model.lm_head
+    assert len(handle.layers()) == spec.n_layers
+
+
+def test_loaded_weights_are_the_saved_ones(llama_checkpoint):
+    handle = load_model(llama_checkpoint)
+    direct = transformers.AutoModelForCausalLM.from_pretrained(
+        llama_checkpoint, dtype=torch.float32
+    )
+    ids = torch.tensor([handle.encode("line swift-river: REGISTER_CONTENT is")])
+    with torch.no_grad():
+        assert torch.equal(handle.model(ids).logits, direct(ids).logits)
+
+
+def test_other_backends_leave_the_hf_model_alone(llama_checkpoint):
+    handle = load_model(llama_checkpoint, backend="nnsight")
+    before = {k: v.clone() for k, v in handle.model.state_dict().items()}
+    bridge = handle.bridge()
+    assert bridge is handle.bridge() and handle.nnsight() is handle.nnsight()
+    assert type(handle.model).__name__ == "LlamaForCausalLM"
+    after = handle.model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_unknown_hub_name_is_not_found():
+    with pytest.raises(ModelNotFoundError, match="not found.*offline"):
+        load_model("interp-seal-tests/no-such-model")
+
+
+def test_missing_local_path_is_not_found(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="no checkpoint directory"):
+        load_model(str(tmp_path / "absent" / "model" / "dir"))
+
+
+def test_directory_without_config_is_refused(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        load_model(tmp_path)
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        load_model(tmp_path / "model.safetensors")
+
+
+def test_encoder_checkpoint_is_unsupported(tmp_path):
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match=f"'bert'.*{SUPPORTED}"):
+        load_model(tmp_path)
+
+
+def test_unsupported_causal_architecture_names_supported_families(tmp_path):
+    config = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match=f"'gpt2'.*{SUPPORTED}"):
+        load_model(tmp_path)
+
+
+def test_supported_family_without_causal_lm_head_is_unsupported(tmp_path, llama_checkpoint):
+    config = transformers.AutoConfig.from_pretrained(llama_checkpoint)
+    config.architectures = ["LlamaForSequenceClassification"]
+    config.save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="not causal LMs"):
+        load_model(tmp_path)
+
+
+def write_custom_code(path, model_type: str) -> None:
+    """A config whose ``auto_map`` points at modules that fail loudly if anything imports them."""
+    config = (
+        json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
+    )
+    config.update(
+        model_type=model_type,
+        architectures=["FancyForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_fancy.FancyConfig",
+            "AutoModelForCausalLM": "modeling_fancy.FancyForCausalLM",
+        },
+    )
+    (path / "config.json").write_text(json.dumps(config))
+    for module in ("configuration_fancy", "modeling_fancy"):
+        (path / f"{module}.py").write_text("raise RuntimeError('remote code was executed')\n")
+
+
+def test_remote_code_is_never_run_silently(tmp_path):
+    write_custom_code(tmp_path, "fancy")
+    with pytest.raises(UnsupportedModelError, match="trust_remote_code=True"):
+        load_model(tmp_path)
+
+
+def test_known_family_with_auto_map_uses_the_builtin_code(tmp_path, llama_checkpoint):
+    for item in Path(llama_checkpoint).iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    write_custom_code(tmp_path, "llama")
+    handle = load_model(tmp_path)
+    assert type(handle.model) is transformers.LlamaForCausalLM
+
+
+def test_unknown_backend_is_refused(llama_checkpoint):
+    with pytest.raises(ValueError, match="unknown backend 'vllm'"):
+        load_model(llama_checkpoint, backend="vllm")

@@ -1,0 +1,295 @@
+"""Activation patching and attribution patching, checked against naive loops, the
+TransformerLens ``patching`` module on the bridge, exact identities and finite differences."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens import patching as tl_patching
+
+from interp_seal.analysis.attribution_patching import (
+    ablate_heads,
+    attribution_ablate_heads,
+    attribution_patch_heads,
+    compare_with_exact,
+    head_gradients,
+)
+from interp_seal.analysis.patching import (
+    Patch,
+    PatchingPair,
+    line_retrieval_pair,
+    patch,
+    patch_heads,
+    patch_residual,
+    record_inputs,
+    replace_inputs,
+)
+from interp_seal.interventions import ablate, capture_head_outputs, hf_logits
+from interp_seal.models import load_model
+from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
+
+T = 10
+DIFFERS = (3, 6)  # positions where the corrupted prompt differs
+
+
+def synthetic_pair(handle, seed: int = 0) -> PatchingPair:
+    """Random prompt; the corrupted one changes two tokens. Works with any tokenizer."""
+    gen = torch.Generator().manual_seed(seed)
+    clean = torch.randint(4, handle.spec.vocab_size, (T,), generator=gen)
+    corrupted = clean.clone()
+    for pos in DIFFERS:
+        corrupted[pos] = 4 + (clean[pos] - 4 + 7) % (handle.spec.vocab_size - 4)
+    return PatchingPair(clean_ids=clean, corrupted_ids=corrupted, clean_token=10, corrupted_token=11)
+
+
+@pytest.fixture(scope="module")
+def loaded(family_checkpoint):
+    return load_model(family_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def llama(llama_checkpoint):
+    return load_model(llama_checkpoint)
+
+
+def logit_diff(handle, pair, ids) -> float:
+    with torch.no_grad():
+        logits = handle.model(ids[None]).logits[:, -1]
+    return float(pair.logit_diff(logits)[0])
+
+
+# -- prompt pairs ----------------------------------------------------------------------------
+@pytest.mark.parametrize("corrupt", ["key", "value"])
+def test_line_retrieval_pairs(llama, corrupt):
+    sample = generate(LineRetrievalConfig(num_lines=6), 1, seed=3)[0]
+    pair = line_retrieval_pair(sample, llama.tokenizer, corrupt=corrupt, seed=1)
+    tok = llama.tokenizer
+    clean = sample.encode(tok)
+    assert torch.equal(pair.clean_ids, clean.prompt_ids)  # first digits differ: no shared prefix
+    assert pair.clean_token == clean.answer_ids[0]
+    assert tok.decode([pair.clean_token]) == f" {str(sample.meta['expected_number'])[0]}"
+    changed = (pair.clean_ids != pair.corrupted_ids).nonzero().flatten().tolist()
+    text = tok.decode(pair.corrupted_ids)
+    key = sample.meta["random_idx"][0]
+    if corrupt == "key":
+        assert len(changed) == 2  # the key in the question and in the answer prefix
+        assert all(pos > len(pair.clean_ids) - 30 for pos in changed)
+        assert text.count(f"line {key}") == 1  # only in the record now
+    else:
+        assert len(changed) == 1  # the first digit of the queried line's number
+        new_first = tok.decode([pair.corrupted_token]).strip()
+        old = sample.meta["expected_number"]
+        assert f"line {key}: REGISTER_CONTENT is <{new_first}{str(old)[1:]}>" in text
+
+
+def test_pair_refuses_samples_it_cannot_pair(llama):
+    cfg = LineRetrievalConfig(num_lines=4, force_prefix=False)
+    sample = generate(cfg, 1)[0]
+    with pytest.raises(ValueError, match="force_prefix=True"):
+        line_retrieval_pair(sample, llama.tokenizer)
+    sample = generate(LineRetrievalConfig(num_lines=4), 1)[0]
+    with pytest.raises(ValueError, match="unknown corruption"):
+        line_retrieval_pair(sample, llama.tokenizer, corrupt="line")
+    with pytest.raises(ValueError, match="equal length"):
+        PatchingPair(clean_ids=torch.arange(5), corrupted_ids=torch.arange(6), clean_token=1, corrupted_token=2)
+
+
+# -- exact patching --------------------------------------------------------------------------
+def naive_head_patch(handle, pair, layer, head, position) -> float:
+    """One forward per patch with a hand-written o_proj pre-hook."""
+    H, D = handle.spec.n_heads, handle.spec.d_head
+    clean_z = capture_head_outputs(handle, pair.clean_ids[None])[layer][0]  # (T, H, D)
+
+    def hook(_mod, args):
+        z = args[0].view(1, T, H, D).clone()
+        pos = slice(None) if position is None else position
+        z[0, pos, head] = clean_z[pos, head]
+        return (z.view(1, T, H * D),)
+
+    remove = handle.proj(layer, "o_proj").register_forward_pre_hook(hook)
+    try:
+        return logit_diff(handle, pair, pair.corrupted_ids)
+    finally:
+        remove.remove()
+
+
+def naive_resid_patch(handle, pair, layer, position) -> float:
+    L = handle.spec.n_layers
+    module = handle.final_norm() if layer == L else handle.layers()[layer]
+    seen = {}
+    remove = module.register_forward_pre_hook(lambda _m, a: seen.update(x=a[0][0].clone()))
+    logit_diff(handle, pair, pair.clean_ids)
+    remove.remove()
+
+    def hook(_mod, args):
+        x = args[0].clone()
+        x[0, position] = seen["x"][position]
+        return (x, *args[1:])
+
+    remove = module.register_forward_pre_hook(hook)
+    try:
+        return logit_diff(handle, pair, pair.corrupted_ids)
+    finally:
+        remove.remove()
+
+
+def test_batched_patching_equals_a_naive_loop(loaded):
+    pair = synthetic_pair(loaded)
+    L, H = loaded.spec.n_layers, loaded.spec.n_heads
+    patches = [Patch(site="head", layer=layer, head=h) for layer in range(L) for h in range(H)]
+    patches += [Patch(site="head", layer=1, head=h, position=t) for h in (0, H - 1) for t in (3, 9)]
+    patches += [Patch(site="resid", layer=layer, position=t) for layer in range(L + 1) for t in (6, 9)]
+    table = patch(loaded, pair, patches, batch_size=3, progress=False)  # chunks with a remainder
+    clean_ld = logit_diff(loaded, pair, pair.clean_ids)
+    corrupted_ld = logit_diff(loaded, pair, pair.corrupted_ids)
+    assert table.attrs["clean_logit_diff"] == pytest.approx(clean_ld, abs=1e-5)
+    assert table.attrs["corrupted_logit_diff"] == pytest.approx(corrupted_ld, abs=1e-5)
+    for p, row in zip(patches, table.itertuples(), strict=True):
+        assert (row.site, row.layer) == (p.site, p.layer)
+        if p.site == "head":
+            naive = naive_head_patch(loaded, pair, p.layer, p.head, p.position)
+        else:
+            naive = naive_resid_patch(loaded, pair, p.layer, p.position)
+        assert row.logit_diff == pytest.approx(naive, abs=1e-5)
+        assert row.value == pytest.approx((naive - corrupted_ld) / (clean_ld - corrupted_ld), abs=1e-4)
+
+
+def test_identities_of_the_normalised_metric(llama):
+    """Nothing to patch -> 0; the whole clean input or the clean final residual -> 1."""
+    pair = synthetic_pair(llama)
+    L, H = llama.spec.n_layers, llama.spec.n_heads
+    before = DIFFERS[0] - 1  # causal: every activation here is the same in both runs
+    table = patch(
+        llama,
+        pair,
+        [
+            Patch(site="head", layer=L - 1, head=H - 1, position=before),
+            Patch(site="resid", layer=L, position=before),
+            Patch(site="resid", layer=0, position=None),  # the clean prompt's embeddings
+            Patch(site="resid", layer=0, position=DIFFERS[0]),  # not enough: one of two tokens
+            Patch(site="resid", layer=L, position=T - 1),  # the stream the unembedding reads
+        ],
+        progress=False,
+    )
+    assert table.value.tolist()[:3] == pytest.approx([0.0, 0.0, 1.0], abs=1e-6)
+    assert table.value[3] != pytest.approx(1.0, abs=1e-3)
+    assert table.value[4] == pytest.approx(1.0, abs=1e-6)
+    assert table.logit_diff[4] == pytest.approx(table.attrs["clean_logit_diff"], abs=1e-6)
+    # residual patching at the final layer: only the last position matters
+    resid = patch_residual(llama, pair, progress=False)
+    final = resid[resid.layer == L].value.to_numpy()
+    assert final[:-1] == pytest.approx(0.0, abs=1e-6) and final[-1] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_matches_transformer_lens_patching_on_the_bridge(loaded):
+    """``transformer_lens.patching`` runs on the TL 4 bridge (hook_z / hook_resid_pre)."""
+    pair = synthetic_pair(loaded, seed=1)
+    L, H = loaded.spec.n_layers, loaded.spec.n_heads
+    bridge = loaded.bridge()
+
+    def metric(logits):
+        return pair.logit_diff(logits[:, -1])[0]
+
+    with torch.no_grad():
+        _, cache = bridge.run_with_cache(pair.clean_ids[None])
+        corrupted = pair.corrupted_ids[None]
+        tl_all = tl_patching.get_act_patch_attn_head_out_all_pos(bridge, corrupted, cache, metric)
+        tl_pos = tl_patching.get_act_patch_attn_head_out_by_pos(bridge, corrupted, cache, metric)
+        tl_resid = tl_patching.get_act_patch_resid_pre(bridge, corrupted, cache, metric)
+    ours_all = patch_heads(loaded, pair, progress=False).logit_diff.to_numpy()
+    ours_pos = patch_heads(loaded, pair, by_position=True, batch_size=64, progress=False)
+    ours_resid = patch_residual(loaded, pair, batch_size=64, progress=False)
+    ours_resid = ours_resid[ours_resid.layer < L].logit_diff.to_numpy()
+    assert ours_all == pytest.approx(tl_all.flatten().double().numpy(), abs=1e-4)
+    assert ours_pos.logit_diff.to_numpy() == pytest.approx(
+        tl_pos.flatten().double().numpy(), abs=1e-4
+    )  # TL's (layer, pos, head) order is ours
+    assert ours_resid == pytest.approx(tl_resid.flatten().double().numpy(), abs=1e-4)
+    assert len(ours_pos) == L * T * H
+
+
+def test_patching_refuses_bad_patches(llama):
+    pair = synthetic_pair(llama)
+    L = llama.spec.n_layers
+    for bad, message in [
+        (Patch(site="mlp", layer=0), "unknown patch site"),
+        (Patch(site="head", layer=L, head=0), "layer must be in"),
+        (Patch(site="resid", layer=0, head=1), "'head' patches need a head"),
+        (Patch(site="head", layer=0, head=0, position=T), "position must be in"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            patch(llama, pair, [bad], progress=False)
+    same = PatchingPair(
+        clean_ids=pair.clean_ids, corrupted_ids=pair.clean_ids, clean_token=10, corrupted_token=11
+    )
+    with pytest.raises(ValueError, match="same logit difference"):
+        patch(llama, same, [Patch(site="resid", layer=0)], progress=False)
+
+
+# -- attribution patching --------------------------------------------------------------------
+def central_difference(handle, pair, ids, layer, direction, eps=0.03) -> float:
+    """d LD / d eps of ``z[layer] + eps * direction`` (fp32 norms inside: eps not too small)."""
+
+    def at(e):
+        with torch.no_grad(), replace_inputs(handle, "head", {layer: lambda z: z + e * direction}):
+            return logit_diff(handle, pair, ids)
+
+    return (at(eps) - at(-eps)) / (2 * eps)
+
+
+def test_attribution_patching_is_the_first_order_term(loaded):
+    """Each head's estimate is the directional derivative along (z_clean - z_corrupted)."""
+    pair = synthetic_pair(loaded, seed=2)
+    L, H = loaded.spec.n_layers, loaded.spec.n_heads
+    atp = attribution_patch_heads(loaded, pair)
+    clean_z, _ = record_inputs(loaded, pair.clean_ids, "head", range(L))
+    corrupted_z, _ = record_inputs(loaded, pair.corrupted_ids, "head", range(L))
+    scale = atp.attrs["clean_logit_diff"] - atp.attrs["corrupted_logit_diff"]
+    for layer, head in [(0, 0), (0, H - 1), (L - 1, 1)]:
+        direction = torch.zeros_like(clean_z[layer])
+        direction[:, head] = clean_z[layer][:, head] - corrupted_z[layer][:, head]
+        fd = central_difference(loaded, pair, pair.corrupted_ids, layer, direction)
+        row = atp[(atp.layer == layer) & (atp.head == head)]
+        assert float(row.value.iloc[0]) * scale == pytest.approx(fd, rel=2e-3, abs=1e-5)
+    by_pos = attribution_patch_heads(loaded, pair, by_position=True)
+    summed = by_pos.groupby(["layer", "head"])["value"].sum().to_numpy()
+    assert summed == pytest.approx(atp.value.to_numpy(), abs=1e-6)
+    assert by_pos[by_pos.position < DIFFERS[0]].value.abs().max() == 0.0
+
+
+def test_attribution_ablation_is_the_first_order_term(llama):
+    pair = synthetic_pair(llama, seed=3)
+    atp = attribution_ablate_heads(llama, pair)
+    run = head_gradients(llama, pair.clean_ids, pair)
+    for layer, head in [(0, 2), (1, 0)]:
+        direction = torch.zeros_like(run.z[layer])
+        direction[:, head] = -run.z[layer][:, head]
+        fd = central_difference(llama, pair, pair.clean_ids, layer, direction)
+        row = atp[(atp.layer == layer) & (atp.head == head)]
+        assert float(row.delta.iloc[0]) == pytest.approx(fd, rel=2e-3, abs=1e-5)
+
+
+def test_exact_ablation_equals_one_forward_per_head(llama):
+    pair = synthetic_pair(llama, seed=4)
+    table = ablate_heads(llama, pair, batch_size=3, progress=False)
+    clean_ld = logit_diff(llama, pair, pair.clean_ids)
+    for row in table.itertuples():
+        logits = hf_logits(llama, pair.clean_ids[None], ablate(llama.spec, [(row.layer, row.head)]))
+        naive = float(pair.logit_diff(logits[:, -1])[0])
+        assert row.logit_diff == pytest.approx(naive, abs=1e-5)
+        assert row.delta == pytest.approx(naive - clean_ld, abs=1e-5)
+
+
+def test_comparison_reports_both_methods_with_spearman(llama):
+    from scipy.stats import spearmanr
+
+    pair = synthetic_pair(llama, seed=5)
+    result = compare_with_exact(llama, pair, progress=False)
+    n = llama.spec.n_layers * llama.spec.n_heads
+    assert result.table.method.value_counts().to_dict() == {"patch": n, "ablate": n}
+    exact = patch_heads(llama, pair, progress=False).value.to_numpy()
+    assert result.table[result.table.method == "patch"].exact.to_numpy() == pytest.approx(exact)
+    for method, group in result.table.groupby("method"):
+        rho = spearmanr(group.exact, group.atp).statistic
+        assert result.spearman[method] == pytest.approx(rho)
+        assert -1 <= rho <= 1
