@@ -15,7 +15,7 @@ on a shared machine with one torch thread).
 
 What to expect: both paths pay one forward over the prompt (``generate``'s prefill), which
 dominates on a CPU at these lengths; teacher forcing saves the ``len(answer) - 1`` decode steps
-and ``generate``'s per-step overhead, so the CPU ratio is modest (1.5x on the random model
+and ``generate``'s per-step overhead, so the CPU ratio is modest (1.4-1.5x on the random model
 with the defaults). Batching several records per forward pays off where forwards are
 latency-bound rather than compute-bound (GPUs). It asserts that both give the same verdict for
 every record and the same greedy tokens up to the first error, and prints one final line::

@@ -350,6 +350,10 @@ def test_longbench_golden_errors(tmp_path):
         match=r"lb\.jsonl:2: golden passage ids \[2\] are out of range: record 'q2' has 2 passages",
     ):
         jsonl.load_longbench(data, out_of_range)
+    repeated = tmp_path / "g0.json"
+    repeated.write_text(json.dumps({"q1": [1, 1], "q2": [0]}))
+    with pytest.raises(ValueError, match=r"lb\.jsonl:1: golden passage ids \[1, 1\] repeat"):
+        jsonl.load_longbench(data, repeated)
     missing = tmp_path / "g2.json"
     missing.write_text(json.dumps({"q1": [0]}))
     with pytest.raises(

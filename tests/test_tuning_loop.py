@@ -45,7 +45,14 @@ def test_resume_ends_where_an_uninterrupted_run_ends(llama_checkpoint, tmp_path)
 
     handle, examples, pad = _setup(llama_checkpoint)
     with pytest.raises(Interrupt):
-        train(SealTuner(handle, "channel"), examples, cfg, pad_id=pad, out_dir=tmp_path / "cut", callbacks=[stop_after_3])
+        train(
+            SealTuner(handle, "channel"),
+            examples,
+            cfg,
+            pad_id=pad,
+            out_dir=tmp_path / "cut",
+            callbacks=[stop_after_3],
+        )
     assert latest_checkpoint(tmp_path / "cut").name == "step-0000002"
 
     handle, examples, pad = _setup(llama_checkpoint)  # a fresh process would start like this
@@ -61,9 +68,21 @@ def test_resume_ends_where_an_uninterrupted_run_ends(llama_checkpoint, tmp_path)
 
 def test_resume_refuses_a_different_run(llama_checkpoint, tmp_path):
     handle, examples, pad = _setup(llama_checkpoint)
-    train(SealTuner(handle, "head"), examples, TrainConfig(lr=1e-2, cpu=True), pad_id=pad, out_dir=tmp_path)
+    train(
+        SealTuner(handle, "head"),
+        examples,
+        TrainConfig(lr=1e-2, cpu=True),
+        pad_id=pad,
+        out_dir=tmp_path,
+    )
     with pytest.raises(ValueError, match="different run"):
-        train(SealTuner(handle, "head"), examples, TrainConfig(lr=2e-2, cpu=True), pad_id=pad, out_dir=tmp_path)
+        train(
+            SealTuner(handle, "head"),
+            examples,
+            TrainConfig(lr=2e-2, cpu=True),
+            pad_id=pad,
+            out_dir=tmp_path,
+        )
 
 
 def test_sample_order_covers_each_epoch_once_and_splits_across_processes(llama_checkpoint):
@@ -90,7 +109,12 @@ def test_sample_order_covers_each_epoch_once_and_splits_across_processes(llama_c
 def test_too_few_samples_for_a_batch_is_refused(llama_checkpoint):
     handle, examples, pad = _setup(llama_checkpoint, n=2)
     with pytest.raises(ValueError, match="cannot fill one global batch"):
-        train(SealTuner(handle, "head"), examples, TrainConfig(lr=1e-2, batch_size=3, cpu=True), pad_id=pad)
+        train(
+            SealTuner(handle, "head"),
+            examples,
+            TrainConfig(lr=1e-2, batch_size=3, cpu=True),
+            pad_id=pad,
+        )
 
 
 def _free_port() -> int:
@@ -109,7 +133,7 @@ def test_two_processes_follow_the_one_process_trajectory(llama_checkpoint, tmp_p
     two = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
          "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-         "-m", "interp_seal.cli", *common, "--batch-size", "1", "--out", str(tmp_path / "two")],
+         "-m", "interp_seal.cli.tune", *common[1:], "--batch-size", "1", "--out", str(tmp_path / "two")],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]

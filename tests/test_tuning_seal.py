@@ -70,7 +70,9 @@ def test_scale_gradient_matches_the_merged_weight_gradient(llama_checkpoint, gra
     answer_loss(merged.model, batch).backward()
     L, H, D = handle.spec.shape
     original = [handle.proj(layer, "o_proj").weight for layer in range(L)]
-    expected = torch.stack([(w.grad * w0).sum(0).view(H, D) for w, w0 in zip(weights, original)])
+    expected = torch.stack(
+        [(w.grad * w0).sum(0).view(H, D) for w, w0 in zip(weights, original, strict=True)]
+    )
     if granularity == "head":
         expected = expected.sum(-1, keepdim=True)
     torch.testing.assert_close(tuner.scales.grad, expected, rtol=1e-4, atol=1e-6)
@@ -99,7 +101,12 @@ def test_training_lowers_the_answer_loss(llama_checkpoint):
     tuner = SealTuner(handle, "channel")
     with torch.no_grad(), tuner.step_context():
         before = float(answer_loss(handle.model, batch))
-    result = train(tuner, examples, TrainConfig(lr=5e-2, epochs=3, cpu=True), pad_id=pad_id_of(handle.tokenizer))
+    result = train(
+        tuner,
+        examples,
+        TrainConfig(lr=5e-2, epochs=3, cpu=True),
+        pad_id=pad_id_of(handle.tokenizer),
+    )
     assert result.steps == 24 and len(result.losses) == 24
     with torch.no_grad(), tuner.step_context():
         after = float(answer_loss(handle.model, batch))

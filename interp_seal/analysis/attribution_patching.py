@@ -92,7 +92,7 @@ def head_gradients(
     finally:
         remove.remove()
     z = torch.stack([zs[layer][0].detach() for layer in layers])
-    return HeadGradients(z=z, grad=torch.stack([g[0] for g in grads]), metric=float(metric))
+    return HeadGradients(z=z, grad=torch.stack([g[0] for g in grads]), metric=float(metric.detach()))
 
 
 def attribution_patch_heads(

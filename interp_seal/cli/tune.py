@@ -6,8 +6,8 @@
 
 Several processes (two CPU processes over gloo here; GPUs elsewhere) run the same command::
 
-    torchrun --nproc_per_node 2 -m interp_seal.cli tune seal-h --cpu --out runs/seal_h ...
-    accelerate launch --multi_gpu --num_processes 2 -m interp_seal.cli tune seal-h --cpu ...
+    torchrun --nproc_per_node 2 -m interp_seal.cli.tune seal-h --cpu --out runs/seal_h ...
+    accelerate launch --multi_gpu --num_processes 2 -m interp_seal.cli.tune seal-h --cpu ...
 
 (``accelerate launch --cpu --num_processes 2`` starts only one process.) Training writes
 ``OUT/train_log.json`` (losses per step, processes, settings) and checkpoints under ``OUT``;
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -66,7 +67,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
 def _prepare(args):
     """The model handle, the encoded samples and the training config of a tuning command."""
     from interp_seal.models import load_model
-    from interp_seal.tuning.data import encode_samples, format_samples
+    from interp_seal.tuning.data import format_samples
     from interp_seal.tuning.loop import TrainConfig
 
     if args.threads:
@@ -161,3 +162,9 @@ def run_merge(args) -> None:
     scale_file = load_scales(args.scales, handle.spec)
     out = save_merged(handle, scale_file.scales, args.out, into=args.into)
     print(f"merged {scale_file.granularity} scales into {args.into}: {out}")
+
+
+if __name__ == "__main__":  # `python -m interp_seal.cli.tune ...` == `interp-seal tune ...`
+    from interp_seal.cli import main
+
+    sys.exit(main(["tune", *sys.argv[1:]]))

@@ -177,7 +177,7 @@ _SIGNATURE = {"line_retrieval": "expected_number", "needle": "needle_span", "pas
 
 def _records(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line of a JSONL file."""
-    with path.open() as f:
+    with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -222,7 +222,7 @@ def write_samples(path: str | Path, samples: Iterable[Sample]) -> None:
         raise ValueError(f"one task per file, got {tasks}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    with path.open("w", encoding="utf-8") as f:
         for sample in samples:
             f.write(json.dumps(FORMATS[sample.task].to_record(sample), ensure_ascii=False) + "\n")
 
@@ -275,7 +275,7 @@ def read_golden(path: str | Path) -> dict[str, tuple[int, ...]]:
             golden[record["_id"]] = tuple(record["golden"])
         return golden
     try:
-        mapping = json.loads(path.read_text())
+        mapping = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
     if not isinstance(mapping, dict):

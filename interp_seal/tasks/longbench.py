@@ -61,10 +61,9 @@ def passage_spans(context: str) -> tuple[Span, ...]:
                 f"'Passage {m.group(1)}:')"
             )
         end = markers[i + 1].start() if i + 1 < len(markers) else len(context)
-        block = context[m.start() : end].rstrip()
         if not context[m.end() : end].strip():
             raise ValueError(f"field 'context': Passage {i + 1} is empty")
-        spans.append((m.start(), m.start() + len(block)))
+        spans.append((m.start(), m.start() + len(context[m.start() : end].rstrip())))
     return tuple(spans)
 
 
@@ -77,6 +76,8 @@ def sample_from_record(record: dict, golden: Sequence[int] = ()) -> Sample:
             f"golden passage ids {bad} are out of range: record {record['_id']!r} has "
             f"{len(spans)} passages (ids 0..{len(spans) - 1})"
         )
+    if len(set(golden)) != len(golden):
+        raise ValueError(f"golden passage ids {list(golden)} repeat")
     if not record["answers"]:
         raise ValueError("field 'answers': no gold answer")
     head, _, tail = PROMPT.partition("{context}")
@@ -97,9 +98,7 @@ def sample_from_record(record: dict, golden: Sequence[int] = ()) -> Sample:
 def record_from_sample(sample: Sample) -> dict:
     """The LongBench record of a passages ``Sample`` (``golden`` added when there are any)."""
     start, end = sample.meta["context_span"]
-    record = {k: sample.meta[k] for k in FIELDS if k != "context"}
-    record["context"] = sample.prompt[start:end]
-    record = {k: record[k] for k in FIELDS}
+    record = {k: sample.prompt[start:end] if k == "context" else sample.meta[k] for k in FIELDS}
     if sample.golden:
         record["golden"] = list(sample.golden)
     return record

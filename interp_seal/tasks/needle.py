@@ -140,14 +140,18 @@ def read_haystack(source: str | Path | None = None) -> str:
     concatenated.
     """
     if source is None:
-        return resources.files("interp_seal.tasks").joinpath("data/haystack.txt").read_text()
+        return (
+            resources.files("interp_seal.tasks")
+            .joinpath("data/haystack.txt")
+            .read_text(encoding="utf-8")
+        )
     path = Path(source)
     if path.is_dir():
         files = sorted(path.glob("*.txt"))
         if not files:
             raise FileNotFoundError(f"haystack directory {path} has no *.txt files")
-        return "".join(f.read_text() for f in files)
-    return path.read_text()
+        return "".join(f.read_text(encoding="utf-8") for f in files)
+    return path.read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, kw_only=True)
