@@ -38,7 +38,9 @@ def test_rows_equal_eager_attention(family_checkpoint, ids):
     rows = capture_attention_rows(handle, ids, POSITIONS)
     L, H = handle.spec.n_layers, handle.spec.n_heads
     assert rows.shape == (L, 2, H, len(POSITIONS), ids.shape[1])
-    torch.testing.assert_close(rows, eager_rows(family_checkpoint, ids, POSITIONS), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        rows, eager_rows(family_checkpoint, ids, POSITIONS), atol=1e-5, rtol=0
+    )
     # causal: row of position 7 puts no weight on later keys and sums to 1
     assert rows[..., 2, 8:].abs().max() == 0
     torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[:-1]))
@@ -90,7 +92,9 @@ def test_attention_rows_by_hand():
     rows = attention_rows(q, k, positions, scaling=0.5)
     for h in range(4):
         for i, pos in enumerate(positions.tolist()):
-            scores = torch.tensor([float(q[0, h, i] @ k[0, h // 2, j]) * 0.5 for j in range(pos + 1)])
+            scores = torch.tensor(
+                [float(q[0, h, i] @ k[0, h // 2, j]) * 0.5 for j in range(pos + 1)]
+            )
             expected = torch.cat([scores.softmax(0), torch.zeros(4 - pos)])
             torch.testing.assert_close(rows[0, h, i], expected)
     windowed = attention_rows(q, k, positions, scaling=0.5, sliding_window=2)

@@ -232,10 +232,11 @@ def test_patching_refuses_bad_patches(llama):
 
 
 # -- attribution patching --------------------------------------------------------------------
-def directional_derivative(handle, pair, ids, layer, direction, eps=0.02) -> float:
+def directional_derivative(handle, pair, ids, layer, direction, eps=0.05) -> float:
     """d LD / d e of ``z[layer] + e * direction`` at 0: central differences at ``eps`` and
-    ``eps / 2`` combined by Richardson extrapolation (error O(eps^4)); the models' RMSNorms
-    compute in fp32, so ``eps`` cannot be tiny."""
+    ``eps / 2`` combined by Richardson extrapolation (truncation error O(eps^4)). The models'
+    RMSNorms compute in fp32 even in an fp64 model, which leaves ~1e-5 of rounding noise in the
+    quotient: hence the 1e-3 relative tolerance below (a missing gradient path is far larger)."""
 
     def at(e):
         with torch.no_grad(), replace_inputs(handle, "head", {layer: lambda z: z + e * direction}):
@@ -261,7 +262,7 @@ def test_attribution_patching_is_the_first_order_term(loaded64):
         direction[:, head] = clean_z[layer][:, head] - corrupted_z[layer][:, head]
         fd = directional_derivative(loaded, pair, pair.corrupted_ids, layer, direction)
         row = atp[(atp.layer == layer) & (atp["head"] == head)]
-        assert float(row.value.iloc[0]) * scale == pytest.approx(fd, rel=1e-4, abs=1e-6)
+        assert float(row.value.iloc[0]) * scale == pytest.approx(fd, rel=1e-3, abs=1e-5)
     by_pos = attribution_patch_heads(loaded, pair, by_position=True)
     summed = by_pos.groupby(["layer", "head"])["value"].sum().to_numpy()
     assert summed == pytest.approx(atp.value.to_numpy(), abs=1e-6)
@@ -278,7 +279,7 @@ def test_attribution_ablation_is_the_first_order_term(loaded64):
         direction[:, head] = -run.z[layer][:, head]
         fd = directional_derivative(llama, pair, pair.clean_ids, layer, direction)
         row = atp[(atp.layer == layer) & (atp["head"] == head)]
-        assert float(row.delta.iloc[0]) == pytest.approx(fd, rel=1e-4, abs=1e-6)
+        assert float(row.delta.iloc[0]) == pytest.approx(fd, rel=1e-3, abs=1e-5)
 
 
 def test_exact_ablation_equals_one_forward_per_head(llama):

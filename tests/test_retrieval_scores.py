@@ -280,7 +280,7 @@ def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
     assert rows.loc[("niah", "uniform", -1), "heads"] == "1.3 1.1"
     for seed in (0, 1):
         assert not {"1.2", "0.3"} & set(rows.loc[("random", "zero", seed), "heads"].split())
-    for (strategy, mode, seed), row in rows.iterrows():
+    for (_, mode, _), row in rows.iterrows():
         heads = [tuple(map(int, h.split("."))) for h in row["heads"].split()]
         iv = ablate(handle.spec, heads, mode) if heads else None
         direct = teacher_force(handle, mdqa, intervention=iv)
@@ -299,7 +299,7 @@ def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
 def test_greedy_text_equals_generate(handle, mdqa):
     prompt = mdqa[0].encode(handle.tokenizer).prompt_ids
     ours = greedy_text(handle, prompt, 5)
-    ref = handle.model.generate(prompt[None], max_new_tokens=5, do_sample=False)[0, len(prompt):]
+    ref = handle.model.generate(prompt[None], max_new_tokens=5, do_sample=False)[0, len(prompt) :]
     tokens = []
     for t in ref.tolist():
         if t == handle.tokenizer.eos_token_id or "\n" in handle.tokenizer.decode([t]):

@@ -287,7 +287,7 @@ def _write_lines(path, records):
     return path
 
 
-def test_load_longbench_with_golden_files(tmp_path):
+def test_load_longbench_with_golden_files(tmp_path, capsys):
     data = _write_lines(tmp_path / "hotpotqa.jsonl", LONGBENCH_RECORDS)
     golden_json = tmp_path / "golden.json"
     golden_json.write_text(json.dumps({"q1": [2, 0], "q2": [0]}))
@@ -312,6 +312,11 @@ def test_load_longbench_with_golden_files(tmp_path):
     assert first.prompt == longbench.PROMPT.replace(
         "{context}", LONGBENCH_RECORDS[0]["context"]
     ).replace("{input}", "Which river flows through Alpha?")
+    assert main(["tasks", "show", str(data), "--golden", str(golden_json)]) == 0
+    assert "  golden passages per sample: 1 x 1, 2 x 1\n" in capsys.readouterr().out
+    no_answer = _write_lines(tmp_path / "no_answer.jsonl", [dict(LONGBENCH_RECORDS[0], answers=[])])
+    with pytest.raises(ValueError, match=r"no_answer\.jsonl:1: field 'answers': no gold answer"):
+        jsonl.load_longbench(no_answer)
     # without golden ids the file still loads, and writes back field for field
     plain = jsonl.load_longbench(data)
     assert [s.golden for s in plain] == [(), ()]

@@ -70,14 +70,15 @@ def register(subparsers) -> None:
 
 
 def _samples(args: argparse.Namespace) -> list:
+    n = args.n if args.n is not None else (1 if args.task == "needle" else 50)
     if args.task == "line_retrieval":
         cfg = line_retrieval.LineRetrievalConfig(
             num_lines=args.num_lines, index_style=args.index_style
         )
-        return line_retrieval.generate(cfg, args.n or 50, args.seed)
+        return line_retrieval.generate(cfg, n, args.seed)
     if args.task == "passages":
         cfg = passages.PassagesConfig(num_passages=args.num_passages, hops=args.hops)
-        return passages.generate(cfg, args.n or 50, args.seed)
+        return passages.generate(cfg, n, args.seed)
     if not args.tokenizer or not args.lengths:
         raise ValueError("--task needle needs --tokenizer and --lengths")
     from transformers import AutoTokenizer
@@ -90,7 +91,7 @@ def _samples(args: argparse.Namespace) -> list:
         buffer=args.buffer,
     )
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    return needle.generate(cfg, tokenizer, args.n or 1, args.seed)
+    return needle.generate(cfg, tokenizer, n, args.seed)
 
 
 def generate(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
     interp-seal tune seal-h --model organism --task line_retrieval --num-lines 40 --out runs/seal_h
     interp-seal tune seal-c --model organism --num-lines 40 --lr 2e-2 --out runs/seal_c
+    interp-seal tune lora --model organism --num-lines 40 --out runs/seal_l
     interp-seal tune merge --model organism --scales runs/seal_c/scales.safetensors --out runs/merged
 
 Several processes (two CPU processes over gloo here; GPUs elsewhere) run the same command::
@@ -12,7 +13,8 @@ Several processes (two CPU processes over gloo here; GPUs elsewhere) run the sam
 (``accelerate launch --cpu --num_processes 2`` starts only one process.) Training writes
 ``OUT/train_log.json`` (losses per step, processes, settings) and checkpoints under ``OUT``;
 re-running the same command after an interruption resumes from the newest checkpoint.
-SEAL writes ``OUT/scales.safetensors`` (with metadata); ``merge`` writes a plain HF checkpoint.
+SEAL writes ``OUT/scales.safetensors`` (with metadata), LoRA / DoRA the merged model as a plain
+HF checkpoint in ``OUT/model``; ``merge`` folds a scale file into a plain HF checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from interp_seal.tuning.data import TASKS
 
-DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2}
+DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2, "lora": 2e-4, "dora": 2e-4}
 
 
 def register(subparsers) -> None:
@@ -36,6 +38,13 @@ def register(subparsers) -> None:
         p = sub.add_parser(method, help=f"SEAL with one learnable scale per {granularity}")
         _training_args(p, method)
         p.set_defaults(func=run_seal, granularity=granularity)
+
+    for method, dora in (("lora", False), ("dora", True)):
+        p = sub.add_parser(method, help=f"SEAL-{'D' if dora else 'L'}: {method.upper()} on q/k/v/o")
+        _training_args(p, method)
+        p.add_argument("--rank", type=int, default=4, help="adapter rank (SEAL: 4)")
+        p.add_argument("--alpha", type=float, default=8.0, help="LoRA alpha")
+        p.set_defaults(func=run_peft, dora=dora)
 
     merge = sub.add_parser("merge", help="fold a scale file into the weights (HF checkpoint)")
     merge.add_argument("--model", default="organism", help="the model the scales were tuned on")
@@ -151,6 +160,19 @@ def run_seal(args) -> None:
             ),
         )
         print(f"{tuner.method}: {result.steps} steps, final loss {result.losses[-1]:.4f} -> {path}")
+
+
+def run_peft(args) -> None:
+    from interp_seal.tuning.merge import save_checkpoint
+    from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
+
+    handle, samples, cfg = _prepare(args)
+    peft_cfg = PeftBaselineConfig(dora=args.dora, rank=args.rank, alpha=args.alpha, seed=args.seed)
+    tuner = PeftTuner(handle, peft_cfg)
+    result = _train(args, tuner, handle, samples, cfg)
+    if result.is_main_process:
+        out = save_checkpoint(tuner.merge_and_unload(), handle.tokenizer, args.out / "model")
+        print(f"{tuner.method}: {result.steps} steps, final loss {result.losses[-1]:.4f} -> {out}")
 
 
 def run_merge(args) -> None:

@@ -104,7 +104,9 @@ def pad_id_of(tokenizer) -> int:
     """The tokenizer's pad id, falling back to EOS (padding is masked out everywhere)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
-        raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
+        raise ValueError(
+            "the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token"
+        )
     return int(pad)
 
 

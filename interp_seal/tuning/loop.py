@@ -48,9 +48,11 @@ class Tuner(nn.Module):
 
     method: str = ""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, *, base_parameters: int | None = None):
         super().__init__()
         self.model = model
+        # the size of the model before any adapter was added (SEAL Table 1's denominator)
+        self.base_parameters = base_parameters or sum(p.numel() for p in model.parameters())
 
     def step_context(self):
         """Context around one step's forward and backward (nothing by default)."""
@@ -105,7 +107,9 @@ class TrainConfig:
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}")
+            raise ValueError(
+                f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}"
+            )
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
 
@@ -173,7 +177,9 @@ def _identity(tuner: Tuner, cfg: TrainConfig, n_examples: int, world: int) -> di
     return json.loads(json.dumps(identity))  # as it reads back from state.json
 
 
-def _save_checkpoint(out_dir: Path, step: int, tuner: Tuner, optimizer, result: TrainResult, identity: dict):
+def _save_checkpoint(
+    out_dir: Path, step: int, tuner: Tuner, optimizer, result: TrainResult, identity: dict
+):
     final = out_dir / "checkpoints" / f"step-{step:07d}"
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -299,6 +305,8 @@ def train(
                     _save_checkpoint(out, done, tuner, optimizer, result, identity)
                 accelerator.wait_for_everyone()
             for callback in callbacks:
-                callback(StepInfo(step=done, total_steps=steps, loss=result.losses[-1], parts=logged))
+                callback(
+                    StepInfo(step=done, total_steps=steps, loss=result.losses[-1], parts=logged)
+                )
     result.seconds = time.perf_counter() - start_time
     return result

@@ -1,0 +1,190 @@
+"""Benchmark: memory and time of row-wise attention capture vs TransformerLens's full patterns.
+
+Command (from the repository root; about two minutes on one CPU thread)::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py
+
+On a random Llama with 4 layers, 8 query heads (2 KV heads), d_head 32 and a 16K-position
+window, at 2K, 4K, 8K and 16K tokens, it measures
+
+- **rows**: ``capture_attention_rows(handle, ids, (-1,))``, the last token's attention row of
+  every head and layer from post-RoPE q/k on the HF sdpa path (what MuDAF's passage score
+  needs);
+- **tl**: ``TransformerBridge.run_with_cache(ids, names_filter=...hook_pattern)``, every
+  layer's full ``H x T x T`` attention pattern (TransformerLens always computes eager
+  attention).
+
+Each measurement runs in a fresh subprocess that loads the model (and, for tl, boots the
+bridge), then runs the capture once; its peak resident memory is the process's own
+``getrusage(RUSAGE_SELF).ru_maxrss`` (tracemalloc cannot see torch's allocator). The same
+subprocess without the capture gives the baseline, and the reported memory is the difference:
+what the capture itself costs at that length. Time is the wall time of the capture call.
+
+TransformerLens is only run where its patterns fit: a length is skipped (and said so) when the
+estimated need ``L*H*T^2*4`` bytes of cached patterns plus ``2*H*T^2*4`` for one layer's
+scores and softmax exceeds ``--tl-limit-gb`` (default 8; at 8K tokens the estimate is ~12.9
+GB). ``mem_ratio_8k`` then divides TL's 8K memory *extrapolated* from its measured lengths by
+a least-squares fit ``a*T^2 + b*T`` (the quadratic its patterns follow) by ours measured at 8K,
+and the RESULT line says ``tl_8k=extrapolated``; with a larger ``--tl-limit-gb`` the 8K run
+is measured (``tl_8k=measured``). Final line::
+
+    RESULT attention_memory mem_ratio_8k=<TL / ours at 8K> growth_16k_over_8k=<ours 16K / 8K> ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LENGTHS = (2048, 4096, 8192, 16384)
+N_LAYERS, N_HEADS, N_KV_HEADS, D_HEAD = 4, 8, 2, 32
+MB = 2**20
+
+
+def build_checkpoint(path: Path) -> str:
+    """A random 4-layer, 8-head GQA Llama with a 16K window and a small word-level tokenizer."""
+    import torch
+    import transformers
+
+    from interp_seal.organism.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(["the quick brown fox jumps over the lazy dog"])
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=N_HEADS * D_HEAD,
+        intermediate_size=2 * N_HEADS * D_HEAD,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=N_HEADS,
+        num_key_value_heads=N_KV_HEADS,
+        head_dim=D_HEAD,
+        max_position_embeddings=16384,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        architectures=["LlamaForCausalLM"],
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One measurement in this process: print peak RSS and the capture's wall time as JSON."""
+    import torch
+
+    from interp_seal.analysis.attention_rows import capture_attention_rows
+    from interp_seal.models import load_model
+
+    torch.set_num_threads(args.threads)
+    handle = load_model(args.model)
+    ids = torch.randint(
+        4, handle.spec.vocab_size, (1, args.length), generator=torch.Generator().manual_seed(0)
+    )
+    bridge = handle.bridge() if args.method == "tl" else None
+    seconds = 0.0
+    if args.run:
+        start = time.perf_counter()
+        with torch.no_grad():
+            if bridge is None:
+                rows = capture_attention_rows(handle, ids, (-1,))
+                assert rows.shape == (N_LAYERS, 1, N_HEADS, 1, args.length)
+            else:
+                _, cache = bridge.run_with_cache(
+                    ids, names_filter=lambda n: n.endswith("hook_pattern")
+                )
+                assert len(cache) == N_LAYERS
+        seconds = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    print(json.dumps({"peak_mb": peak_kb / 1024, "seconds": seconds}))
+
+
+def measure(model: str, method: str, length: int, threads: int) -> dict:
+    """Peak memory above the setup baseline (MB) and capture time of one (method, length)."""
+    runs = {}
+    for run in (0, 1):
+        cmd = [sys.executable, __file__, "--worker", "--model", model, "--method", method,
+               "--length", str(length), "--run", str(run), "--threads", str(threads)]  # fmt: skip
+        env = os.environ | {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{method} at {length} tokens failed:\n{done.stderr[-3000:]}")
+        runs[run] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"mb": runs[1]["peak_mb"] - runs[0]["peak_mb"], "seconds": runs[1]["seconds"]}
+
+
+def tl_estimate_gb(length: int) -> float:
+    """Patterns cached for every layer, plus one layer's scores and softmax in flight."""
+    return (N_LAYERS + 2) * N_HEADS * length**2 * 4 / 2**30
+
+
+def quadratic_fit(points: dict[int, float], length: int) -> float:
+    """Least-squares ``a*T^2 + b*T`` through the measured points, evaluated at ``length``."""
+    import numpy as np
+
+    t = np.array(sorted(points), dtype=float)
+    coef, *_ = np.linalg.lstsq(
+        np.stack([t**2, t], 1), np.array([points[x] for x in sorted(points)])
+    )
+    return float(coef[0] * length**2 + coef[1] * length)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--method", choices=("rows", "tl"), help=argparse.SUPPRESS)
+    parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--run", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per measurement")
+    parser.add_argument(
+        "--tl-limit-gb", type=float, default=8.0, help="skip TL above this estimate"
+    )
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_checkpoint(Path(tmp) / "llama16k")
+        rows, tl = {}, {}
+        print(f"{'tokens':>7} {'method':>6} {'memory (MB)':>12} {'time (s)':>9}")
+        for length in LENGTHS:
+            rows[length] = measure(model, "rows", length, args.threads)
+            print(
+                f"{length:>7} {'rows':>6} {rows[length]['mb']:>12.1f} {rows[length]['seconds']:>9.3f}"
+            )
+            if tl_estimate_gb(length) > args.tl_limit_gb:
+                print(f"{length:>7} {'tl':>6}   skipped: needs ~{tl_estimate_gb(length):.1f} GB "
+                      f"> --tl-limit-gb {args.tl_limit_gb:g}")  # fmt: skip
+                continue
+            tl[length] = measure(model, "tl", length, args.threads)
+            print(f"{length:>7} {'tl':>6} {tl[length]['mb']:>12.1f} {tl[length]['seconds']:>9.3f}")
+
+    if 8192 in tl:
+        tl_8k, how = tl[8192]["mb"], "measured"
+    elif len(tl) >= 2:
+        tl_8k, how = quadratic_fit({t: m["mb"] for t, m in tl.items()}, 8192), "extrapolated"
+    else:
+        raise SystemExit("TL ran at fewer than two lengths; raise --tl-limit-gb")
+    growth = rows[16384]["mb"] / rows[8192]["mb"]
+    print(f"TL patterns at 8K: {tl_8k:.0f} MB ({how}); row-wise capture: {rows[8192]['mb']:.1f} MB")
+    print(
+        f"RESULT attention_memory mem_ratio_8k={tl_8k / rows[8192]['mb']:.1f} "
+        f"growth_16k_over_8k={growth:.2f} rows_mb_8k={rows[8192]['mb']:.1f} "
+        f"rows_mb_16k={rows[16384]['mb']:.1f} tl_mb_8k={tl_8k:.0f} tl_8k={how} "
+        f"rows_s_8k={rows[8192]['seconds']:.2f}"
+        + (f" tl_s_4k={tl[4096]['seconds']:.2f}" if 4096 in tl else "")
+    )
+
+
+if __name__ == "__main__":
+    main()

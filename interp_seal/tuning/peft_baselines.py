@@ -1,0 +1,88 @@
+"""SEAL-L and SEAL-D: LoRA and DoRA baselines trained with SEAL's data and loop (SEAL, Sec. 4.3).
+
+SEAL-L puts rank-``r`` LoRA adapters (``W + B A``, ``B`` initialised at 0 so the tuner starts
+as the base model) on every linear layer of the attention (q, k, v and o projections), trained
+on the same ~50 format samples with the same loop; SEAL-D swaps LoRA for DoRA (a learned
+magnitude per output row on top of the LoRA direction update). The paper uses ``r = 4`` and lr
+2e-4. With rank 1, LoRA on ``o_proj`` can rescale channels like SEAL-C, so SEAL-L is a superset
+of SEAL-C: SEAL-H/C matching it with far fewer parameters says the head strengths are what
+matters (SEAL, Table 1).
+
+After training, ``merge_and_unload`` folds the adapters into the weights and returns a plain
+model of the base architecture (``interp_seal.tuning.counts`` gives Table 1's parameter counts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from interp_seal.models.handle import ModelHandle
+from interp_seal.tuning.data import Batch, answer_loss
+from interp_seal.tuning.loop import Tuner
+
+PEFT_METHODS = {False: "seal-l", True: "seal-d"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeftBaselineConfig:
+    """LoRA / DoRA settings (SEAL: rank 4 on q, k, v, o).
+
+    Attributes:
+        dora: DoRA (SEAL-D) instead of LoRA (SEAL-L).
+        rank: adapter rank ``r``.
+        alpha: LoRA scaling numerator (the update is ``alpha / r * B A``).
+        dropout: dropout on the adapter input (0 keeps training deterministic).
+        targets: which attention projections get adapters.
+        seed: seeds the random initialisation of ``A``.
+    """
+
+    dora: bool = False
+    rank: int = 4
+    alpha: float = 8.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.rank < 1:
+            raise ValueError(f"rank must be >= 1, got {self.rank}")
+        unknown = set(self.targets) - {"q_proj", "k_proj", "v_proj", "o_proj"}
+        if unknown or not self.targets:
+            raise ValueError(f"targets must be a non-empty subset of q/k/v/o_proj, got {self.targets}")
+
+
+class PeftTuner(Tuner):
+    """LoRA (SEAL-L) or DoRA (SEAL-D) adapters on a frozen model, via ``peft``.
+
+    The adapters are injected into ``handle.model`` in place; ``merge_and_unload`` returns the
+    plain merged model.
+    """
+
+    def __init__(self, handle: ModelHandle, cfg: PeftBaselineConfig = PeftBaselineConfig()):
+        from peft import LoraConfig, get_peft_model
+
+        base_parameters = sum(p.numel() for p in handle.model.parameters())
+        lora = LoraConfig(
+            r=cfg.rank,
+            lora_alpha=cfg.alpha,
+            lora_dropout=cfg.dropout,
+            target_modules=[getattr(handle.family, t) for t in cfg.targets],
+            use_dora=cfg.dora,
+            bias="none",
+        )
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            model = get_peft_model(handle.model, lora)
+        super().__init__(model, base_parameters=base_parameters)
+        self.method = PEFT_METHODS[cfg.dora]
+        self.cfg = cfg
+
+    def forward(self, batch: Batch) -> dict:
+        return {"loss": answer_loss(self.model, batch)}
+
+    def merge_and_unload(self) -> nn.Module:
+        """The base model with the trained adapters folded into its weights."""
+        return self.model.merge_and_unload()
