@@ -154,3 +154,53 @@ def test_bad_inputs_are_refused(llama_checkpoint, handles):
         logit_attribution(handle, ids, [10**7])
     with pytest.raises(ValueError, match="one prompt"):
         logit_attribution(handle, ids[None], [10])
+
+
+def test_dla_figure_and_cli(llama_checkpoint, handles, tmp_path, capsys):
+    import pandas as pd
+
+    from interp_seal.cli import main
+    from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
+    from interp_seal.viz.attribution import dla_figure
+
+    handle = handle_for(handles, llama_checkpoint)
+    result = logit_attribution(handle, prompt_ids(handle), [10, 11])
+    target = list(result.logits)[1]
+    fig = dla_figure(result, target)
+    heat, bars = fig.data
+    rows = result.table[result.table.target == target]
+    top = (rows.component == "head") & (rows.layer == handle.spec.n_layers - 1)  # first row
+    expected = rows[top].value.to_numpy()
+    assert heat.z[0] == pytest.approx(expected)
+    assert list(bars.y) == pytest.approx(rows[rows.component != "head"].value.to_numpy())
+    with pytest.raises(ValueError, match="unknown target"):
+        dla_figure(result, "nope")
+
+    out = tmp_path / "dla"
+    argv = [
+        "attribution",
+        "dla",
+        "--model",
+        llama_checkpoint,
+        "--num-lines",
+        "4",
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--threads", "1"]) == 0
+    table = pd.read_csv(out / "dla.csv", keep_default_na=False, na_values=[""])
+    assert (out / "dla.html").stat().st_size > 0
+    sample = generate(LineRetrievalConfig(num_lines=4), 1, seed=0)[0]
+    encoded = sample.encode(handle.tokenizer)
+    with torch.no_grad():
+        logits = handle.model(encoded.prompt_ids[None]).logits[0, -1].double()
+    correct = int(encoded.answer_ids[0])
+    wrong = int(torch.cat([logits[:correct], logits[correct + 1 :]]).argmax())
+    wrong += int(wrong >= correct)
+    label = handle.tokenizer.convert_ids_to_tokens
+    sums = table.groupby("target", sort=False)["value"].sum()
+    assert sums[label(correct)] == pytest.approx(float(logits[correct]), abs=1e-4)
+    assert sums[label(wrong)] == pytest.approx(float(logits[wrong]), abs=1e-4)
+    diff = f"{label(correct)} - {label(wrong)}"
+    assert sums[diff] == pytest.approx(float(logits[correct] - logits[wrong]), abs=1e-4)
+    assert "sum of effects" in capsys.readouterr().out

@@ -47,6 +47,15 @@ def test_local_checkpoint_loads_with_the_right_spec(family_checkpoint):
     assert not any(p.requires_grad for p in handle.model.parameters())
 
 
+def test_saved_tokenizer_is_loaded_exactly(family_checkpoint):
+    """transformers 5 would swap in the family's tokenizer class (Qwen2Tokenizer drops spaces)."""
+    handle = load_model(family_checkpoint)
+    saved = transformers.PreTrainedTokenizerFast.from_pretrained(family_checkpoint)
+    text = "line happy-tiger: REGISTER_CONTENT is <12345>"
+    assert handle.tokenizer.tokenize(" 5 line") == [" 5", " line"]
+    assert handle.encode(text) == saved(text, add_special_tokens=False)["input_ids"]
+
+
 def test_module_map_points_at_the_models_modules(family_checkpoint):
     handle = load_model(family_checkpoint)
     spec, inner = handle.spec, handle.model.model

@@ -39,7 +39,9 @@ def synthetic_pair(handle, seed: int = 0) -> PatchingPair:
     corrupted = clean.clone()
     for pos in DIFFERS:
         corrupted[pos] = 4 + (clean[pos] - 4 + 7) % (handle.spec.vocab_size - 4)
-    return PatchingPair(clean_ids=clean, corrupted_ids=corrupted, clean_token=10, corrupted_token=11)
+    return PatchingPair(
+        clean_ids=clean, corrupted_ids=corrupted, clean_token=10, corrupted_token=11
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,12 @@ def test_pair_refuses_samples_it_cannot_pair(llama):
     with pytest.raises(ValueError, match="unknown corruption"):
         line_retrieval_pair(sample, llama.tokenizer, corrupt="line")
     with pytest.raises(ValueError, match="equal length"):
-        PatchingPair(clean_ids=torch.arange(5), corrupted_ids=torch.arange(6), clean_token=1, corrupted_token=2)
+        PatchingPair(
+            clean_ids=torch.arange(5),
+            corrupted_ids=torch.arange(6),
+            clean_token=1,
+            corrupted_token=2,
+        )
 
 
 # -- exact patching --------------------------------------------------------------------------
@@ -143,7 +150,9 @@ def test_batched_patching_equals_a_naive_loop(loaded):
     L, H = loaded.spec.n_layers, loaded.spec.n_heads
     patches = [Patch(site="head", layer=layer, head=h) for layer in range(L) for h in range(H)]
     patches += [Patch(site="head", layer=1, head=h, position=t) for h in (0, H - 1) for t in (3, 9)]
-    patches += [Patch(site="resid", layer=layer, position=t) for layer in range(L + 1) for t in (6, 9)]
+    patches += [
+        Patch(site="resid", layer=layer, position=t) for layer in range(L + 1) for t in (6, 9)
+    ]
     table = patch(loaded, pair, patches, batch_size=3, progress=False)  # chunks with a remainder
     clean_ld = logit_diff(loaded, pair, pair.clean_ids)
     corrupted_ld = logit_diff(loaded, pair, pair.corrupted_ids)
@@ -156,7 +165,9 @@ def test_batched_patching_equals_a_naive_loop(loaded):
         else:
             naive = naive_resid_patch(loaded, pair, p.layer, p.position)
         assert row.logit_diff == pytest.approx(naive, abs=1e-5)
-        assert row.value == pytest.approx((naive - corrupted_ld) / (clean_ld - corrupted_ld), abs=1e-4)
+        assert row.value == pytest.approx(
+            (naive - corrupted_ld) / (clean_ld - corrupted_ld), abs=1e-4
+        )
 
 
 def test_identities_of_the_normalised_metric(llama):
@@ -216,10 +227,17 @@ def test_matches_transformer_lens_patching_on_the_bridge(loaded):
 def test_patching_refuses_bad_patches(llama):
     pair = synthetic_pair(llama)
     L = llama.spec.n_layers
+    for fields, message in [
+        ({"site": "mlp", "layer": 0}, "unknown patch site"),
+        ({"site": "resid", "layer": 0, "head": 1}, "'head' patches need a head"),
+        ({"site": "head", "layer": 0}, "'head' patches need a head"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Patch(**fields)
     for bad, message in [
-        (Patch(site="mlp", layer=0), "unknown patch site"),
         (Patch(site="head", layer=L, head=0), "layer must be in"),
-        (Patch(site="resid", layer=0, head=1), "'head' patches need a head"),
+        (Patch(site="resid", layer=L + 1), "layer must be in"),
+        (Patch(site="head", layer=0, head=llama.spec.n_heads), "head must be in"),
         (Patch(site="head", layer=0, head=0, position=T), "position must be in"),
     ]:
         with pytest.raises(ValueError, match=message):
@@ -254,8 +272,8 @@ def test_attribution_patching_is_the_first_order_term(loaded64):
     pair = synthetic_pair(loaded, seed=2)
     L, H = loaded.spec.n_layers, loaded.spec.n_heads
     atp = attribution_patch_heads(loaded, pair)
-    clean_z, _ = record_inputs(loaded, pair.clean_ids, "head", range(L))
-    corrupted_z, _ = record_inputs(loaded, pair.corrupted_ids, "head", range(L))
+    clean_z = record_inputs(loaded, pair.clean_ids, {"head": range(L)})[0]["head"]
+    corrupted_z = record_inputs(loaded, pair.corrupted_ids, {"head": range(L)})[0]["head"]
     scale = atp.attrs["clean_logit_diff"] - atp.attrs["corrupted_logit_diff"]
     for layer, head in [(0, 0), (0, H - 1), (L - 1, 1)]:
         direction = torch.zeros_like(clean_z[layer])
@@ -306,3 +324,41 @@ def test_comparison_reports_both_methods_with_spearman(llama):
         rho = spearmanr(group.exact, group.atp).statistic
         assert result.spearman[method] == pytest.approx(rho)
         assert -1 <= rho <= 1
+
+
+def test_patching_figure_and_cli(llama, llama_checkpoint, tmp_path):
+    import pandas as pd
+
+    from interp_seal.cli import main
+    from interp_seal.viz.attribution import attribution_scatter, patching_figure
+
+    pair = synthetic_pair(llama)
+    heads = patch_heads(llama, pair, progress=False)
+    resid = patch_residual(llama, pair, positions=[8, 9], progress=False)
+    fig = patching_figure(pd.concat([heads, resid], ignore_index=True))
+    head_panel, resid_panel = fig.data
+    L = llama.spec.n_layers
+    assert head_panel.z[0] == pytest.approx(heads[heads.layer == L - 1].value.to_numpy())
+    assert resid_panel.z[0] == pytest.approx(resid[resid.layer == L].value.to_numpy())
+    assert list(resid_panel.x) == ["8", "9"]
+
+    out = tmp_path / "patch"
+    argv = ["attribution", "patch", "--model", llama_checkpoint, "--num-lines", "4"]
+    assert main([*argv, "--last", "2", "--atp", "--threads", "1", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "patching.csv")
+    sample = generate(LineRetrievalConfig(num_lines=4), 1, seed=0)[0]
+    cli_pair = line_retrieval_pair(sample, llama.tokenizer, corrupt="key", seed=0)
+    whole = table[(table.site == "head") & table.position.isna()]
+    expected = patch_heads(llama, cli_pair, progress=False)
+    assert whole.value.to_numpy() == pytest.approx(expected.value.to_numpy(), abs=1e-6)
+    T = cli_pair.clean_ids.shape[0]
+    final = table[(table.site == "resid") & (table.layer == L) & (table.position == T - 1)]
+    assert final.value.iloc[0] == pytest.approx(1.0, abs=1e-6)
+    atp = pd.read_csv(out / "atp.csv")
+    assert atp[atp.method == "patch"].exact.to_numpy() == pytest.approx(
+        expected.value.to_numpy(), abs=1e-6
+    )
+    scatter = attribution_scatter(atp, {"patch": 0.5, "ablate": 0.5})
+    assert list(scatter.data[0].x) == pytest.approx(atp[atp.method == "patch"].exact.to_numpy())
+    for name in ("patching.html", "atp.html"):
+        assert (out / name).stat().st_size > 0

@@ -14,7 +14,12 @@ import pytest
 import torch
 import transformers
 
-from interp_seal.analysis.masking import MaskingConfig, greedy_text, masking_experiment
+from interp_seal.analysis.masking import (
+    MaskingConfig,
+    conditions,
+    greedy_text,
+    masking_experiment,
+)
 from interp_seal.analysis.retrieval_scores import (
     CopyPasteConfig,
     PassageScoreConfig,
@@ -67,6 +72,9 @@ def test_score_passages_hand_computed():
     f1, em = score_passages(torch.tensor(TABLE, dtype=torch.float64), golden=(2, 1), eps=0.3)
     np.testing.assert_allclose(f1.numpy(), [1.0, 0.5, 0.0, 2 / 3, 0.0])
     np.testing.assert_array_equal(em.numpy(), [1, 0, 0, 1, 1])
+    # the official code ranks only attended passages: heads 3 and 4 miss golden passage 2
+    _, em_code = score_passages(torch.tensor(TABLE), golden=(1, 2), eps=0.3, em_attended_only=True)
+    np.testing.assert_array_equal(em_code.numpy(), [1, 0, 0, 0, 0])
     f1_low, _ = score_passages(torch.tensor(TABLE, dtype=torch.float64), golden=(1, 2), eps=0.15)
     # eps 0.15: head 2 attends all four (P 1/2, R 1, F1 2/3); head 4 attends {1, 2, 3} (F1 4/5)
     np.testing.assert_allclose(f1_low.numpy(), [1.0, 0.5, 2 / 3, 2 / 3, 0.8])
@@ -122,6 +130,8 @@ def test_passage_scores_resume(handle, mdqa, tmp_path, monkeypatch):
     results = tmp_path / "per_sample.jsonl"
     first = passage_retrieval_scores(handle, mdqa[:2], results=results, progress=False)
     assert len(results.read_text().splitlines()) == 2
+    with results.open("a") as f:
+        f.write('{"key": "sample-2", "finger')  # a write cut short by a kill
 
     calls = []
     real = passage_attention
@@ -133,7 +143,7 @@ def test_passage_scores_resume(handle, mdqa, tmp_path, monkeypatch):
     monkeypatch.setattr("interp_seal.analysis.retrieval_scores.passage_attention", counting)
     again = passage_retrieval_scores(handle, mdqa, results=results, progress=False)
     assert len(calls) == 1  # only the third sample was computed
-    assert len(results.read_text().splitlines()) == 3
+    assert [json.loads(line)["sample"] for line in results.read_text().splitlines()] == [0, 1, 2]
     pd.testing.assert_frame_equal(
         again.per_sample[again.per_sample["sample"] < 2], first.per_sample, check_dtype=False
     )
@@ -296,6 +306,23 @@ def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
     assert masking_bars(frame).data[0].y is not None
 
 
+def test_masking_pool_draws_like_mudaf_fig4(handle):
+    ranked = pd.DataFrame({"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3],
+                           "rank": range(1, 9)})  # fmt: skip
+    config = MaskingConfig(ks=(2,), modes=("zero",), seeds=(0, 1, 2), pool=4)
+    conds = conditions(handle, ranked, ranked.assign(rank=range(8, 0, -1)), config)
+    pool, niah_pool = {(1, 2), (0, 3), (1, 0), (0, 0)}, {(1, 3), (1, 1), (0, 2), (0, 1)}
+    by = {(c["strategy"], c["seed"]): set(c["heads"]) for c in conds}
+    assert len(conds) == 1 + 3 * 3
+    for seed in (0, 1, 2):
+        assert len(by["retrieval", seed]) == 2 and by["retrieval", seed] <= pool
+        assert by["niah", seed] <= niah_pool
+        assert len(by["random", seed]) == 2 and not by["random", seed] & pool
+    assert len({frozenset(by["retrieval", seed]) for seed in (0, 1, 2)}) > 1
+    with pytest.raises(ValueError, match="smaller than the largest k"):
+        MaskingConfig(ks=(5,), pool=4)
+
+
 def test_greedy_text_equals_generate(handle, mdqa):
     prompt = mdqa[0].encode(handle.tokenizer).prompt_ids
     ours = greedy_text(handle, prompt, 5)
@@ -344,10 +371,16 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
     heads = pd.read_csv(out / "head_scores.csv")
     assert list(heads.columns) == ["layer", "head", "f1", "em", "rank"] and len(heads) == 8
     lines = (out / "per_sample.jsonl").read_text().splitlines()
-    assert len(lines) == 3 and json.loads(lines[0])["eps"] == 0.2
+    assert len(lines) == 3 and json.loads(lines[0])["golden"] == list(mdqa[0].golden)
     assert main(args) == 0  # resumed: nothing recomputed, nothing appended
     assert (out / "per_sample.jsonl").read_text().splitlines() == lines
     assert (out / "passage_attention.html").exists() and (out / "head_scores.html").exists()
+
+    golden = tmp_path / "golden.json"  # LongBench files take golden ids from a separate file
+    golden.write_text(json.dumps({s.meta["_id"]: [0] for s in mdqa}))
+    assert main([*args[:6], "--golden", str(golden), "--out", str(tmp_path / "lb")]) == 0
+    lines = (tmp_path / "lb" / "per_sample.jsonl").read_text().splitlines()
+    assert [json.loads(line)["golden"] for line in lines] == [[0]] * 3
 
     masked = tmp_path / "masking"
     assert main(["retrieval", "masking", "--model", llama_checkpoint, "--samples", str(data),

@@ -83,6 +83,17 @@ def test_resume_refuses_a_different_run(llama_checkpoint, tmp_path):
             pad_id=pad,
             out_dir=tmp_path,
         )
+    other_data = encode_samples(
+        generate(LineRetrievalConfig(num_lines=4), 6, seed=9), handle.tokenizer
+    )
+    with pytest.raises(ValueError, match="different run"):
+        train(
+            SealTuner(handle, "head"),
+            other_data,
+            TrainConfig(lr=1e-2, cpu=True),
+            pad_id=pad,
+            out_dir=tmp_path,
+        )
 
 
 def test_sample_order_covers_each_epoch_once_and_splits_across_processes(llama_checkpoint):

@@ -66,7 +66,9 @@ def test_peft_tuner_starts_as_identity_trains_and_unloads(llama_checkpoint, tmp_
         torch.testing.assert_close(tuner.model(ids).logits, base, rtol=0, atol=1e-6)
 
     examples = encode_samples(samples, handle.tokenizer)
-    result = train(tuner, examples, TrainConfig(lr=1e-2, cpu=True), pad_id=pad_id_of(handle.tokenizer))
+    result = train(
+        tuner, examples, TrainConfig(lr=1e-2, cpu=True), pad_id=pad_id_of(handle.tokenizer)
+    )
     assert result.steps == 6
     tuner.eval()
     with torch.no_grad():

@@ -38,6 +38,18 @@ def test_untrained_tuner_is_identity(family_checkpoint, granularity):
     assert [n for n, p in tuner.named_parameters() if p.requires_grad] == ["scales"]
 
 
+@pytest.mark.parametrize("granularity", ["head", "channel"])
+def test_scales_at_one_get_a_gradient_in_every_layer(llama_checkpoint, granularity):
+    """At init every scale is 1; the hooks must still be installed for the gradient to flow."""
+    handle = load_model(llama_checkpoint)
+    tuner = SealTuner(handle, granularity)
+    assert tuner.intervention().active_layers() == [0, 1]
+    batch = collate(_examples(handle, n=1), pad_id_of(handle.tokenizer))
+    with tuner.step_context():
+        tuner(batch)["loss"].backward()
+    assert (tuner.scales.grad != 0).flatten(1).any(-1).all()
+
+
 def test_forward_outside_step_context_is_refused(llama_checkpoint):
     handle = load_model(llama_checkpoint)
     tuner = SealTuner(handle, "head")

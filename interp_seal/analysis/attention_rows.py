@@ -166,6 +166,13 @@ def attention_row_hooks(
             if cache is not None:
                 k_rot = cache.layers[mod.layer_idx].keys  # post-RoPE, all positions so far
             n_new, n_keys = q_rot.shape[2], k_rot.shape[2]
+            position_ids = kwargs.get("position_ids")
+            if position_ids is not None and int(position_ids[0, -1]) + 1 != n_keys:
+                raise ValueError(
+                    f"layer {layer} sees {n_keys} keys but its last query is at position "
+                    f"{int(position_ids[0, -1])}: row capture needs keys for every position "
+                    "0..t (no left padding, no sliding-window cache that drops old keys)"
+                )
             local = _local_positions(query_positions, n_new)
             rows = attention_rows(
                 q_rot[:, :, local.to(q_rot.device)],
@@ -215,7 +222,7 @@ def capture_attention_rows(
     input_ids = input_ids.to(handle.device)
     if backend == "hf":
         with torch.no_grad(), attention_row_hooks(handle, query_positions, reduce=reduce) as rows:
-            handle.model(input_ids, use_cache=False)
+            handle.model(input_ids, use_cache=False, logits_to_keep=1)
         return rows.take()
     if backend == "nnsight":
         return _capture_nnsight(handle, input_ids, query_positions, reduce)
@@ -229,7 +236,7 @@ def _capture_nnsight(handle, input_ids, query_positions, reduce) -> Tensor:
     model = handle.nnsight()
     local = _local_positions(query_positions, input_ids.shape[1])
     layer_envoys = fold(getattr, handle.family.layers.split("."), model)
-    with torch.no_grad(), model.trace(input_ids, use_cache=False):
+    with torch.no_grad(), model.trace(input_ids, use_cache=False, logits_to_keep=1):
         captured = nnsight.save([])
         for layer in range(handle.spec.n_layers):
             attn = fold(getattr, handle.family.attn.split("."), layer_envoys[layer])

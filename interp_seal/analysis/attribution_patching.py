@@ -37,6 +37,7 @@ from interp_seal.analysis.patching import (
     PatchingPair,
     head_patches,
     last_logits,
+    normalisation,
     patch_heads,
     patch_table,
     record_inputs,
@@ -56,11 +57,13 @@ class HeadGradients:
     Attributes:
         z: head outputs ``(layer, pos, head, d_head)``.
         grad: ``dM/dz``, same shape.
+        logits: the run's logits at the last position.
         metric: ``M`` of the run.
     """
 
     z: Float[Tensor, "layer pos head d_head"]
     grad: Float[Tensor, "layer pos head d_head"]
+    logits: Float[Tensor, " vocab"]
     metric: float
 
 
@@ -87,12 +90,14 @@ def head_gradients(
             torch.enable_grad(),
             replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
         ):
-            metric = pair.logit_diff(last_logits(handle, ids[None]))[0]
+            logits = last_logits(handle, ids[None])
+            metric = pair.logit_diff(logits)[0]
             grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])
     finally:
         remove.remove()
     z = torch.stack([zs[layer][0].detach() for layer in layers])
-    return HeadGradients(z=z, grad=torch.stack([g[0] for g in grads]), metric=float(metric.detach()))
+    grad = torch.stack([g[0] for g in grads])
+    return HeadGradients(z=z, grad=grad, logits=logits[0].detach(), metric=float(metric.detach()))
 
 
 def attribution_patch_heads(
@@ -104,12 +109,10 @@ def attribution_patch_heads(
     with first-order estimates in place of exact patched runs.
     """
     L = handle.spec.n_layers
-    clean_z, clean_logits = record_inputs(handle, pair.clean_ids, "head", range(L))
-    clean_ld = float(pair.logit_diff(clean_logits[None])[0])
+    clean, clean_logits = record_inputs(handle, pair.clean_ids, {"head": range(L)})
     run = head_gradients(handle, pair.corrupted_ids, pair)
-    if abs(clean_ld - run.metric) < 1e-6:
-        raise ValueError("the clean and corrupted runs have the same logit difference")
-    delta = torch.stack([clean_z[layer] for layer in range(L)]) - run.z
+    clean_ld, _ = normalisation(pair, clean_logits, run.logits)
+    delta = torch.stack([clean["head"][layer] for layer in range(L)]) - run.z
     effect = (delta * run.grad).sum(-1)  # (L, T, H)
     if not by_position:
         effect = effect.sum(1)  # (L, H)

@@ -156,18 +156,27 @@ class CleanRun:
     logits: Float[Tensor, "sample answer vocab"]
 
 
+class _ReachedLastLayer(Exception):
+    """Raised by the clean run's hook on the last layer: everything below it is cached."""
+
+
 def clean_run(handle: ModelHandle, batch: AnswerBatch, starts: Sequence[int]) -> CleanRun:
-    """One unedited forward over ``batch``, caching what edits starting at ``starts`` need."""
+    """One unedited forward over ``batch``, caching what edits starting at ``starts`` need.
+
+    The model's own forward runs up to the last layer's input (a pre-hook there stops it);
+    the last layer runs at the answer positions only, as in edited forwards.
+    """
     spec = handle.spec
     L, H, D, KV = spec.n_layers, spec.n_heads, spec.d_head, spec.n_kv_heads
-    first = min(starts, default=L - 1)
+    first = min([*starts, L - 1])
     resid, z, v, layer_kwargs = {}, {}, {}, {}
 
     def keep_layer_input(layer):
         def hook(_mod, args, kwargs):
-            hidden = args[0] if args else kwargs["hidden_states"]
-            resid[layer] = hidden
+            resid[layer] = args[0] if args else kwargs["hidden_states"]
             layer_kwargs[layer] = {k: x for k, x in kwargs.items() if k != "hidden_states"}
+            if layer == L - 1:
+                raise _ReachedLastLayer
 
         return hook
 
@@ -191,18 +200,21 @@ def clean_run(handle: ModelHandle, batch: AnswerBatch, starts: Sequence[int]) ->
                     keep_layer_input(layer), with_kwargs=True
                 )
             )
-        for layer in set(starts):
+        for layer in set(starts) - {L - 1}:
             removers.append(handle.proj(layer, "o_proj").register_forward_pre_hook(keep_z(layer)))
             removers.append(handle.proj(layer, "v_proj").register_forward_hook(keep_v(layer)))
         with torch.no_grad():
-            ids = batch.ids.to(handle.device)
-            hidden = handle.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
-            logits = handle.unembed()(_at(hidden, batch.query.to(hidden.device)))
+            handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
+    except _ReachedLastLayer:
+        pass
     finally:
         for remove in removers:
             remove.remove()
     for layer, kwargs in layer_kwargs.items():
         _check_shared(kwargs, layer)
+    query = batch.query.to(handle.device)
+    with torch.no_grad():
+        logits = _logits_at(handle, resid[L - 1], query, layer_kwargs[L - 1], None)
     return CleanRun(batch=batch, resid=resid, z=z, v=v, layer_kwargs=layer_kwargs, logits=logits)
 
 
@@ -222,27 +234,36 @@ def run_from_layer(
             f"edits touch layers {touched}; an edited forward from layer {start} needs every "
             f"edit to touch layer {start} or above and at least one layer"
         )
-    if start not in clean.z:
+    if start < L - 1 and start not in clean.z:
         raise ValueError(f"the clean run cached no head outputs at layer {start}")
     reps = len(ivs)
 
     def rep(x: Tensor) -> Tensor:
         return x.repeat(reps, *[1] * (x.dim() - 1))
 
-    query = rep(clean.batch.query).to(handle.device)
     with torch.no_grad():
-        v = rep(clean.v[start]) if stack.uses_values(start) else None
-        z = stack.edit(start, rep(clean.z[start]), v)  # (row, pos, head, d_head)
-        resid = rep(clean.resid[start])
-        if start == L - 1:
-            z, resid = _at(z, query), _at(resid, query)
-        hidden = _mlp_half(handle, start, resid + handle.proj(start, "o_proj")(z.flatten(-2)))
+        hidden = rep(clean.resid[start])
         if start < L - 1:
+            v = rep(clean.v[start]) if stack.uses_values(start) else None
+            z = stack.edit(start, rep(clean.z[start]), v)  # (row, pos, head, d_head)
+            hidden = _mlp_half(handle, start, hidden + handle.proj(start, "o_proj")(z.flatten(-2)))
             with hf_hooks(handle, stack):
                 for layer in range(start + 1, L - 1):
                     hidden = _layer_out(handle.layers()[layer](hidden, **clean.layer_kwargs[layer]))
-            hidden = _last_layer_at(handle, hidden, query, clean.layer_kwargs[L - 1], stack)
-        return handle.unembed()(handle.final_norm()(hidden))
+        query = rep(clean.batch.query).to(handle.device)
+        return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1], stack)
+
+
+def _logits_at(
+    handle: ModelHandle,
+    hidden: Float[Tensor, "row pos d_model"],
+    query: Int[Tensor, "row answer"],
+    kwargs: dict,
+    stack: RowStack | None,
+) -> Float[Tensor, "row answer vocab"]:
+    """Logits at ``query`` from the residual stream entering the last layer."""
+    out = _last_layer_at(handle, hidden, query, kwargs, stack)
+    return handle.unembed()(handle.final_norm()(out))
 
 
 def _last_layer_at(
@@ -250,9 +271,10 @@ def _last_layer_at(
     hidden: Float[Tensor, "row pos d_model"],
     query: Int[Tensor, "row answer"],
     kwargs: dict,
-    stack: RowStack,
+    stack: RowStack | None,
 ) -> Float[Tensor, "row answer d_model"]:
-    """The last decoder layer's output at the ``query`` positions only (keys: every position)."""
+    """The last decoder layer's output at the ``query`` positions only (keys: every position),
+    with ``stack``'s edits of the last layer applied (None: unedited)."""
     spec = handle.spec
     layer_idx = spec.n_layers - 1
     layer, attn = handle.layers()[layer_idx], handle.attn(layer_idx)
@@ -277,7 +299,9 @@ def _last_layer_at(
         attn_mask=allowed[:, None],
         scale=attn.scaling,
     ).transpose(1, 2)  # (row, answer, head, D)
-    if layer_idx in stack.active_layers():  # edit on a full-length buffer: uniform needs all v
+    if (
+        stack is not None and layer_idx in stack.active_layers()
+    ):  # edit on a full-length buffer: uniform needs all v
         full = hidden.new_zeros(B, T, H, D)
         full[torch.arange(B, device=query.device)[:, None], query] = z
         z = _at(stack.edit(layer_idx, full, v), query)

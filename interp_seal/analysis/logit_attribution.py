@@ -217,7 +217,9 @@ def residual_parts(
             )
             removers.append(register(fn))
         with torch.no_grad():
-            logits = handle.model(input_ids[None].to(handle.device)).logits[0, position].double()
+            keep = torch.tensor([position])  # unembed one position: no (T, vocab) logits
+            out = handle.model(input_ids[None].to(handle.device), logits_to_keep=keep)
+            logits = out.logits[0, 0].double()
     finally:
         for remove in removers:
             remove.remove()

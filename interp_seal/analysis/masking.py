@@ -7,9 +7,14 @@ heads of Wu et al. (copy-paste score), hurts far less. The conditions here:
 - ``"none"``: the unedited model (baseline);
 - ``"retrieval"``: the top-``k`` heads of a ranked score table (``rank`` column, e.g.
   ``PassageScores.heads``);
-- ``"random"``: ``k`` heads drawn uniformly from the heads *outside* that top-``k`` set, one
-  draw per seed (MuDAF averages three runs);
+- ``"random"``: ``k`` heads drawn uniformly from the heads *outside* that top set, one draw
+  per seed;
 - ``"niah"``: the top-``k`` heads by copy-paste score (``NeedleScores.heads``), if given.
+
+MuDAF's Fig. 4 instead draws the ``k`` masked retrieval (and NIAH) heads at random from a
+fixed set of retrieval heads (their top 50, about 5% of Llama-3.1-8B's heads) and averages
+three runs; ``pool=50`` does that: every seed draws ``k`` of the top-``pool`` heads, and the
+random control avoids the whole top-``pool`` set.
 
 each in every masking mode (``interp_seal.interventions.ablate``): ``"zero"`` sets the head's
 output to 0 (SEAL's pruning); ``"uniform"`` makes the head attend uniformly to its causal
@@ -55,6 +60,8 @@ class MaskingConfig:
         ks: numbers of heads to mask.
         modes: masking modes, from ``MASK_MODES``.
         seeds: one random-heads draw per seed.
+        pool: if set, the retrieval / NIAH heads of each seed are ``k`` heads drawn from the
+            top ``pool`` (MuDAF Fig. 4: 50) instead of the top ``k``.
         qa_f1: also decode greedily and score LongBench QA F1 (slower: no KV cache).
         max_new_tokens: greedy decoding budget for ``qa_f1``.
         batch_size: samples per teacher-forced forward.
@@ -63,6 +70,7 @@ class MaskingConfig:
     ks: tuple[int, ...] = (16,)
     modes: tuple[str, ...] = MASK_MODES
     seeds: tuple[int, ...] = (0, 1, 2)
+    pool: int | None = None
     qa_f1: bool = False
     max_new_tokens: int = 32
     batch_size: int = 1
@@ -75,6 +83,8 @@ class MaskingConfig:
             raise ValueError(f"modes must be taken from {MASK_MODES}, got {self.modes}")
         if not self.seeds:
             raise ValueError("seeds is empty: the random-heads control needs at least one draw")
+        if self.pool is not None and self.pool < max(self.ks):
+            raise ValueError(f"pool={self.pool} is smaller than the largest k {max(self.ks)}")
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ValueError("max_new_tokens and batch_size must be >= 1")
 
@@ -92,14 +102,11 @@ def top_heads(ranked: pd.DataFrame, k: int) -> list[Head]:
     ]
 
 
-def random_heads(
-    n_layers: int, n_heads: int, k: int, exclude: Sequence[Head], seed: int
-) -> list[Head]:
-    """``k`` heads drawn without replacement from the heads not in ``exclude``."""
-    pool = [(i, j) for i in range(n_layers) for j in range(n_heads) if (i, j) not in set(exclude)]
+def draw(pool: Sequence[Head], k: int, seed: str) -> list[Head]:
+    """``k`` heads drawn without replacement from ``pool``, reproducibly from ``seed``."""
     if k > len(pool):
-        raise ValueError(f"only {len(pool)} heads lie outside the top set; cannot draw {k}")
-    return sorted(random.Random(seed).sample(pool, k))
+        raise ValueError(f"only {len(pool)} heads to draw from; cannot draw {k}")
+    return sorted(random.Random(seed).sample(list(pool), k))
 
 
 def conditions(
@@ -111,12 +118,18 @@ def conditions(
     """Every (strategy, mode, k, seed, heads) to evaluate, baseline first."""
     L, H = handle.spec.n_layers, handle.spec.n_heads
     out = [{"strategy": "none", "mode": "none", "k": 0, "seed": -1, "heads": []}]
+    tables = {"retrieval": retrieval} | ({"niah": niah} if niah is not None else {})
     for k in config.ks:
-        top = top_heads(retrieval, k)
-        sets = [("retrieval", -1, top)]
-        sets += [("random", s, random_heads(L, H, k, top, s)) for s in config.seeds]
-        if niah is not None:
-            sets.append(("niah", -1, top_heads(niah, k)))
+        top = top_heads(retrieval, config.pool or k)
+        outside = [(i, j) for i in range(L) for j in range(H) if (i, j) not in set(top)]
+        sets = []
+        for name, table in tables.items():
+            if config.pool is None:
+                sets.append((name, -1, top_heads(table, k)))
+            else:
+                best = top_heads(table, config.pool)
+                sets += [(name, s, draw(best, k, f"{name}/{k}/{s}")) for s in config.seeds]
+        sets += [("random", s, draw(outside, k, f"random/{k}/{s}")) for s in config.seeds]
         for mode in config.modes:
             for strategy, seed, heads in sets:
                 out.append(
@@ -132,7 +145,7 @@ def greedy_text(handle: ModelHandle, prompt_ids: torch.Tensor, max_new_tokens: i
     eos = handle.tokenizer.eos_token_id
     new: list[int] = []
     for _ in range(max_new_tokens):
-        token = int(handle.model(ids, use_cache=False).logits[0, -1].argmax())
+        token = int(handle.model(ids, use_cache=False, logits_to_keep=1).logits[0, -1].argmax())
         if token == eos or "\n" in handle.tokenizer.decode([token]):
             break
         new.append(token)
@@ -196,7 +209,12 @@ def masking_experiment(
     if not samples:
         raise ValueError("no samples to evaluate")
     log = ResultLog(results) if results is not None else None
-    data = fingerprint([(s.prompt, s.answer) for s in samples], config.qa_f1, config.max_new_tokens)
+    data = fingerprint(
+        handle.name_or_path,
+        [(s.prompt, s.answer) for s in samples],
+        config.qa_f1,
+        config.max_new_tokens,
+    )
     rows = []
     for cond in tqdm(
         conditions(handle, retrieval, niah, config), desc="masking", disable=not progress

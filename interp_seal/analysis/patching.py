@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -42,14 +42,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_seal.models.handle import ModelHandle
-from interp_seal.tasks.line_retrieval import FOOTER, LINE
+from interp_seal.tasks.line_retrieval import FOOTER
 from interp_seal.tasks.sample import Sample
 
 SITES = ("head", "resid")
 CORRUPTIONS = ("key", "value")
 COLUMNS = ["site", "layer", "head", "position", "logit_diff", "value"]
 _RECORD_END = FOOTER.split("{", 1)[0]
-_LINE_RE = re.compile(re.escape(LINE.split("{", 1)[0]) + r"(\S+): REGISTER_CONTENT is <(\d+)>")
+_LINE_RE = re.compile(r"line (\S+): REGISTER_CONTENT is <(\d+)>")  # tasks.line_retrieval.LINE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +97,12 @@ class Patch:
     layer: int
     head: int | None = None
     position: int | None = None
+
+    def __post_init__(self):
+        if self.site not in SITES:
+            raise ValueError(f"unknown patch site {self.site!r}; choose one of {SITES}")
+        if (self.site == "head") != (self.head is not None):
+            raise ValueError(f"{self}: 'head' patches need a head, 'resid' patches none")
 
 
 # -- prompt pairs ----------------------------------------------------------------------------
@@ -213,21 +219,41 @@ def replace_inputs(
 
 
 def record_inputs(
-    handle: ModelHandle, ids: Int[Tensor, " pos"], site: str, layers: Sequence[int]
-) -> tuple[dict[int, Tensor], Float[Tensor, " vocab"]]:
-    """The input activations of ``site`` at ``layers`` for one prompt, and its last logits."""
-    seen: dict[int, Tensor] = {}
+    handle: ModelHandle, ids: Int[Tensor, " pos"], layers: Mapping[str, Sequence[int]]
+) -> tuple[dict[str, dict[int, Tensor]], Float[Tensor, " vocab"]]:
+    """One forward of one prompt: the input activations ``{site: {layer: x}}`` of the sites
+    and layers in ``layers`` (without the batch axis), and the last position's logits."""
+    seen: dict[str, dict[int, Tensor]] = {site: {} for site in layers}
 
-    def keep(layer):
+    def keep(site, layer):
         def edit(x):
-            seen[layer] = x[0].detach()
+            seen[site][layer] = x[0].detach()
             return x
 
         return edit
 
-    with torch.no_grad(), replace_inputs(handle, site, {layer: keep(layer) for layer in layers}):
+    with torch.no_grad(), ExitStack() as stack:
+        for site, site_layers in layers.items():
+            edits = {layer: keep(site, layer) for layer in site_layers}
+            stack.enter_context(replace_inputs(handle, site, edits))
         logits = last_logits(handle, ids[None])[0]
     return seen, logits
+
+
+def normalisation(
+    pair: PatchingPair,
+    clean_logits: Float[Tensor, " vocab"],
+    corrupted_logits: Float[Tensor, " vocab"],
+) -> tuple[float, float]:
+    """``(LD_clean, LD_corrupted)`` from the two runs' last logits; refuses pairs the
+    normalised metric cannot divide by."""
+    clean_ld, corrupted_ld = pair.logit_diff(torch.stack([clean_logits, corrupted_logits])).tolist()
+    if abs(clean_ld - corrupted_ld) < 1e-6:
+        raise ValueError(
+            f"the clean and corrupted runs have the same logit difference ({clean_ld:.4g}); the "
+            "normalised metric is undefined. Pick a pair the model tells apart."
+        )
+    return clean_ld, corrupted_ld
 
 
 # -- exact patching --------------------------------------------------------------------------
@@ -248,12 +274,11 @@ def patch(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     for p in patches:
         _check_patch(handle, pair, p)
-    clean_ld, corrupted_ld = baseline_logit_diffs(handle, pair)
-    by_site = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
-    clean = {
-        site: record_inputs(handle, pair.clean_ids, site, layers)[0]
-        for site, layers in by_site.items()
-    }
+    layers = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
+    clean, clean_logits = record_inputs(handle, pair.clean_ids, layers)
+    with torch.no_grad():
+        corrupted_logits = last_logits(handle, pair.corrupted_ids[None])[0]
+    clean_ld, corrupted_ld = normalisation(pair, clean_logits, corrupted_logits)
     T = pair.corrupted_ids.shape[0]
     values = []
     chunks = range(0, len(patches), batch_size)
@@ -283,28 +308,14 @@ def patch_table(
     return table
 
 
-def baseline_logit_diffs(handle: ModelHandle, pair: PatchingPair) -> tuple[float, float]:
-    """``(LD_clean, LD_corrupted)``; refuses pairs the metric cannot normalise."""
-    with torch.no_grad():
-        ids = torch.stack([pair.clean_ids, pair.corrupted_ids])
-        clean_ld, corrupted_ld = pair.logit_diff(last_logits(handle, ids)).double().tolist()
-    if abs(clean_ld - corrupted_ld) < 1e-6:
-        raise ValueError(
-            f"the clean and corrupted runs have the same logit difference ({clean_ld:.4g}); the "
-            "normalised metric is undefined. Pick a pair the model tells apart."
-        )
-    return clean_ld, corrupted_ld
-
-
 def _check_patch(handle: ModelHandle, pair: PatchingPair, p: Patch) -> None:
+    """Layer, head and position inside this model and pair."""
     L, H, T = handle.spec.n_layers, handle.spec.n_heads, pair.clean_ids.shape[0]
-    if p.site not in SITES:
-        raise ValueError(f"unknown patch site {p.site!r}; choose one of {SITES}")
     top = L if p.site == "resid" else L - 1
     if not 0 <= p.layer <= top:
         raise ValueError(f"{p}: layer must be in 0..{top} for site {p.site!r}")
-    if (p.site == "head") != (p.head is not None) or not 0 <= (p.head or 0) < H:
-        raise ValueError(f"{p}: 'head' patches need a head in 0..{H - 1}, 'resid' patches none")
+    if p.head is not None and not 0 <= p.head < H:
+        raise ValueError(f"{p}: head must be in 0..{H - 1}")
     if p.position is not None and not 0 <= p.position < T:
         raise ValueError(f"{p}: position must be in 0..{T - 1} or None (every position)")
 
@@ -350,7 +361,11 @@ def _take_clean_where(mask: Tensor, clean: Tensor) -> Callable[[Tensor], Tensor]
 
 # -- named wrappers --------------------------------------------------------------------------
 def head_patches(
-    handle: ModelHandle, n_positions: int, *, by_position: bool = False, positions=None
+    handle: ModelHandle,
+    n_positions: int,
+    *,
+    by_position: bool = False,
+    positions: Sequence[int] | None = None,
 ) -> list[Patch]:
     """Every head, whole (layer-major) or at each of ``positions`` (layer, position, head order)."""
     L, H = handle.spec.n_layers, handle.spec.n_heads

@@ -50,7 +50,9 @@ class HeadQuadrants:
         if quadrant not in QUADRANTS:
             raise ValueError(f"unknown quadrant {quadrant!r}; choose one of {QUADRANTS}")
         rows = self.heads[self.heads.quadrant == quadrant]
-        return [(int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)]
+        return [
+            (int(layer), int(head)) for layer, head in zip(rows["layer"], rows["head"], strict=True)
+        ]
 
     def counts(self) -> dict[str, int]:
         return {q: int((self.heads.quadrant == q).sum()) for q in QUADRANTS}

@@ -11,8 +11,11 @@ golden passages ``P_G`` with distractors. For head ``h``, the attention ``a_p`` 
   the earlier passage);
 
 each averaged over questions. MuDAF's ``R_h`` is the mean F1 (Eq. 1, 15). The paper leaves
-``eps`` unspecified; the official code scores with ``eps = 0.3`` (DESIGN.md Sec. 5), our
-default. With many passages, a head that spreads its attention evenly attends to none.
+``eps`` unspecified; the official code (``eval/retrieval_score.py``) scores with
+``eps = 0.3``, our default. With many passages, a head that spreads its attention evenly
+attends to none. That code also ranks only the passages above ``eps`` for EM, so its EM
+additionally requires every golden passage to be attended; ``em_attended_only=True``
+reproduces it (the paper's App. A.2 ranks all passages, our default).
 
 **Copy-paste score (Retrieval Head, Wu et al. 2024).** While the model greedily decodes the
 answer to a needle-in-a-haystack question, at every step each head's attention argmax (over
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +52,7 @@ from interp_seal.analysis.attention_rows import (
     attention_row_hooks,
     capture_attention_rows,
 )
+from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded, Sample, Span
 
@@ -61,10 +66,13 @@ class PassageScoreConfig:
     Attributes:
         eps: a passage is attended when its summed attention exceeds ``eps`` (official code:
             0.3; the paper does not state it).
+        em_attended_only: EM ranks only attended passages (official code) instead of all
+            passages (paper, App. A.2).
         backend: attention-row capture route, ``"hf"`` or ``"nnsight"`` (same numbers).
     """
 
     eps: float = 0.3
+    em_attended_only: bool = False
     backend: str = "hf"
 
     def __post_init__(self):
@@ -146,9 +154,17 @@ def check_golden(golden: Sequence[int], n_passages: int) -> tuple[int, ...]:
 
 
 def score_passages(
-    attention: Float[Tensor, "*head passage"], golden: Sequence[int], eps: float
+    attention: Float[Tensor, "*head passage"],
+    golden: Sequence[int],
+    eps: float,
+    *,
+    em_attended_only: bool = False,
 ) -> tuple[Float[Tensor, "*head"], Float[Tensor, "*head"]]:
-    """Per-question MuDAF F1 and EM of each head from its passage attention (App. A.2)."""
+    """Per-question MuDAF F1 and EM of each head from its passage attention (App. A.2).
+
+    With ``em_attended_only`` the EM ranking covers only passages above ``eps`` (the official
+    code), which is the paper's EM and every golden passage attended.
+    """
     attention = torch.as_tensor(attention)
     golden = check_golden(golden, attention.shape[-1])
     is_golden = torch.zeros(attention.shape[-1], dtype=torch.bool)
@@ -159,15 +175,17 @@ def score_passages(
     recall = hits / len(golden)
     f1 = torch.where(hits > 0, 2 * precision * recall / (precision + recall), 0.0)
     order = torch.argsort(-attention, dim=-1, stable=True)  # ties: earlier passage first
-    em = is_golden[order[..., : len(golden)]].all(-1).double()
-    return f1, em
+    em = is_golden[order[..., : len(golden)]].all(-1)
+    if em_attended_only:
+        em &= attended[..., is_golden].all(-1)
+    return f1, em.double()
 
 
 def passage_attention(
     handle: ModelHandle, sample: Sample, *, backend: str = "hf"
 ) -> PassageAttention:
     """The last prompt token's attention summed over each passage, for every head."""
-    enc = sample.encode(handle.tokenizer)
+    enc = encode_samples(handle, [sample])[0]
     spans = passage_spans(enc)
     golden = check_golden(sample.golden, len(spans))
     first = spans[0][0]
@@ -262,7 +280,7 @@ def copy_paste_score(
     handle: ModelHandle, sample: Sample | Encoded, *, max_new_tokens: int | None = None
 ) -> CopyPaste:
     """Greedy KV-cache decoding of ``sample``'s answer, scoring copy-paste heads at each step."""
-    enc = sample.encode(handle.tokenizer) if isinstance(sample, Sample) else sample
+    enc = encode_samples(handle, [sample])[0]
     start, end = needle_span(enc)
     steps = max_new_tokens or len(enc.answer_ids)
     ids = enc.prompt_ids.to(handle.device)
@@ -270,7 +288,7 @@ def copy_paste_score(
         raise ValueError("the prompt needs at least two tokens (a prefix and a query token)")
     eos = handle.tokenizer.eos_token_id
     score = torch.zeros(handle.spec.n_layers, handle.spec.n_heads, dtype=torch.float64)
-    cache = handle.model(ids[None, :-1], use_cache=True).past_key_values
+    cache = handle.model(ids[None, :-1], use_cache=True, logits_to_keep=1).past_key_values
     generated: list[int] = []
 
     def argmax_rows(rows: Float[Tensor, "batch head query key"]) -> Tensor:
@@ -280,7 +298,7 @@ def copy_paste_score(
         for _ in range(steps):
             out = handle.model(ids[None, -1:], past_key_values=cache, use_cache=True)
             cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
-            score += copy_hits(capture.take(), token, ids, (start, end)).double() / (end - start)
+            score += copy_hits(capture.take(), token, ids, (start, end)).cpu() / (end - start)
             generated.append(token)
             ids = torch.cat([ids, ids.new_tensor([token])])
             if token == eos:
@@ -292,34 +310,38 @@ def copy_paste_score(
 
 
 class ResultLog:
-    """Per-sample results appended to a JSONL file as they are computed.
+    """Per-sample (or per-condition) results appended to a JSONL file as they are computed.
 
-    Each record carries the sample's key and a fingerprint of its prompt, so a restart skips
-    finished samples and refuses results computed on other samples.
+    Each record carries its key and a fingerprint of its inputs, so a restart skips finished
+    work and refuses results computed on other inputs. A last line cut short by a kill is
+    dropped on reading; every record is flushed to disk before ``add`` returns.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.records: dict[str, dict] = {}
-        if self.path.exists():
-            for lineno, line in enumerate(self.path.read_text().splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    raise ValueError(
-                        f"{self.path}:{lineno} is not valid JSON (an interrupted write?); delete "
-                        "that line to resume"
-                    ) from None
-                self.records[record["key"]] = record
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):  # interrupted write: keep the complete lines
+            data = data[: data.rfind(b"\n") + 1]
+            self.path.write_bytes(data)
+        for lineno, line in enumerate(data.decode().splitlines(), 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise ValueError(
+                    f"{self.path}:{lineno} is not valid JSON; delete the file to start over"
+                ) from None
+            self.records[record["key"]] = record
 
     def get(self, key: str, fingerprint: str) -> dict | None:
+        """The finished record of ``key``, or None; an error if its inputs differ."""
         record = self.records.get(key)
         if record is not None and record["fingerprint"] != fingerprint:
             raise ValueError(
-                f"{self.path} holds a result for {key!r} computed on a different input; write to "
-                "a new output file or delete this one"
+                f"{self.path} holds a result for {key!r} computed on a different input or "
+                "setting (model, samples, options); write to a new output file or delete this one"
             )
         return record
 
@@ -327,6 +349,8 @@ class ResultLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         self.records[record["key"]] = record
 
 
@@ -339,15 +363,23 @@ def score_samples(
     samples: Sequence[Sample],
     compute: Callable[[Sample], dict],
     *,
+    setting: object,
     results: str | Path | None = None,
     desc: str,
     progress: bool = True,
 ) -> list[dict]:
-    """``compute(sample)`` for every sample, in order; with ``results``, resumable on disk."""
+    """``compute(sample)`` for every sample, in order; with ``results``, resumable on disk.
+
+    ``setting`` (JSON-able: the model, options that change the result) enters each record's
+    fingerprint with the sample's prompt, answer, spans and golden ids.
+    """
     log = ResultLog(results) if results is not None else None
     records = []
     for i, sample in enumerate(tqdm(samples, desc=desc, disable=not progress)):
-        key, print_ = f"sample-{i}", fingerprint(sample.prompt, sample.answer)
+        key = f"sample-{i}"
+        print_ = fingerprint(
+            setting, sample.prompt, sample.answer, sample.passages, sample.golden, sample.needle
+        )
         record = log.get(key, print_) if log else None
         if record is None:
             record = {"key": key, "fingerprint": print_, "sample": i, **compute(sample)}
@@ -402,14 +434,14 @@ def passage_retrieval_scores(
     def compute(sample: Sample) -> dict:
         pa = passage_attention(handle, sample, backend=config.backend)
         return {
-            "eps": config.eps,
             "golden": list(pa.golden),
             "attention": pa.attention.tolist(),
             "prefix": pa.prefix.tolist(),
         }
 
+    setting = {"model": handle.name_or_path, "score": "passage attention"}
     records = score_samples(
-        samples, compute, results=results, desc="passage scores", progress=progress
+        samples, compute, setting=setting, results=results, desc="passage scores", progress=progress
     )
     attention = [
         PassageAttention(
@@ -421,7 +453,12 @@ def passage_retrieval_scores(
     ]
     scored = []
     for record, pa in zip(records, attention, strict=True):
-        f1, em = score_passages(torch.from_numpy(pa.attention), pa.golden, config.eps)
+        f1, em = score_passages(
+            torch.from_numpy(pa.attention),
+            pa.golden,
+            config.eps,
+            em_attended_only=config.em_attended_only,
+        )
         scored.append((record["sample"], {"f1": f1.numpy(), "em": em.numpy()}))
     per_sample = _long(scored)
     heads = per_sample.groupby(["layer", "head"], as_index=False)[["f1", "em"]].mean()
@@ -450,8 +487,14 @@ def needle_retrieval_scores(
         niah = {k: sample.meta[k] for k in NIAH_FIELDS if k in sample.meta}
         return {"score": cp.score.tolist(), "generated": list(cp.generated), "niah": niah}
 
+    setting = {"model": handle.name_or_path, "max_new_tokens": config.max_new_tokens}
     records = score_samples(
-        samples, compute, results=results, desc="copy-paste scores", progress=progress
+        samples,
+        compute,
+        setting=setting,
+        results=results,
+        desc="copy-paste scores",
+        progress=progress,
     )
     per_sample = _long([(r["sample"], {"score": np.asarray(r["score"])}) for r in records])
     niah = pd.DataFrame([{"sample": r["sample"], **r["niah"]} for r in records])

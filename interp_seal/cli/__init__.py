@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-GROUPS = ("tasks", "evaluate", "organism", "retrieval", "tune", "analysis")
+GROUPS = ("tasks", "evaluate", "organism", "retrieval", "tune", "analysis", "attribution")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,6 +41,11 @@ def register(subparsers) -> None:
     _common(passages)
     passages.add_argument("--golden", type=Path, help="golden passage ids of a LongBench file")
     passages.add_argument("--eps", type=float, default=0.3, help="attended-passage threshold")
+    passages.add_argument(
+        "--em-attended-only",
+        action="store_true",
+        help="EM ranks only passages above eps (the official MuDAF code)",
+    )
     passages.add_argument("--backend", choices=("hf", "nnsight"), default="hf")
     passages.set_defaults(func=run_passage_scores)
 
@@ -62,6 +67,9 @@ def register(subparsers) -> None:
         "--modes", nargs="+", choices=("zero", "uniform"), default=["zero", "uniform"]
     )
     masking.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    masking.add_argument(
+        "--pool", type=int, help="draw the k masked heads from the top POOL (MuDAF Fig. 4: 50)"
+    )
     masking.add_argument("--qa-f1", action="store_true", help="also greedy-decode and score QA F1")
     masking.add_argument("--max-new-tokens", type=int, default=32)
     masking.add_argument("--batch-size", type=int, default=1)
@@ -107,7 +115,9 @@ def run_passage_scores(args: argparse.Namespace) -> int:
     from interp_seal.analysis.retrieval_scores import PassageScoreConfig, passage_retrieval_scores
     from interp_seal.viz.passages import passage_heatmap
 
-    config = PassageScoreConfig(eps=args.eps, backend=args.backend)
+    config = PassageScoreConfig(
+        eps=args.eps, em_attended_only=args.em_attended_only, backend=args.backend
+    )
     handle, samples = _setup(args)
     scores = passage_retrieval_scores(
         handle, samples, config, results=args.out / "per_sample.jsonl"
@@ -138,6 +148,7 @@ def run_masking(args: argparse.Namespace) -> int:
         ks=tuple(args.ks),
         modes=tuple(args.modes),
         seeds=tuple(args.seeds),
+        pool=args.pool,
         qa_f1=args.qa_f1,
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,

@@ -3,6 +3,9 @@
     interp-seal tune seal-h --model organism --task line_retrieval --num-lines 40 --out runs/seal_h
     interp-seal tune seal-c --model organism --num-lines 40 --lr 2e-2 --out runs/seal_c
     interp-seal tune lora --model organism --num-lines 40 --out runs/seal_l
+    interp-seal tune mudaf --model organism --task passages --sample-k 8 \\
+        --scores runs/mudaf/head_scores.csv --out runs/mudaf_tuned
+    interp-seal tune sft --model organism --task passages --out runs/sft
     interp-seal tune merge --model organism --scales runs/seal_c/scales.safetensors --out runs/merged
 
 Several processes (two CPU processes over gloo here; GPUs elsewhere) run the same command::
@@ -13,8 +16,9 @@ Several processes (two CPU processes over gloo here; GPUs elsewhere) run the sam
 (``accelerate launch --cpu --num_processes 2`` starts only one process.) Training writes
 ``OUT/train_log.json`` (losses per step, processes, settings) and checkpoints under ``OUT``;
 re-running the same command after an interruption resumes from the newest checkpoint.
-SEAL writes ``OUT/scales.safetensors`` (with metadata), LoRA / DoRA the merged model as a plain
-HF checkpoint in ``OUT/model``; ``merge`` folds a scale file into a plain HF checkpoint.
+SEAL writes ``OUT/scales.safetensors`` (with metadata); LoRA / DoRA (merged), MuDAF and SFT
+write the tuned model as a plain HF checkpoint in ``OUT/model`` (MuDAF adds ``OUT/heads.json``);
+``merge`` folds a scale file into a plain HF checkpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ import torch
 
 from interp_seal.tuning.data import TASKS
 
-DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2, "lora": 2e-4, "dora": 2e-4}
+DEFAULT_LR = {
+    "seal-h": 1e-2,
+    "seal-c": 2e-2,
+    "lora": 2e-4,
+    "dora": 2e-4,
+    "mudaf": 5e-6,
+    "sft": 5e-6,
+}
 
 
 def register(subparsers) -> None:
@@ -45,6 +56,55 @@ def register(subparsers) -> None:
         p.add_argument("--rank", type=int, default=4, help="adapter rank (SEAL: 4)")
         p.add_argument("--alpha", type=float, default=8.0, help="LoRA alpha")
         p.set_defaults(func=run_peft, dora=dora)
+
+    for method in ("mudaf", "sft"):
+        p = sub.add_parser(
+            method,
+            help="MuDAF contrastive attention focusing + LM loss"
+            if method == "mudaf"
+            else "Vanilla SFT baseline (LM loss only)",
+        )
+        _training_args(p, method)
+        p.add_argument("--trainable", choices=("all", "attention"), default="all")
+        p.add_argument("--layers", type=int, nargs="+", help="layers whose attention trains")
+        p.set_defaults(func=run_mudaf, method=method)
+        if method == "mudaf":
+            pick = p.add_mutually_exclusive_group(required=True)
+            pick.add_argument("--heads", nargs="+", metavar="LAYER.HEAD", help="target heads")
+            pick.add_argument("--top-k", type=int, help="the k heads with the best --scores")
+            pick.add_argument("--sample-k", type=int, help="k heads drawn from softmax(R/tau)")
+            p.add_argument(
+                "--scores", type=Path, help="head_scores.csv (retrieval) or retrieval.csv (tune)"
+            )
+            p.add_argument("--select-tau", type=float, default=0.05, help="sampling temperature")
+            p.add_argument("--alpha", type=float, default=0.5, help="contrastive loss weight")
+            p.add_argument("--tau", type=float, default=0.05, help="cosine temperature")
+            p.add_argument("--per-head", action="store_true", help="one loss per head")
+
+    ev = sub.add_parser("evaluate", help="line-retrieval accuracy vs length, base vs tuned")
+    ev.add_argument("--model", default="organism", help="the base model")
+    ev.add_argument("--scales", nargs="+", default=[], metavar="NAME=FILE", help="scale files")
+    ev.add_argument("--tuned", nargs="+", default=[], metavar="NAME=DIR", help="tuned checkpoints")
+    ev.add_argument("--lengths", type=int, nargs="+", required=True, help="lines per record")
+    ev.add_argument("--n", type=int, default=50, help="records per length")
+    ev.add_argument("--seed", type=int, default=0, help="evaluation records' seed")
+    ev.add_argument("--batch-size", type=int, default=8)
+    ev.add_argument("--threads", type=int, help="torch threads")
+    ev.add_argument("--out", type=Path, help="write accuracy.csv here")
+    ev.set_defaults(func=run_evaluate)
+
+    rt = sub.add_parser("retrieval", help="per-head retrieval scores, base vs tuned (MuDAF Fig. 5)")
+    rt.add_argument("--model", default="organism", help="the base model")
+    rt.add_argument("--tuned", nargs="*", default=[], metavar="NAME=DIR", help="tuned models")
+    rt.add_argument("--targets", type=Path, help="heads.json of the MuDAF run (marks targets)")
+    rt.add_argument("--task", choices=("line_retrieval", "passages"), default="passages")
+    rt.add_argument("--num-lines", type=int, help="line retrieval: lines per record")
+    rt.add_argument("--num-passages", type=int, default=10, help="passages per sample")
+    rt.add_argument("--n", type=int, default=50, help="samples")
+    rt.add_argument("--seed", type=int, default=0, help="evaluation samples' seed")
+    rt.add_argument("--threads", type=int, help="torch threads")
+    rt.add_argument("--out", type=Path, help="write retrieval.csv here")
+    rt.set_defaults(func=run_retrieval)
 
     merge = sub.add_parser("merge", help="fold a scale file into the weights (HF checkpoint)")
     merge.add_argument("--model", default="organism", help="the model the scales were tuned on")
@@ -175,6 +235,49 @@ def run_peft(args) -> None:
         print(f"{tuner.method}: {result.steps} steps, final loss {result.losses[-1]:.4f} -> {out}")
 
 
+def _target_heads(args, spec) -> tuple[tuple[int, int], ...]:
+    from interp_seal.tuning.mudaf import sample_heads, score_matrix, top_k_heads
+
+    if args.heads:
+        return tuple(tuple(int(x) for x in h.split(".")) for h in args.heads)
+    if args.scores is None:
+        raise ValueError("--top-k and --sample-k need --scores (a head_scores.csv)")
+    import pandas as pd
+
+    table = pd.read_csv(args.scores)
+    if "method" in table:  # a `tune retrieval` table: score heads on the base model
+        table = table[table["method"] == "base"]
+    scores = score_matrix(table, spec)
+    if args.top_k:
+        return top_k_heads(scores, args.top_k)
+    return sample_heads(scores, args.sample_k, tau=args.select_tau, seed=args.seed)
+
+
+def run_mudaf(args) -> None:
+    from interp_seal.tuning.data import with_line_passages
+    from interp_seal.tuning.merge import save_checkpoint
+    from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
+
+    handle, samples, cfg = _prepare(args)
+    if args.task == "line_retrieval":  # each line is a passage, the queried line the golden one
+        samples = [with_line_passages(s) for s in samples]
+    mudaf = args.method == "mudaf"
+    mcfg = MudafConfig(
+        heads=_target_heads(args, handle.spec) if mudaf else (),
+        alpha=args.alpha if mudaf else 0.0,
+        tau=args.tau if mudaf else 0.05,
+        concat=not args.per_head if mudaf else True,
+        trainable=args.trainable,
+        layers=tuple(args.layers) if args.layers else None,
+    )
+    tuner = MudafTuner(handle, mcfg)
+    result = _train(args, tuner, handle, samples, cfg)
+    if result.is_main_process:
+        out = save_checkpoint(tuner.model, handle.tokenizer, args.out / "model")
+        (args.out / "heads.json").write_text(json.dumps([list(h) for h in tuner.heads]))
+        print(f"{tuner.method}: {result.steps} steps, heads {list(tuner.heads)} -> {out}")
+
+
 def run_merge(args) -> None:
     from interp_seal.models import load_model
     from interp_seal.tuning.merge import save_merged
@@ -184,6 +287,68 @@ def run_merge(args) -> None:
     scale_file = load_scales(args.scales, handle.spec)
     out = save_merged(handle, scale_file.scales, args.out, into=args.into)
     print(f"merged {scale_file.granularity} scales into {args.into}: {out}")
+
+
+def _named(pairs: list[str]) -> dict[str, str]:
+    named = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"expected NAME=PATH, got {pair!r}")
+        named[name] = path
+    return named
+
+
+def run_evaluate(args) -> None:
+    from interp_seal.interventions.head_edit import HeadIntervention
+    from interp_seal.models import load_model
+    from interp_seal.tuning.evaluate import accuracy_by_method
+    from interp_seal.tuning.scales import load_scales
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base = load_model(args.model)
+    variants = {
+        name: HeadIntervention.from_scales(base.spec, load_scales(path, base.spec).scales)
+        for name, path in _named(args.scales).items()
+    }
+    variants |= {name: load_model(path) for name, path in _named(args.tuned).items()}
+    table = accuracy_by_method(
+        base, variants, args.lengths, n=args.n, seed=args.seed, batch_size=args.batch_size
+    )
+    print(table.pivot(index="method", columns="length", values="exact_match").to_string())
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out / "accuracy.csv", index=False)
+
+
+def run_retrieval(args) -> None:
+    from interp_seal.models import load_model
+    from interp_seal.tuning.data import format_samples, with_line_passages
+    from interp_seal.tuning.evaluate import retrieval_by_method
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    handles = {"base": load_model(args.model)}
+    handles |= {name: load_model(path) for name, path in _named(args.tuned).items()}
+    tokenizer = handles["base"].tokenizer
+    samples = format_samples(
+        args.task,
+        tokenizer,
+        args.n,
+        num_lines=args.num_lines,
+        num_passages=args.num_passages,
+        seed=args.seed,
+    )
+    if args.task == "line_retrieval":
+        samples = [with_line_passages(s) for s in samples]
+    targets = [tuple(h) for h in json.loads(args.targets.read_text())] if args.targets else []
+    table = retrieval_by_method(handles, samples, targets=targets)
+    shown = table[table["target"]] if targets else table[table["rank"] <= 8]
+    print(shown.pivot(index=["layer", "head"], columns="method", values="f1").to_string())
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out / "retrieval.csv", index=False)
 
 
 if __name__ == "__main__":  # `python -m interp_seal.cli.tune ...` == `interp-seal tune ...`

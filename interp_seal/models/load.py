@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
@@ -77,6 +78,22 @@ def load_config(name_or_path: str | Path, *, trust_remote_code: bool = False):
         ) from err
 
 
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(target: str, *, trust_remote_code: bool = False):
+    """The checkpoint's own tokenizer.
+
+    A checkpoint whose ``tokenizer_config.json`` declares the generic tokenizers backend gets
+    exactly its ``tokenizer.json``: transformers 5's ``AutoTokenizer`` would otherwise swap in
+    the family's tokenizer class (e.g. ``Qwen2Tokenizer``), which re-tokenises differently.
+    """
+    declared = get_tokenizer_config(target).get("tokenizer_class")
+    if declared in GENERIC_TOKENIZERS:
+        return transformers.PreTrainedTokenizerFast.from_pretrained(target)
+    return transformers.AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
+
+
 def load_model(
     name_or_path: str | Path = DEFAULT_MODEL,
     *,
@@ -99,9 +116,7 @@ def load_model(
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     target, config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     family = family_for(config)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(
-        target, trust_remote_code=trust_remote_code
-    )
+    tokenizer = load_tokenizer(target, trust_remote_code=trust_remote_code)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         target,
         dtype=dtype,

@@ -23,6 +23,7 @@ that gradient checkpointing, which re-runs layers during backward, sees them too
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -59,7 +60,12 @@ class Tuner(nn.Module):
         return nullcontext()
 
     def enable_gradient_checkpointing(self) -> None:
-        """Recompute each decoder layer during backward instead of storing its activations."""
+        """Recompute each decoder layer during backward instead of storing its activations.
+
+        Non-reentrant checkpointing: gradients reach parameters even when the layer inputs do
+        not require grad (frozen base, trained scales), and the recomputation runs the hooks
+        that ``step_context`` keeps installed through the backward.
+        """
         self.model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False}
         )
@@ -72,6 +78,7 @@ class Tuner(nn.Module):
         """JSON-able identity of the tuner; a checkpoint only resumes a tuner that matches."""
         return {
             "method": self.method,
+            "model": str(getattr(self.model, "name_or_path", "")),
             "trainable": {n: list(p.shape) for n, p in self.trainable_state().items()},
         }
 
@@ -170,10 +177,20 @@ def total_steps(n_examples: int, cfg: TrainConfig, world: int = 1) -> int:
 
 
 # -- checkpoints -----------------------------------------------------------------------------
-def _identity(tuner: Tuner, cfg: TrainConfig, n_examples: int, world: int) -> dict:
+def _identity(tuner: Tuner, cfg: TrainConfig, examples: Sequence[Example], world: int) -> dict:
+    """What must match for a checkpoint to resume this run: tuner, settings, data, processes."""
     run = asdict(cfg)
     run.pop("checkpoint_every")  # how often we save does not change the result
-    identity = {"tuner": tuner.describe(), "config": run, "examples": n_examples, "world": world}
+    data = hashlib.sha256()
+    for e in examples:
+        data.update(e.encoded.input_ids.numpy().tobytes())
+        data.update(json.dumps([e.encoded.answer_start, e.encoded.passages, e.golden]).encode())
+    identity = {
+        "tuner": tuner.describe(),
+        "config": run,
+        "examples": [len(examples), data.hexdigest()],
+        "world": world,
+    }
     return json.loads(json.dumps(identity))  # as it reads back from state.json
 
 
@@ -212,7 +229,7 @@ def _load_checkpoint(path: Path, tuner: Tuner, identity: dict) -> dict:
     if info["identity"] != identity:
         raise ValueError(
             f"the checkpoint in {path} was written by a different run (tuner, training config, "
-            "number of samples or number of processes differ); resume with the same settings or "
+            "training samples or number of processes differ); resume with the same settings or "
             "choose another output directory"
         )
     state = load_file(str(path / "trainable.safetensors"))
@@ -268,7 +285,7 @@ def train(
     optimizer = torch.optim.AdamW(
         trainable, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
     )
-    identity = _identity(tuner, cfg, len(examples), world)
+    identity = _identity(tuner, cfg, examples, world)
     result = TrainResult(steps=steps, processes=world, is_main_process=accelerator.is_main_process)
     checkpoint = latest_checkpoint(out_dir) if out_dir is not None else None
     info = _load_checkpoint(checkpoint, tuner, identity) if checkpoint else None

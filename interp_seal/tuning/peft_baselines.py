@@ -51,7 +51,9 @@ class PeftBaselineConfig:
             raise ValueError(f"rank must be >= 1, got {self.rank}")
         unknown = set(self.targets) - {"q_proj", "k_proj", "v_proj", "o_proj"}
         if unknown or not self.targets:
-            raise ValueError(f"targets must be a non-empty subset of q/k/v/o_proj, got {self.targets}")
+            raise ValueError(
+                f"targets must be a non-empty subset of q/k/v/o_proj, got {self.targets}"
+            )
 
 
 class PeftTuner(Tuner):

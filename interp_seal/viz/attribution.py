@@ -1,0 +1,127 @@
+"""Figures for direct logit attribution and patching (SEAL Fig. 4, patching heatmaps).
+
+Pure functions: a result table in, a plotly ``Figure`` out. Heatmaps use a diverging scale
+centred on zero so that helpful and harmful components read at a glance.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from interp_seal.analysis.logit_attribution import LogitAttribution
+
+DIVERGING = "RdBu"
+
+
+def _heatmap(grid: pd.DataFrame, *, zmid: float = 0.0, label: str = "value") -> go.Heatmap:
+    """A diverging heatmap of ``grid`` (index on y, columns on x)."""
+    return go.Heatmap(
+        z=grid.to_numpy(),
+        x=[str(c) for c in grid.columns],
+        y=[str(i) for i in grid.index],
+        colorscale=DIVERGING,
+        zmid=zmid,
+        reversescale=True,  # red = positive
+        colorbar={"title": {"text": label}},
+        hovertemplate="y=%{y}<br>x=%{x}<br>" + label + "=%{z:.4g}<extra></extra>",
+    )
+
+
+def _head_grid(rows: pd.DataFrame) -> pd.DataFrame:
+    """Layer x head grid of ``value`` (top layer first)."""
+    if rows.duplicated(["layer", "head"]).any():
+        raise ValueError("several rows per (layer, head): select one target or position first")
+    return rows.pivot(index="layer", columns="head", values="value").sort_index(ascending=False)
+
+
+def _position_grid(rows: pd.DataFrame) -> pd.DataFrame:
+    """Layer x position grid of ``value`` summed over heads (top layer first)."""
+    grid = rows.groupby(["layer", "position"])["value"].sum().unstack()
+    return grid.sort_index(ascending=False)
+
+
+def dla_figure(result: LogitAttribution, target: str | None = None) -> go.Figure:
+    """SEAL Fig. 4 for one target: heads (layer x head heatmap), then the embedding and each
+    layer's MLP (bars), with the model's logit in the title."""
+    targets = list(result.logits)
+    target = targets[0] if target is None else target
+    if target not in result.logits:
+        raise ValueError(f"unknown target {target!r}; this result has {targets}")
+    rows = result.table[result.table.target == target]
+    grid = _head_grid(rows[rows.component == "head"])
+    others = rows[rows.component != "head"]
+    names = [
+        c if pd.isna(layer) else f"{c} {layer}"
+        for c, layer in zip(others.component, others.layer, strict=True)
+    ]
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.6, 0.4],
+        subplot_titles=("attention heads", "embedding and MLPs"),
+        horizontal_spacing=0.12,
+    )
+    fig.add_trace(_heatmap(grid, label="direct effect"), row=1, col=1)
+    fig.add_trace(
+        go.Bar(x=names, y=others.value, marker_color="#495057", showlegend=False), row=1, col=2
+    )
+    fig.update_xaxes(title_text="head", row=1, col=1)
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    fig.update_yaxes(title_text="direct effect", row=1, col=2)
+    fig.update_layout(
+        title=(
+            f"Direct logit attribution ({result.variant}) of {target!r} at position "
+            f"{result.position}; model logit {result.logits[target]:.4g}"
+        )
+    )
+    return fig
+
+
+def patching_figure(table: pd.DataFrame, *, title: str = "Activation patching") -> go.Figure:
+    """Normalised patching effect: layer x head for whole-head patches, layer x position for
+    per-position head patches (summed over heads) and for the residual stream."""
+    head_all = table[(table.site == "head") & table.position.isna()]
+    head_pos = table[(table.site == "head") & table.position.notna()]
+    resid = table[table.site == "resid"]
+    panels = []
+    if not head_all.empty:
+        panels.append(("heads (all positions)", _head_grid(head_all), "head"))
+    if not head_pos.empty:
+        panels.append(("heads by position (sum over heads)", _position_grid(head_pos), "position"))
+    if not resid.empty:
+        panels.append(("residual stream", _position_grid(resid), "position"))
+    if not panels:
+        raise ValueError("the patching table is empty")
+    fig = make_subplots(
+        rows=len(panels), cols=1, subplot_titles=[p[0] for p in panels], vertical_spacing=0.12
+    )
+    for i, (_, grid, x_title) in enumerate(panels, start=1):
+        trace = _heatmap(grid, label="normalised LD")
+        trace.update(showscale=i == 1)
+        fig.add_trace(trace, row=i, col=1)
+        fig.update_xaxes(title_text=x_title, row=i, col=1)
+        fig.update_yaxes(title_text="layer", row=i, col=1)
+    fig.update_layout(title=title, height=320 * len(panels))
+    return fig
+
+
+def attribution_scatter(table: pd.DataFrame, spearman: dict[str, float]) -> go.Figure:
+    """Exact effect (x) against attribution patching (y) per head, one trace per method."""
+    fig = go.Figure()
+    for method, group in table.groupby("method", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=group.exact,
+                y=group.atp,
+                mode="markers",
+                name=f"{method} (Spearman {spearman[method]:.3f})",
+                text=[f"L{a}H{b}" for a, b in zip(group.layer, group["head"], strict=True)],
+                hovertemplate="%{text}<br>exact=%{x:.4g}<br>atp=%{y:.4g}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Attribution patching vs exact", xaxis_title="exact", yaxis_title="attribution"
+    )
+    return fig
