@@ -18,15 +18,23 @@ Each measurement runs in a fresh subprocess that loads the model (and, for tl, b
 bridge), then runs the capture once; its peak resident memory is the process's own
 ``getrusage(RUSAGE_SELF).ru_maxrss`` (tracemalloc cannot see torch's allocator). The same
 subprocess without the capture gives the baseline, and the reported memory is the difference:
-what the capture itself costs at that length. Time is the wall time of the capture call.
+what the capture itself costs at that length (for rows, that is mostly the model's own sdpa
+forward; the rows add a few MB). Subprocesses run with ``MALLOC_MMAP_THRESHOLD_=65536`` so that
+glibc serves large blocks by ``mmap`` and returns them on free: peak RSS then tracks the peak
+of live tensors instead of heap fragmentation (without it, the same forward measured 109 MB at
+8K and 255 MB at 16K; with it, 93 MB and 175 MB). Time is the wall time of the capture call.
 
 TransformerLens is only run where its patterns fit: a length is skipped (and said so) when the
 estimated need ``L*H*T^2*4`` bytes of cached patterns plus ``2*H*T^2*4`` for one layer's
-scores and softmax exceeds ``--tl-limit-gb`` (default 8; at 8K tokens the estimate is ~12.9
-GB). ``mem_ratio_8k`` then divides TL's 8K memory *extrapolated* from its measured lengths by
-a least-squares fit ``a*T^2 + b*T`` (the quadratic its patterns follow) by ours measured at 8K,
-and the RESULT line says ``tl_8k=extrapolated``; with a larger ``--tl-limit-gb`` the 8K run
-is measured (``tl_8k=measured``). Final line::
+scores and softmax exceeds ``--tl-limit-gb`` GiB (default 8; at 8K tokens the estimate is
+12 GiB, at 16K 48 GiB). ``mem_ratio_8k`` then divides TL's 8K memory *extrapolated* from its
+measured lengths by a least-squares fit ``a*T^2 + b*T`` (the quadratic its patterns follow) by
+ours measured at 8K, and the RESULT line says ``tl_8k=extrapolated``; with a larger
+``--tl-limit-gb`` the 8K run is measured (``tl_8k=measured``).
+
+Measured on the 2-core development machine, shared (``OMP_NUM_THREADS=1``, ~2.5 min):
+rows 31 / 52 / 94 / 177 MB at 2K / 4K / 8K / 16K; TL 699 / 2704 MB at 2K / 4K (1.3x its
+``L*H*T^2*4`` bytes of patterns), 10.6 GB extrapolated at 8K. Final line::
 
     RESULT attention_memory mem_ratio_8k=<TL / ours at 8K> growth_16k_over_8k=<ours 16K / 8K> ...
 """
@@ -113,7 +121,11 @@ def measure(model: str, method: str, length: int, threads: int) -> dict:
     for run in (0, 1):
         cmd = [sys.executable, __file__, "--worker", "--model", model, "--method", method,
                "--length", str(length), "--run", str(run), "--threads", str(threads)]  # fmt: skip
-        env = os.environ | {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+        env = os.environ | {
+            "OMP_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false",
+            "MALLOC_MMAP_THRESHOLD_": "65536",  # large blocks mmapped: RSS follows live memory
+        }
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{method} at {length} tokens failed:\n{done.stderr[-3000:]}")
@@ -163,7 +175,7 @@ def main() -> None:
                 f"{length:>7} {'rows':>6} {rows[length]['mb']:>12.1f} {rows[length]['seconds']:>9.3f}"
             )
             if tl_estimate_gb(length) > args.tl_limit_gb:
-                print(f"{length:>7} {'tl':>6}   skipped: needs ~{tl_estimate_gb(length):.1f} GB "
+                print(f"{length:>7} {'tl':>6}   skipped: needs ~{tl_estimate_gb(length):.1f} GiB "
                       f"> --tl-limit-gb {args.tl_limit_gb:g}")  # fmt: skip
                 continue
             tl[length] = measure(model, "tl", length, args.threads)

@@ -34,7 +34,7 @@ from interp_seal.cli import main
 from interp_seal.evaluation import teacher_force
 from interp_seal.interventions import ablate
 from interp_seal.models import load_model
-from interp_seal.tasks import jsonl, passages
+from interp_seal.tasks import jsonl, needle, passages
 from interp_seal.tasks.sample import Encoded, Sample
 from interp_seal.viz.passages import head_score_heatmap, masking_bars, passage_heatmap
 
@@ -391,3 +391,11 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
     assert main(["retrieval", "needle-scores", "--model", llama_checkpoint, "--samples",
                  str(data), "--out", str(tmp_path / "niah")]) == 2  # fmt: skip
     assert "no needle span" in capsys.readouterr().err
+    cfg = needle.NeedleConfig(context_lengths=(150,), depths=(0, 100), buffer=40)
+    jsonl.write_samples(
+        tmp_path / "niah.jsonl", needle.generate(cfg, load_model(llama_checkpoint).tokenizer)
+    )
+    assert main(["retrieval", "needle-scores", "--model", llama_checkpoint, "--samples",
+                 str(tmp_path / "niah.jsonl"), "--out", str(tmp_path / "niah")]) == 0  # fmt: skip
+    per_sample = pd.read_csv(tmp_path / "niah" / "per_sample_scores.csv")
+    assert sorted(set(per_sample["depth_percent"])) == [0, 100] and len(per_sample) == 2 * 8

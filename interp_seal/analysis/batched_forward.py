@@ -279,30 +279,31 @@ def _last_layer_at(
     layer_idx = spec.n_layers - 1
     layer, attn = handle.layers()[layer_idx], handle.attn(layer_idx)
     B, T, _ = hidden.shape
-    H, KV, D = spec.n_heads, spec.n_kv_heads, spec.d_head
+    H, KV, D, G = spec.n_heads, spec.n_kv_heads, spec.d_head, spec.group_size
+    Q = query.shape[1]
     x = layer.input_layernorm(hidden)
-    cos, sin = (t.expand(B, -1, -1) for t in kwargs["position_embeddings"])  # (row, pos, D)
-    q = handle.proj(layer_idx, "q_proj")(_at(x, query)).view(B, -1, H, D)
-    k = handle.proj(layer_idx, "k_proj")(x).view(B, T, KV, D)
+    cos, sin = kwargs["position_embeddings"]  # (1, pos, D): shared by every row
+    q = handle.proj(layer_idx, "q_proj")(_at(x, query)).view(B, Q, H, D).transpose(1, 2)
+    k = handle.proj(layer_idx, "k_proj")(x).view(B, T, KV, D).transpose(1, 2)
     v = handle.proj(layer_idx, "v_proj")(x).view(B, T, KV, D)
-    q = _rope(q, _at(cos, query), _at(sin, query))  # (row, answer, head, D)
-    k = _rope(k, cos, sin)
+    q = _rope(q, cos[0][query], sin[0][query])  # (row, head, answer, D)
+    k = _rope(k, cos, sin)  # (row, kv_head, pos, D)
     mask = kwargs.get("attention_mask")
     if mask is None:  # causal: query at position p sees keys 0..p
         allowed = torch.arange(T, device=query.device)[None, None] <= query[..., None]
     else:  # the model's own mask (e.g. a sliding window), rows at the query positions
-        allowed = _at(mask[:, 0].expand(B, -1, -1), query)
+        allowed = mask[0, 0][query]
+    # GQA without copying keys: the G query heads of one KV head become G x Q query rows
     z = F.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2).repeat_interleave(spec.group_size, dim=1),
-        v.transpose(1, 2).repeat_interleave(spec.group_size, dim=1),
-        attn_mask=allowed[:, None],
+        q.reshape(B, KV, G * Q, D),
+        k,
+        v.transpose(1, 2),
+        attn_mask=allowed[:, None, None].expand(B, 1, G, Q, T).reshape(B, 1, G * Q, T),
         scale=attn.scaling,
-    ).transpose(1, 2)  # (row, answer, head, D)
-    if (
-        stack is not None and layer_idx in stack.active_layers()
-    ):  # edit on a full-length buffer: uniform needs all v
-        full = hidden.new_zeros(B, T, H, D)
+    )
+    z = z.view(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
+    if stack is not None and layer_idx in stack.active_layers():
+        full = hidden.new_zeros(B, T, H, D)  # edit at full length: uniform needs every v
         full[torch.arange(B, device=query.device)[:, None], query] = z
         z = _at(stack.edit(layer_idx, full, v), query)
     resid = _at(hidden, query) + handle.proj(layer_idx, "o_proj")(z.flatten(-2))
@@ -315,10 +316,10 @@ def _mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:
 
 
 def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate-half RoPE on ``x`` ``(row, pos, head, D)`` with ``cos``/``sin`` ``(row, pos, D)``."""
+    """Rotate-half RoPE on ``x`` ``(row, head, pos, D)``; ``cos``/``sin`` ``(row or 1, pos, D)``."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, :, None] + rotated * sin[:, :, None]
+    return x * cos[:, None] + rotated * sin[:, None]
 
 
 def _at(x: Tensor, index: Int[Tensor, "row answer"]) -> Tensor:
