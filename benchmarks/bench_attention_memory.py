@@ -58,31 +58,19 @@ MB = 2**20
 
 def build_checkpoint(path: Path) -> str:
     """A random 4-layer, 8-head GQA Llama with a 16K window and a small word-level tokenizer."""
-    import torch
-    import transformers
-
+    from interp_seal.models.random_checkpoint import save_random_checkpoint
     from interp_seal.organism.tokenizer import build_tokenizer
 
-    tok = build_tokenizer(["the quick brown fox jumps over the lazy dog"])
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=N_HEADS * D_HEAD,
-        intermediate_size=2 * N_HEADS * D_HEAD,
-        num_hidden_layers=N_LAYERS,
-        num_attention_heads=N_HEADS,
-        num_key_value_heads=N_KV_HEADS,
-        head_dim=D_HEAD,
-        max_position_embeddings=16384,
-        tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        architectures=["LlamaForCausalLM"],
+    return save_random_checkpoint(
+        path,
+        "llama",
+        tokenizer=build_tokenizer(["the quick brown fox jumps over the lazy dog"]),
+        n_layers=N_LAYERS,
+        n_heads=N_HEADS,
+        n_kv_heads=N_KV_HEADS,
+        d_head=D_HEAD,
+        max_positions=max(LENGTHS),
     )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 def worker(args: argparse.Namespace) -> None:

@@ -5,8 +5,7 @@ Command (from the repository root; under a minute on one CPU thread)::
     OMP_NUM_THREADS=1 python benchmarks/bench_attribution_patching.py
 
 Uses the bundled model organism when ``interp_seal/organism/checkpoint/config.json`` exists,
-else a random GQA Llama with 4 layers and 8 heads (``tests/conftest.py``'s
-``build_checkpoint``) in a temporary directory. For ``--n`` LongEval records of ``--lines``
+else a random GQA Llama with 4 layers and 8 heads (``benchmarks/common.py``) in a temporary directory. For ``--n`` LongEval records of ``--lines``
 lines it builds clean/corrupted pairs (``--corrupt``, default ``key``: ask for another line)
 and times, in CPU seconds of this process:
 
@@ -37,13 +36,12 @@ over all heads and averaged over pairs. Final line::
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+from common import benchmark_model
 from scipy.stats import spearmanr
 
 from interp_seal.analysis.attribution_patching import (
@@ -52,21 +50,7 @@ from interp_seal.analysis.attribution_patching import (
     attribution_patch_heads,
 )
 from interp_seal.analysis.patching import head_patches, line_retrieval_pair, patch, patch_heads
-from interp_seal.models import load_model
-from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.tasks import line_retrieval as lr
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load(tmp: str):
-    if (ORGANISM_DIR / "config.json").exists():
-        return load_model("organism"), "organism"
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import build_checkpoint
-
-    path = build_checkpoint(Path(tmp) / "random", "llama", n_layers=4, n_heads=8, d_head=16)
-    return load_model(path), "random-llama-4x8-gqa"
 
 
 def timed(fn, *args, **kwargs):
@@ -93,7 +77,7 @@ def main() -> None:
     )
     rho_patch, rho_ablate, rho_pos, tokens = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        handle, model_name = load(tmp)
+        handle, model_name = benchmark_model(tmp, d_head=16)
         samples = lr.generate(lr.LineRetrievalConfig(num_lines=args.lines), args.n, seed=0)
         for i, sample in enumerate(samples):
             pair = line_retrieval_pair(sample, handle.tokenizer, corrupt=args.corrupt, seed=i)

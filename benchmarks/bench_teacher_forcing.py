@@ -28,53 +28,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import torch
-import transformers
+from common import benchmark_model
 
 from interp_seal.evaluation import teacher_force
-from interp_seal.models import ModelHandle, load_model
-from interp_seal.models.load import ORGANISM_DIR
-from interp_seal.organism.tokenizer import build_tokenizer
+from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
-
-
-def random_checkpoint(path: Path) -> str:
-    """A random Llama of the organism's geometry (4 layers, 8 heads, 2 KV heads, d_head 32)."""
-    keys = [f" {a}-{n}" for a in line_retrieval.ADJECTIVES for n in line_retrieval.NOUNS]
-    corpus = [
-        s.prompt + s.answer
-        for s in line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=3), 2)
-    ]
-    tok = build_tokenizer(corpus, extra=keys)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        architectures=["LlamaForCausalLM"],
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():  # peaked next-token distributions: no near-ties between argmaxes
-        for name, param in model.named_parameters():
-            param.copy_(
-                1 + 0.3 * torch.randn_like(param)
-                if "norm" in name
-                else 0.1 * torch.randn_like(param)
-            )
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 def greedy_exact_match(handle: ModelHandle, samples) -> tuple[list[bool], list[list[int]]]:
@@ -108,10 +68,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
-        if (ORGANISM_DIR / "config.json").exists():
-            name, handle = "organism", load_model("organism")
-        else:
-            name, handle = "random-4L8H", load_model(random_checkpoint(Path(tmp)))
+        handle, name = benchmark_model(tmp)
         samples = [
             sample
             for num_lines in args.lines

@@ -5,9 +5,8 @@ Command (from the repository root; under a minute on one CPU thread)::
     OMP_NUM_THREADS=1 python benchmarks/bench_tuning.py --threads 1
 
 Uses the bundled model organism when ``interp_seal/organism/checkpoint/config.json`` exists,
-else a random GQA Llama with 4 layers, 8 heads and d_head 32 (``tests/conftest.py``'s
-``build_checkpoint``) in a temporary directory. On one LongEval record of ``--lines`` lines it
-measures, as the median wall time over ``--reps`` interleaved repetitions (interleaving keeps
+else a random GQA Llama with 4 layers, 8 heads and d_head 32 (``benchmarks/common.py``) in a
+temporary directory. On one LongEval record of ``--lines`` lines it measures, as the median wall time over ``--reps`` interleaved repetitions (interleaving keeps
 load from other processes from favouring one side):
 
 - ``merged_overhead``: a forward of the model with random SEAL-C scales merged into ``o_proj``
@@ -29,31 +28,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
+from common import benchmark_model
 
-from interp_seal.models import load_model
-from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.data import answer_loss, collate, encode_samples, pad_id_of
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.seal import SealTuner
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _model(tmp: str):
-    if (ORGANISM_DIR / "config.json").exists():
-        return load_model("organism"), "organism"
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import build_checkpoint
-
-    path = build_checkpoint(Path(tmp) / "random", "llama", n_layers=4, n_heads=8, d_head=32)
-    return load_model(path), "random llama (4 layers, 8 heads, d_head 32)"
 
 
 def _median_pair(first, second, reps: int) -> tuple[float, float]:
@@ -79,7 +63,7 @@ def main() -> None:
     torch.manual_seed(0)
 
     with tempfile.TemporaryDirectory() as tmp:
-        handle, name = _model(tmp)
+        handle, name = benchmark_model(tmp)
         sample = generate(LineRetrievalConfig(num_lines=args.lines), 1, seed=0)
         batch = collate(encode_samples(sample, handle.tokenizer), pad_id_of(handle.tokenizer))
         ids = batch.input_ids

@@ -16,19 +16,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import transformers  # noqa: E402
 
-from interp_seal.organism.tokenizer import build_tokenizer  # noqa: E402
-from interp_seal.tasks import line_retrieval  # noqa: E402
+from interp_seal.models.random_checkpoint import save_random_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 
-# (config class, extra kwargs) per family; n_kv_heads < n_heads exercises GQA
-FAMILY_CONFIGS = {
-    "llama": (transformers.LlamaConfig, {"num_key_value_heads": 2}),
-    "mistral": (transformers.MistralConfig, {"num_key_value_heads": 2, "sliding_window": None}),
-    "qwen2": (transformers.Qwen2Config, {"num_key_value_heads": 4}),  # plain multi-head
-}
+FAMILIES = ("llama", "mistral", "qwen2")
 
 
 @pytest.fixture(autouse=True)
@@ -43,52 +36,17 @@ def _no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-def tiny_tokenizer():
-    """A word-level tokenizer covering the line-retrieval format (all adjective-noun indices)."""
-    samples = line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=3), 2)
-    keys = [f" {a}-{n}" for a in line_retrieval.ADJECTIVES for n in line_retrieval.NOUNS]
-    return build_tokenizer([s.prompt + s.answer for s in samples], extra=keys)
+def build_checkpoint(path, family: str = "llama", **kwargs) -> str:
+    """A tiny random checkpoint: llama and mistral with GQA (2 KV heads), qwen2 multi-head."""
+    n_heads = kwargs.pop("n_heads", 4)
+    n_kv_heads = n_heads if family == "qwen2" else 2
+    return save_random_checkpoint(path, family, n_heads=n_heads, n_kv_heads=n_kv_heads, **kwargs)
 
 
-def build_checkpoint(path, family: str = "llama", *, seed: int = 0, n_layers: int = 2,
-                     n_heads: int = 4, d_head: int = 16) -> str:
-    """Save a random tiny checkpoint of ``family`` with its tokenizer to ``path``."""
-    config_cls, extra = FAMILY_CONFIGS[family]
-    tok = tiny_tokenizer()
-    config = config_cls(
-        vocab_size=len(tok),
-        hidden_size=n_heads * d_head,
-        intermediate_size=2 * n_heads * d_head,
-        num_hidden_layers=n_layers,
-        num_attention_heads=n_heads,
-        head_dim=d_head,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        **extra,
-    )
-    config.architectures = [config_cls.__name__.replace("Config", "ForCausalLM")]
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.copy_(1 + 0.3 * torch.randn_like(param))
-            elif name.endswith("bias"):
-                param.normal_(0, 0.1)
-            else:
-                param.normal_(0, 0.15)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture(scope="session", params=sorted(FAMILY_CONFIGS))
+@pytest.fixture(scope="session", params=FAMILIES)
 def family_checkpoint(request, tmp_path_factory):
     """A tiny random checkpoint directory of each supported family (llama and mistral use GQA)."""
-    seed = sorted(FAMILY_CONFIGS).index(request.param)  # distinct weights per family
+    seed = FAMILIES.index(request.param)  # distinct weights per family
     return build_checkpoint(tmp_path_factory.mktemp(request.param), request.param, seed=seed)
 
 

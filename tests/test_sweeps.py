@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import build_checkpoint
+
 from interp_seal.analysis.batched_forward import AnswerBatch, clean_run, run_from_layer
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_of, quadrant_scale_table
 from interp_seal.analysis.sweeps import (
@@ -88,8 +88,14 @@ def naive_table(handle, samples_by_length, units: dict) -> pd.DataFrame:
     for key, iv in {None: None, **units}.items():
         for length, samples in samples_by_length.items():
             exact, logprob = naive_scores(handle, samples, iv)
-            rows.append({"key": key, "length": length, "exact_match": np.mean(exact),
-                         "answer_logprob": np.mean(logprob)})  # fmt: skip
+            rows.append(
+                {
+                    "key": key,
+                    "length": length,
+                    "exact_match": np.mean(exact),
+                    "answer_logprob": np.mean(logprob),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -103,7 +109,9 @@ def assert_matches_naive(table: pd.DataFrame, naive: pd.DataFrame, keys: list) -
             assert got.loc["exact_match", "value"] == ref.exact_match
             assert got.loc["exact_match", "baseline"] == base.exact_match
             assert got.loc["answer_logprob", "value"] == pytest.approx(ref.answer_logprob, abs=1e-5)
-            assert got.loc["answer_logprob", "baseline"] == pytest.approx(base.answer_logprob, abs=1e-5)
+            assert got.loc["answer_logprob", "baseline"] == pytest.approx(
+                base.answer_logprob, abs=1e-5
+            )
             assert got.loc["exact_match", "delta"] == ref.exact_match - base.exact_match
 
 
@@ -175,8 +183,15 @@ def test_head_sweep_matches_naive_loop(handle, mode):
     samples = samples_for(handle)
     table = head_sweep(handle, samples, mode=mode, options=QUIET)
     assert list(table.columns) == [
-        "layer", "head", "channel", "length", "metric", "value", "baseline", "delta"
-    ]  # fmt: skip
+        "layer",
+        "head",
+        "channel",
+        "length",
+        "metric",
+        "value",
+        "baseline",
+        "delta",
+    ]
     assert len(table) == handle.spec.n_layers * handle.spec.n_heads * 2 * 2
     assert table.channel.isna().all()
     heads = [(lay, h) for lay in range(handle.spec.n_layers) for h in range(handle.spec.n_heads)]
@@ -192,12 +207,21 @@ def test_channel_sweep_matches_naive_loop(handle):
     samples = samples_for(handle)
     heads, channels = [(0, 1), (2, 3)], [0, 5, 15]
     mean_z = mean_head_outputs(handle, samples[3])
-    table = channel_sweep(handle, samples, heads=heads, channels=channels, mode="mean",
-                          mean_z=mean_z, options=QUIET)  # fmt: skip
+    table = channel_sweep(
+        handle, samples, heads=heads, channels=channels, mode="mean", mean_z=mean_z, options=QUIET
+    )
     keys = [(lay, h, c) for lay, h in heads for c in channels]
-    naive = naive_table(handle, samples, {k: ablate(handle.spec, [k], "mean", mean_z=mean_z) for k in keys})
-    table["key"] = list(zip(table.layer.astype(int), table["head"].astype(int),
-                            table.channel.astype(int), strict=True))  # fmt: skip
+    naive = naive_table(
+        handle, samples, {k: ablate(handle.spec, [k], "mean", mean_z=mean_z) for k in keys}
+    )
+    table["key"] = list(
+        zip(
+            table.layer.astype(int),
+            table["head"].astype(int),
+            table.channel.astype(int),
+            strict=True,
+        )
+    )
     assert_matches_naive(table, naive, keys)
 
 
@@ -209,7 +233,9 @@ def test_scale_table_sweep_matches_naive_loop(handle):
         "nothing": {},
     }
     table = scale_table_sweep(handle, samples, tables, options=QUIET)
-    naive = naive_table(handle, samples, {k: scale_table(handle.spec, t) for k, t in tables.items()})
+    naive = naive_table(
+        handle, samples, {k: scale_table(handle.spec, t) for k, t in tables.items()}
+    )
     table["key"] = table["table"]
     assert_matches_naive(table, naive, list(tables))
     assert (table[table.table == "nothing"].delta == 0).all()
@@ -217,8 +243,12 @@ def test_scale_table_sweep_matches_naive_loop(handle):
 
 def test_sweep_results_do_not_depend_on_batching(handle):
     samples = samples_for(handle)
-    a = head_sweep(handle, samples, options=SweepOptions(progress=False, batch_rows=1, batch_samples=1))
-    b = head_sweep(handle, samples, options=SweepOptions(progress=False, batch_rows=64, batch_samples=8))
+    a = head_sweep(
+        handle, samples, options=SweepOptions(progress=False, batch_rows=1, batch_samples=1)
+    )
+    b = head_sweep(
+        handle, samples, options=SweepOptions(progress=False, batch_rows=64, batch_samples=8)
+    )
     pd.testing.assert_frame_equal(a, b, atol=1e-5, rtol=0)
 
 
@@ -246,8 +276,9 @@ def test_sweep_resumes_after_interruption(handle, tmp_path):
     with pytest.raises(Interrupt):
         head_sweep(handle, samples, options=options, on_progress=stop_after(3, first))
     total = first[-1][1]
-    records = (tmp_path / "records.jsonl").read_text().splitlines()
-    assert len(records) == len({(json.loads(r)["length"], json.loads(r)["sample"], json.loads(r)["unit"]) for r in records})
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    keys = {(r["length"], r["sample"], r["unit"]) for r in records}
+    assert len(keys) == len(records) > 0  # the 3 finished forwards, each record once
     with (tmp_path / "records.jsonl").open("a") as f:
         f.write('{"length": 3, "sam')  # a line cut short by the kill
     second: list = []
@@ -292,15 +323,40 @@ def test_bad_sweep_inputs_are_refused(handle):
 
 def hand_table() -> pd.DataFrame:
     """Five heads with known deltas at lengths 10 (mid) and 30 (long)."""
-    deltas = {(0, 0): (0.2, 0.1), (0, 1): (-0.1, 0.3), (1, 0): (-0.2, -0.4), (1, 1): (0.1, -0.1),
-              (2, 0): (0.0, 0.5)}  # fmt: skip
+    deltas = {
+        (0, 0): (0.2, 0.1),
+        (0, 1): (-0.1, 0.3),
+        (1, 0): (-0.2, -0.4),
+        (1, 1): (0.1, -0.1),
+        (2, 0): (0.0, 0.5),
+    }
     rows = []
     for (layer, head), (mid, long) in deltas.items():
         for length, d in ((10, mid), (30, long)):
-            rows.append({"layer": layer, "head": head, "channel": pd.NA, "length": length,
-                         "metric": "exact_match", "value": 0.5 + d, "baseline": 0.5, "delta": d})  # fmt: skip
-            rows.append({"layer": layer, "head": head, "channel": pd.NA, "length": length,
-                         "metric": "answer_logprob", "value": -1.0, "baseline": -1.0, "delta": 0.0})  # fmt: skip
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "channel": pd.NA,
+                    "length": length,
+                    "metric": "exact_match",
+                    "value": 0.5 + d,
+                    "baseline": 0.5,
+                    "delta": d,
+                }
+            )
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "channel": pd.NA,
+                    "length": length,
+                    "metric": "answer_logprob",
+                    "value": -1.0,
+                    "baseline": -1.0,
+                    "delta": 0.0,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -342,12 +398,27 @@ def test_figures_carry_the_deltas():
 
 def test_cli_head_and_channel_sweeps(tmp_path, llama_checkpoint, capsys):
     out = tmp_path / "heads"
-    argv = ["analysis", "head-sweep", "--model", llama_checkpoint, "--lengths", "2", "4",
-            "--n", "2", "--out", str(out), "--threads", "1"]  # fmt: skip
+    argv = [
+        "analysis",
+        "head-sweep",
+        "--model",
+        llama_checkpoint,
+        "--lengths",
+        "2",
+        "4",
+        "--n",
+        "2",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 0
     table = pd.read_csv(out / "results.csv")
     assert len(table) == 2 * 4 * 2 * 2  # 2 layers x 4 heads x 2 lengths x 2 metrics
-    assert {"head_deltas.html", "quadrants.html", "quadrants.csv"} <= {p.name for p in out.iterdir()}
+    assert {"head_deltas.html", "quadrants.html", "quadrants.csv"} <= {
+        p.name for p in out.iterdir()
+    }
     assert "Pearson r" in capsys.readouterr().out
     assert main(argv) == 2  # the output is taken: needs --resume
     assert "pass resume=True (--resume)" in capsys.readouterr().err
@@ -356,8 +427,33 @@ def test_cli_head_and_channel_sweeps(tmp_path, llama_checkpoint, capsys):
     assert main([*argv, "--resume", "--mode", "uniform"]) == 2
     assert "mode: 'zero' -> 'uniform'" in capsys.readouterr().err
     out = tmp_path / "channels"
-    assert main(["analysis", "channel-sweep", "--model", llama_checkpoint, "--heads", "1.2",
-                 "--channels", "0", "7", "--lengths", "3", "--n", "2", "--mode", "scale",
-                 "--factor", "2", "--out", str(out), "--format", "parquet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "analysis",
+                "channel-sweep",
+                "--model",
+                llama_checkpoint,
+                "--heads",
+                "1.2",
+                "--channels",
+                "0",
+                "7",
+                "--lengths",
+                "3",
+                "--n",
+                "2",
+                "--mode",
+                "scale",
+                "--factor",
+                "2",
+                "--out",
+                str(out),
+                "--format",
+                "parquet",
+            ]
+        )
+        == 0
+    )
     table = pd.read_parquet(out / "results.parquet")
     assert table.channel.tolist() == [0, 0, 7, 7] and (out / "channel_map.html").exists()

@@ -8,14 +8,22 @@ single-channel edits on the same prompts. Run naively, each edit costs a full fo
    (the ``o_proj`` input) leaves every layer below ``l`` and layer ``l``'s own attention
    untouched. The clean run caches, at each layer ``l``, the residual stream entering it, its
    head outputs ``z`` and its value vectors; an edited forward starts at ``l``'s ``o_proj``:
-   ``resid_mid = resid_l + o_proj(edit(z_l))``, then ``l``'s MLP, then the layers above.
+   ``resid_mid = resid_l + o_proj(edit(z_l))``, then ``l``'s MLP, then the layers above (the
+   model's own decoder layers, with the edits of any later layer hooked in).
 2. **The last layer is needed only at answer positions.** Greedy exact match and the answer's
    log-probability read the logits at the positions that predict answer tokens (a handful per
    prompt). The last layer's keys and values still need every position, but its queries,
    ``o_proj``, MLP, final norm and unembedding run on those few positions only. Attention is
-   computed for those query rows (``Q x T`` scores, never ``T x T``).
+   computed for those query rows (``Q x T`` scores, never ``T x T``). The clean run stops the
+   model's forward at the last layer's input and finishes the same way.
 3. **Edits batch.** Each block of ``S`` rows (one per sample) carries its own
    ``HeadIntervention`` (``RowStack``), so the edits of all heads of a layer share one forward.
+
+What remains is the work an exact answer needs: an edit of layer ``l`` runs ``l``'s MLP, the
+``L - 2 - l`` full layers in between and the last layer's keys and values. On a 4-layer model
+that is 0.75 full layers per head on average instead of 4 plus the ``T x vocab`` unembedding
+(``benchmarks/bench_sweep.py`` measures about 4x on one CPU thread). In deep models the edits
+skip half the layers on average (about 2x), on top of the unembedding saving.
 
 Everything the decoder layers need besides the hidden state (rotary ``position_embeddings``,
 ``position_ids``, the causal mask) is captured from the model's own clean forward with layer
@@ -86,7 +94,8 @@ class AnswerBatch:
         iff the argmax at every answer position is the answer token.
         """
         reps = logits.shape[0] // len(self)
-        target, valid = self.target.repeat(reps, 1), self.valid.repeat(reps, 1)
+        target = self.target.repeat(reps, 1).to(logits.device)
+        valid = self.valid.repeat(reps, 1).to(logits.device)
         logits = logits.float()
         logprob = logits.log_softmax(-1).gather(-1, target[..., None])[..., 0]
         exact = ((logits.argmax(-1) == target) | ~valid).all(-1)
@@ -97,9 +106,10 @@ class AnswerBatch:
 class RowStack:
     """Several interventions side by side: rows ``[a*rows, (a+1)*rows)`` run ``ivs[a]``.
 
-    Quacks like ``HeadIntervention`` where ``hf_hooks`` needs it (``check_model``,
-    ``active_layers``, ``uses_values``, ``edit``), so every ablation mode of the primitive batches, including mean
-    ablation (per-head offsets) and uniform attention (per-head value running means).
+    Each block is edited by its own ``HeadIntervention.edit``, so every ablation mode of the
+    primitive batches (mean ablation's per-head offsets and uniform attention's value running
+    means included), not only scale tables. Quacks like ``HeadIntervention`` where ``hf_hooks``
+    needs it (``check_model``, ``active_layers``, ``uses_values``, ``edit``).
     """
 
     ivs: tuple[HeadIntervention, ...]
@@ -141,11 +151,12 @@ class CleanRun:
 
     Attributes:
         batch: the samples.
-        resid: residual stream entering layer ``l`` ``(sample, pos, d_model)``, per cached layer.
-        z: head outputs (``o_proj`` input) of layer ``l``, per start layer.
-        v: value vectors of layer ``l``, per start layer (for uniform attention).
-        layer_kwargs: the keyword arguments the model passed to each decoder layer.
-        logits: clean logits at the answer positions.
+        resid: residual stream entering layer ``l`` ``(sample, pos, d_model)``, for every layer
+            from the lowest start layer up to the last.
+        z: head outputs (``o_proj`` input) of layer ``l``, per start layer below the last.
+        v: value vectors of layer ``l``, per start layer below the last (uniform attention).
+        layer_kwargs: the keyword arguments the model passed to each of those decoder layers.
+        logits: clean logits at the answer positions ``(sample, answer, vocab)``.
     """
 
     batch: AnswerBatch

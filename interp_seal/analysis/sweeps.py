@@ -61,15 +61,16 @@ class SweepOptions:
     Attributes:
         out: directory for incremental results and the manifest; None keeps them in memory.
         resume: continue the sweep already in ``out`` (it must have the same arguments).
-        batch_rows: most rows (edits x samples) in one edited forward.
+        batch_rows: most rows (edits x samples) in one edited forward. The default suits a
+            CPU (small batches stay in cache); raise it on a GPU.
         batch_samples: samples per clean forward (and per block of rows).
         progress: show a tqdm progress bar over forwards.
     """
 
     out: str | Path | None = None
     resume: bool = False
-    batch_rows: int = 64
-    batch_samples: int = 8
+    batch_rows: int = 8
+    batch_samples: int = 4
     progress: bool = True
 
     def __post_init__(self):
@@ -137,7 +138,7 @@ def run_sweep(
         raise ValueError("a sweep needs at least one unit (head, channel or scale table)")
     if not samples or any(len(batch) == 0 for batch in samples.values()):
         raise ValueError("give at least one sample for every length: {length: [samples]}")
-    encoded = {length: encode_samples(handle, batch) for length, batch in samples.items()}
+    encoded = {int(length): encode_samples(handle, batch) for length, batch in samples.items()}
     store = None
     done: dict = {}
     if options.out is not None:
@@ -160,13 +161,14 @@ def run_sweep(
         def save(length: int, chunk: tuple[int, ...], unit_ids, exact, logprob) -> None:
             """Record rows ``a * len(chunk) + i`` as sample ``chunk[i]`` under ``unit_ids[a]``."""
             nonlocal finished
+            exact, logprob = exact.tolist(), logprob.tolist()
             records = [
                 {
                     "length": length,
                     "sample": s,
                     "unit": u,
-                    "exact_match": bool(exact[a * len(chunk) + i]),
-                    "answer_logprob": float(logprob[a * len(chunk) + i]),
+                    "exact_match": exact[a * len(chunk) + i],
+                    "answer_logprob": logprob[a * len(chunk) + i],
                 }
                 for a, u in enumerate(unit_ids)
                 for i, s in enumerate(chunk)

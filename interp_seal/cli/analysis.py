@@ -61,8 +61,10 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
     parser.add_argument("--format", choices=("csv", "parquet"), default="csv")
-    parser.add_argument("--batch-rows", type=int, default=64, help="rows per edited forward")
-    parser.add_argument("--batch-samples", type=int, default=8, help="records per clean forward")
+    parser.add_argument(
+        "--batch-rows", type=int, default=8, help="rows per edited forward (raise on a GPU)"
+    )
+    parser.add_argument("--batch-samples", type=int, default=4, help="records per clean forward")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
 
 

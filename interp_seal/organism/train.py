@@ -89,6 +89,8 @@ class OrganismConfig:
         p_repeat: probability that a batch is repeated random sequences, until the curriculum
             reaches the full format; ``p_repeat_final`` after.
         repeat_len: range of the random half's length.
+        repeat_keys: draw repeat tokens from the digits and ``repeat_keys`` evenly spaced line
+            indices only (``None``: all of them).
         p_current_level: probability that a line batch uses the current curriculum level.
         advance_acc: running first-digit accuracy that advances the level.
         ema: decay of the running accuracies.
@@ -123,6 +125,7 @@ class OrganismConfig:
     p_repeat: float = 0.5
     p_repeat_final: float = 0.2
     repeat_len: tuple[int, int] = (24, 48)
+    repeat_keys: int | None = None
     p_current_level: float = 0.7
     advance_acc: float = 0.7
     ema: float = 0.9
@@ -269,7 +272,8 @@ def repeat_batch(cfg: OrganismConfig, tokenizer, rng: random.Random) -> Batch:
     """Random sequences of digit and key tokens repeated once; loss on the repeat."""
     vocab = tokenizer.get_vocab()
     pool = sorted({vocab[d] for d in "0123456789"} | {vocab[" " + d] for d in "0123456789"})
-    pool += [vocab[" " + k] for k in KEYS]
+    stride = len(KEYS) // cfg.repeat_keys if cfg.repeat_keys else 1
+    pool += [vocab[" " + k] for k in KEYS[::stride]]
     half = rng.randint(*cfg.repeat_len)
     n = max(1, cfg.tokens_per_step // (2 * half + 1))
     seqs = [[rng.choice(pool) for _ in range(half)] for _ in range(n)]

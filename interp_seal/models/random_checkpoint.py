@@ -1,0 +1,85 @@
+"""Random checkpoints of each supported family, saved like any hub model.
+
+Useful to test a pipeline end to end without a trained model: the checkpoint is a real
+``save_pretrained`` directory (config + safetensors + ``tokenizer.json``) that ``load_model``
+reads through the same path as a hub model. RMSNorm weights are ``1 + 0.3 * randn`` (all-ones
+norms hide direct-logit-attribution bugs) and other weights ``std * randn``, so next-token
+distributions are peaked and argmaxes rarely tie.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+from interp_seal.models.spec import FAMILIES
+from interp_seal.organism.tokenizer import build_tokenizer
+from interp_seal.tasks import line_retrieval
+
+CONFIG_CLASSES = {
+    "llama": transformers.LlamaConfig,
+    "mistral": transformers.MistralConfig,
+    "qwen2": transformers.Qwen2Config,
+}
+
+
+def line_retrieval_tokenizer():
+    """A word-level tokenizer covering the LongEval format with every adjective-noun index."""
+    samples = line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=3), 2)
+    keys = [f" {a}-{n}" for a in line_retrieval.ADJECTIVES for n in line_retrieval.NOUNS]
+    return build_tokenizer([s.prompt + s.answer for s in samples], extra=keys)
+
+
+def save_random_checkpoint(
+    path: str | Path,
+    family: str = "llama",
+    *,
+    tokenizer=None,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int | None = None,
+    d_head: int = 16,
+    max_positions: int = 2048,
+    seed: int = 0,
+    std: float = 0.15,
+) -> str:
+    """Save a random ``family`` checkpoint with ``tokenizer`` (default: line retrieval) to ``path``.
+
+    ``n_kv_heads`` defaults to ``n_heads // 2`` (GQA); pass ``n_heads`` for plain multi-head.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
+    tok = tokenizer if tokenizer is not None else line_retrieval_tokenizer()
+    config_cls = CONFIG_CLASSES[family]
+    config = config_cls(
+        vocab_size=len(tok),
+        hidden_size=n_heads * d_head,
+        intermediate_size=2 * n_heads * d_head,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads or max(1, n_heads // 2),
+        head_dim=d_head,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    config.architectures = [config_cls.__name__.replace("Config", "ForCausalLM")]
+    if family == "mistral":
+        config.sliding_window = None
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(1 + 0.3 * torch.randn_like(param))
+            elif name.endswith("bias"):
+                param.normal_(0, 0.1)
+            else:
+                param.normal_(0, std)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
