@@ -34,27 +34,12 @@ import time
 from pathlib import Path
 
 import torch
+from common import benchmark_model
 
 from interp_seal.analysis.batched_forward import AnswerBatch
 from interp_seal.analysis.sweeps import SweepOptions, all_heads, head_sweep
 from interp_seal.interventions import ablate, hf_logits
-from interp_seal.models import load_model
-from interp_seal.models.load import ORGANISM_DIR
-from interp_seal.models.random_checkpoint import line_retrieval_tokenizer
-from interp_seal.organism.train import OrganismConfig, build_model
 from interp_seal.tasks import line_retrieval as lr
-
-
-def load(tmp: str):
-    """The organism, else a freshly initialised model of its geometry (``OrganismConfig``)."""
-    if (ORGANISM_DIR / "config.json").exists():
-        return load_model("organism"), "organism"
-    tokenizer = line_retrieval_tokenizer()
-    model = build_model(OrganismConfig(), len(tokenizer), tokenizer)
-    model.config.architectures = ["LlamaForCausalLM"]
-    model.save_pretrained(Path(tmp) / "random")
-    tokenizer.save_pretrained(Path(tmp) / "random")
-    return load_model(Path(tmp) / "random"), "random-organism-geometry"
 
 
 def naive_sweep(handle, samples: dict) -> dict:
@@ -94,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        handle, model_name = load(tmp)
+        handle, model_name = benchmark_model(tmp)
         samples = {
             n: lr.generate(lr.LineRetrievalConfig(num_lines=n), args.n, seed=0)
             for n in args.lengths
