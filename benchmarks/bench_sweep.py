@@ -5,9 +5,9 @@ Command (from the repository root; about a minute on one CPU thread)::
     OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py
 
 Uses the bundled model organism when ``interp_seal/organism/checkpoint/config.json`` exists,
-else a freshly initialised Llama of the organism's geometry (4 layers, 8 heads, 2 KV heads,
-``d_head`` 32, ``OrganismConfig`` defaults) in a temporary directory. On the same LongEval records (``--n`` per length, ``--lengths`` lines)
-it runs the sweep twice:
+else a random Llama of the organism's geometry (4 layers, 8 heads, 2 KV heads; see
+``benchmarks/common.py``) in a temporary directory. On the same LongEval records (``--n`` per
+length, ``--lengths`` lines) it runs the sweep twice:
 
 - naive: for every length, one ``hf_logits`` forward over the right-padded records for the
   baseline and one per head with that head zeroed (full model, full ``T x vocab``
