@@ -69,7 +69,9 @@ def load_config(name_or_path: str | Path, *, trust_remote_code: bool = False):
                 "remote code silently. Pass trust_remote_code=True if you trust it (it must still "
                 "be a supported family)."
             ) from err
-        raise UnsupportedModelError(f"cannot read a model config from {name_or_path!r}: {err}") from err
+        raise UnsupportedModelError(
+            f"cannot read a model config from {name_or_path!r}: {err}"
+        ) from err
     except OSError as err:
         raise ModelNotFoundError(
             f"model {name_or_path!r} not found: it is not a local checkpoint directory, not the "

@@ -13,7 +13,11 @@ neither gets a gradient without the other, so loss sits at chance for thousands 
 1. **Repeated random sequences.** Half the batches are random token sequences repeated once,
    with loss on the repeat. Copying them needs an induction head (previous-token head + a head
    that attends to the token after the earlier occurrence of the current token): the same
-   two-head circuit that line retrieval needs, with a key-to-value gap of one token.
+   two-head circuit that line retrieval needs, with a key-to-value gap of one token. The
+   sequences must be *short* for this 4-layer model: with 24-48-token halves (the 2-layer
+   recipe of ORGANISM.md) repeat loss stayed at chance for 2,000 steps; with 6-12-token halves
+   it fell from 6.1 to 3.1 nats within 250 steps (attention spread over fewer positions gives
+   the matching head a stronger gradient).
 2. **A gap curriculum.** Line data starts as pure associative recall (``happy-tiger 45041.``,
    question ``happy-tiger``), then the distance between a line's key and its first digit grows
    one format at a time up to the exact LongEval format. A batch uses the current level with
@@ -114,7 +118,7 @@ class OrganismConfig:
     rope_theta: float = 10000.0
     max_positions: int = 4096
     init_std: float = 0.02
-    steps: int = 4000
+    steps: int = 3000
     lr: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.01
@@ -124,8 +128,8 @@ class OrganismConfig:
     tokens_per_step: int = 4096
     p_repeat: float = 0.5
     p_repeat_final: float = 0.2
-    repeat_len: tuple[int, int] = (24, 48)
-    repeat_keys: int | None = None
+    repeat_len: tuple[int, int] = (6, 16)
+    repeat_keys: int | None = 400
     p_current_level: float = 0.7
     advance_acc: float = 0.7
     ema: float = 0.9
