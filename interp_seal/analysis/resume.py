@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from interp_seal.analysis.records import append_records, read_records
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded
@@ -90,31 +90,14 @@ class SweepStore:
 
     def load(self) -> dict[RecordKey, dict]:
         """Finished records by (length, sample, unit); drops a last line cut short by a kill."""
-        path = self.out / RECORDS
-        if not path.exists():
-            return {}
-        data = path.read_bytes()
-        if not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
-            path.write_bytes(data)
-        records = {}
-        for i, line in enumerate(data.decode().splitlines()):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(
-                    f"{path} line {i + 1} is corrupt; delete {self.out} to start over"
-                ) from None
-            records[(rec["length"], rec["sample"], rec["unit"])] = rec
-        return records
+        return {
+            (rec["length"], rec["sample"], rec["unit"]): rec
+            for rec in read_records(self.out / RECORDS)
+        }
 
     def append(self, records: Iterable[dict]) -> None:
         """Append records and flush them to disk before returning (call ``load`` first)."""
-        path = self.out / RECORDS
-        with path.open("a") as f:
-            f.writelines(json.dumps(rec) + "\n" for rec in records)
-            f.flush()
-            os.fsync(f.fileno())
+        append_records(self.out / RECORDS, records)
 
 
 def _differences(old: dict, new: dict) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ from interp_seal.analysis.attention_rows import (
     attention_row_hooks,
     capture_attention_rows,
 )
+from interp_seal.analysis.records import append_records, read_records
 from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded, Sample, Span
@@ -319,21 +319,7 @@ class ResultLog:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.records: dict[str, dict] = {}
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if not data.endswith(b"\n"):  # interrupted write: keep the complete lines
-            data = data[: data.rfind(b"\n") + 1]
-            self.path.write_bytes(data)
-        for lineno, line in enumerate(data.decode().splitlines(), 1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(
-                    f"{self.path}:{lineno} is not valid JSON; delete the file to start over"
-                ) from None
-            self.records[record["key"]] = record
+        self.records = {record["key"]: record for record in read_records(self.path)}
 
     def get(self, key: str, fingerprint: str) -> dict | None:
         """The finished record of ``key``, or None; an error if its inputs differ."""
@@ -346,11 +332,7 @@ class ResultLog:
         return record
 
     def add(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_records(self.path, [record])
         self.records[record["key"]] = record
 
 
