@@ -90,7 +90,7 @@ def sliding_window_of(attn: torch.nn.Module) -> int | None:
     return getattr(attn.config, "sliding_window", None)
 
 
-def _rope_function(attn: torch.nn.Module) -> Callable:
+def rope_function(attn: torch.nn.Module) -> Callable:
     """The ``apply_rotary_pos_emb`` of the module's own modeling file (exact RoPE per family)."""
     rope = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
     if rope is None:
@@ -150,7 +150,7 @@ def attention_row_hooks(
 
     def install(layer: int) -> None:
         attn = handle.attn(layer)
-        rope, window = _rope_function(attn), sliding_window_of(attn)
+        rope, window = rope_function(attn), sliding_window_of(attn)
         proj: dict[str, Tensor] = {}
 
         def keep(name: str, heads: int):

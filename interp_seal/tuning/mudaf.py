@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from interp_seal.analysis.attention_rows import _rope_function
+from interp_seal.analysis.attention_rows import rope_function
 from interp_seal.models.handle import ModelHandle
 from interp_seal.models.spec import ModelSpec
 from interp_seal.tuning.data import Batch, answer_loss
@@ -103,7 +103,7 @@ def rotary_qk_hooks(handle: ModelHandle, layers: Sequence[int]):
 
     def install(layer: int) -> None:
         attn = handle.attn(layer)
-        rope = _rope_function(attn)
+        rope = rope_function(attn)
         proj: dict[str, Tensor] = {}
 
         def keep(name: str, heads: int):
