@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from conftest import build_checkpoint
 
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.interventions.hf import hf_logits
@@ -12,7 +13,6 @@ from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.merge import merge_into, merged_model, save_merged
 from interp_seal.tuning.scales import scale_shape
-from tests.conftest import build_checkpoint
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

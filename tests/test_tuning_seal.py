@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from conftest import build_checkpoint
 from safetensors.torch import save_file
 
 from interp_seal.interventions.hf import hf_logits
@@ -16,7 +17,6 @@ from interp_seal.tuning.loop import TrainConfig, train
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.scales import FORMAT, ScaleFile, load_scales, save_scales
 from interp_seal.tuning.seal import SealTuner
-from tests.conftest import build_checkpoint
 
 
 def _examples(handle, n=4, num_lines=4, seed=0):
