@@ -1,9 +1,9 @@
 """``interp-seal organism``: train the bundled model organism and measure its card's numbers.
 
-    interp-seal organism train --out runs/organism --seed 0          # the shipped recipe
-    interp-seal organism train --out /tmp/smoke --smoke               # CI-sized, seconds
-    interp-seal organism evaluate --samples 200                       # accuracy + pruning
-    interp-seal organism evaluate --samples 200 --write-card          # ... into README.md
+interp-seal organism train --out runs/organism --seed 0          # the shipped recipe
+interp-seal organism train --out /tmp/smoke --smoke               # CI-sized, seconds
+interp-seal organism evaluate --samples 200                       # accuracy + pruning
+interp-seal organism evaluate --samples 200 --write-card          # ... into README.md
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import shlex
 import sys
 
-DEFAULT_LENGTHS = (5, 10, 20, 40, 60, 80, 100)
+DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)
 DEFAULT_PRUNE_LINES = 80
 
 
@@ -77,6 +77,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.write_card:
         from pathlib import Path
 
-        command = "interp-seal " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "interp-seal organism evaluate"
+        command = (
+            "interp-seal " + shlex.join(sys.argv[1:])
+            if sys.argv[1:]
+            else "interp-seal organism evaluate"
+        )
         print(f"wrote {write_card(Path(handle.name_or_path), report, command)}")
     return 0

@@ -40,7 +40,10 @@ class EncodedSet:
 
 def encode_set(tokenizer, num_lines: int, n_samples: int, seed: int = SEED) -> EncodedSet:
     """``n_samples`` LongEval samples with ``num_lines`` lines, tokenised and right-padded."""
-    encoded = [s.encode(tokenizer) for s in generate(LineRetrievalConfig(num_lines=num_lines), n_samples, seed)]
+    encoded = [
+        s.encode(tokenizer)
+        for s in generate(LineRetrievalConfig(num_lines=num_lines), n_samples, seed)
+    ]
     longest = max(len(e) for e in encoded)
     ids = torch.full((len(encoded), longest), tokenizer.pad_token_id, dtype=torch.long)
     for i, e in enumerate(encoded):
@@ -82,12 +85,19 @@ def pruned_head(model, layer: int, head: int) -> Iterator[None]:
         weight.data[:, cols] = saved
 
 
-def accuracy_by_length(model, tokenizer, lengths: Sequence[int], n_samples: int, seed: int = SEED) -> dict[int, float]:
+def accuracy_by_length(
+    model, tokenizer, lengths: Sequence[int], n_samples: int, seed: int = SEED
+) -> dict[int, float]:
     """Exact match for each number of lines in ``lengths``."""
-    return {n: exact_match(model, encode_set(tokenizer, n, n_samples, seed)).float().mean().item() for n in lengths}
+    return {
+        n: exact_match(model, encode_set(tokenizer, n, n_samples, seed)).float().mean().item()
+        for n in lengths
+    }
 
 
-def pruning_sweep(model, tokenizer, num_lines: int, n_samples: int, seed: int = SEED) -> tuple[float, torch.Tensor]:
+def pruning_sweep(
+    model, tokenizer, num_lines: int, n_samples: int, seed: int = SEED
+) -> tuple[float, torch.Tensor]:
     """Baseline exact match and the change (``(layers, heads)``) when each head is zeroed."""
     data = encode_set(tokenizer, num_lines, n_samples, seed)
     base = exact_match(model, data).float().mean().item()
@@ -126,7 +136,9 @@ class Report:
         """The accuracy table and the pruning counts, as printed by ``evaluate``."""
         lines = ["| lines | " + " | ".join(str(n) for n in self.accuracy) + " |"]
         lines.append("|---|" + "---|" * len(self.accuracy))
-        lines.append("| exact match | " + " | ".join(f"{a:.3f}" for a in self.accuracy.values()) + " |")
+        lines.append(
+            "| exact match | " + " | ".join(f"{a:.3f}" for a in self.accuracy.values()) + " |"
+        )
         lines.append("")
         lines.append(
             f"Pruning sweep at {self.prune_lines} lines ({self.n_samples} samples, baseline exact "
@@ -135,11 +147,15 @@ class Report:
         for sign, verb in ((1, "raise"), (-1, "lower")):
             heads = self.heads(sign)
             listed = ", ".join(f"L{la}H{h} {d:+.3f}" for la, h, d in heads) or "none"
-            lines.append(f"- {len(heads)} heads {verb} exact match by >= {self.threshold:.2f}: {listed}")
+            lines.append(
+                f"- {len(heads)} heads {verb} exact match by >= {self.threshold:.2f}: {listed}"
+            )
         return "\n".join(lines)
 
 
-def measure(model, tokenizer, *, lengths: Sequence[int], prune_lines: int, n_samples: int, seed: int = SEED) -> Report:
+def measure(
+    model, tokenizer, *, lengths: Sequence[int], prune_lines: int, n_samples: int, seed: int = SEED
+) -> Report:
     """Run both measurements (float32 forward passes, deterministic)."""
     accuracy = accuracy_by_length(model, tokenizer, lengths, n_samples, seed)
     base, delta = pruning_sweep(model, tokenizer, prune_lines, n_samples, seed)

@@ -143,7 +143,9 @@ class OrganismConfig:
 
     def __post_init__(self):
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+            raise ValueError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
+            )
         for name in ("repeat_len", "early_lines", "full_lines"):
             lo, hi = getattr(self, name)
             if not 1 <= lo <= hi:
@@ -169,7 +171,8 @@ def organism_tokenizer() -> PreTrainedTokenizerFast:
     """The organism's word-level tokenizer: every LongEval and curriculum piece, every key."""
     rng = random.Random("organism/tokenizer")
     corpus = [
-        s.prompt + s.answer for s in (make_sample(LineRetrievalConfig(num_lines=3), rng) for _ in range(4))
+        s.prompt + s.answer
+        for s in (make_sample(LineRetrievalConfig(num_lines=3), rng) for _ in range(4))
     ]
     corpus += [line + question for line, question in LEVELS]
     return build_tokenizer(corpus, extra=[" " + k for k in KEYS])
@@ -248,7 +251,9 @@ def line_batch(cfg: OrganismConfig, tokenizer, level: int, rng: random.Random) -
     docs: list[tuple[list[int], list[list[int]]]] = []
     longest = 0
     while True:
-        segments, answers = _document(level, rng.randint(lo, hi), rng.randint(1, cfg.max_questions), rng)
+        segments, answers = _document(
+            level, rng.randint(lo, hi), rng.randint(1, cfg.max_questions), rng
+        )
         ids, spans = [tokenizer.bos_token_id], []
         for i, seg in enumerate(segments):
             piece = _encode(tokenizer, seg)
@@ -291,7 +296,11 @@ def repeat_batch(cfg: OrganismConfig, tokenizer, rng: random.Random) -> Batch:
 
 def _batch(cfg, input_ids, rows, cols, first, answer_id, kind) -> Batch:
     first_t = torch.tensor(first)
-    weights = torch.where(first_t, cfg.first_digit_weight, 1.0) if kind != "repeat" else torch.ones(len(first))
+    weights = (
+        torch.where(first_t, cfg.first_digit_weight, 1.0)
+        if kind != "repeat"
+        else torch.ones(len(first))
+    )
     return Batch(
         input_ids=input_ids,
         rows=torch.tensor(rows),
@@ -375,7 +384,10 @@ def make_optimizer(model, cfg: OrganismConfig) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
         lr=cfg.lr,
         betas=cfg.betas,
     )
@@ -384,11 +396,15 @@ def make_optimizer(model, cfg: OrganismConfig) -> torch.optim.AdamW:
 # ------------------------------------------------------------------------------- checkpoints
 
 
-def save_state(out: Path, model, optimizer, cfg: OrganismConfig, step: int, cur: Curriculum, seconds: float):
+def save_state(
+    out: Path, model, optimizer, cfg: OrganismConfig, step: int, cur: Curriculum, seconds: float
+):
     """A resumable checkpoint in ``out/state``: safetensors for tensors, JSON for the rest."""
     state = out / "state"
     state.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, state / "model.safetensors")
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, state / "model.safetensors"
+    )
     moments = {}
     for i, s in optimizer.state_dict()["state"].items():
         for name, tensor in s.items():
@@ -403,14 +419,18 @@ def load_state(out: Path, model, optimizer, cfg: OrganismConfig) -> tuple[int, C
     state = out / "state"
     meta = json.loads((state / "trainer.json").read_text())
     if meta["config"] != json.loads(json.dumps(asdict(cfg))):
-        raise ValueError(f"{state} was written with a different config; resume with the same options")
+        raise ValueError(
+            f"{state} was written with a different config; resume with the same options"
+        )
     model.load_state_dict(load_file(state / "model.safetensors"))
     moments = load_file(state / "optimizer.safetensors")
     opt_state = {}
     for key, tensor in moments.items():
         i, name = key.split(".", 1)
         opt_state.setdefault(int(i), {})[name] = tensor.reshape(()) if name == "step" else tensor
-    optimizer.load_state_dict({"state": opt_state, "param_groups": optimizer.state_dict()["param_groups"]})
+    optimizer.load_state_dict(
+        {"state": opt_state, "param_groups": optimizer.state_dict()["param_groups"]}
+    )
     return meta["step"], Curriculum(**meta["curriculum"]), meta["seconds"]
 
 
