@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file
 
 from interp_seal.cli import main
+from interp_seal.evaluation import evaluate_line_retrieval
+from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 from interp_seal.models.load import ORGANISM_DIR
-from interp_seal.organism.card import encode_set, exact_match, pruned_head
 from interp_seal.organism.train import OrganismConfig, train
 
 SHORT, LONG = 10, 80  # lines; the card's pruning length is LONG
@@ -45,10 +46,16 @@ def test_checkpoint_geometry_and_size(organism):
     assert len(organism.tokenizer(" 45041.", add_special_tokens=False)["input_ids"]) == 6
 
 
+def exact_match(handle, num_lines: int, n: int, intervention=None) -> float:
+    """Teacher-forced exact match on the card's samples (seed 0)."""
+    table = evaluate_line_retrieval(
+        handle, [num_lines], n=n, seed=0, intervention=intervention, progress=False
+    )
+    return float(table["exact_match"].iloc[0])
+
+
 def test_accuracy_high_when_short_and_degrades_when_long(organism, card):
-    tok = organism.tokenizer
-    short = exact_match(organism.model, encode_set(tok, SHORT, 40)).float().mean().item()
-    long = exact_match(organism.model, encode_set(tok, LONG, 40)).float().mean().item()
+    short, long = exact_match(organism, SHORT, 40), exact_match(organism, LONG, 40)
     assert short >= 0.95
     assert 0.1 <= long <= 0.8
     assert card["accuracy"][str(SHORT)] >= 0.95
@@ -57,18 +64,33 @@ def test_accuracy_high_when_short_and_degrades_when_long(organism, card):
 
 def test_pruning_moves_accuracy_both_ways(organism, card):
     """The card's two strongest heads in each direction, re-measured on 60 of its samples."""
-    model, data = organism.model, encode_set(organism.tokenizer, card["prune_lines"], 60)
     delta = torch.tensor(card["prune_delta"])
-    base = exact_match(model, data).float().mean().item()
+    n, lines = 60, card["prune_lines"]
+    base = exact_match(organism, lines, n)
     order = delta.flatten().argsort()
-    heads = model.config.num_attention_heads
+    heads = organism.spec.n_heads
     for flat, sign in ((order[-1], 1), (order[-2], 1), (order[0], -1), (order[1], -1)):
         layer, head = divmod(int(flat), heads)
         assert sign * delta[layer, head] >= 0.02
-        with pruned_head(model, layer, head):
-            pruned = exact_match(model, data).float().mean().item()
+        pruned = exact_match(organism, lines, n, ablate(organism.spec, [(layer, head)], "zero"))
         assert sign * (pruned - base) > 0, (layer, head, pruned, base)
-    assert torch.equal(exact_match(model, data).float().mean(), torch.tensor(base))  # restored
+
+
+def test_pruning_equals_zeroing_o_proj_columns(organism):
+    """Independent check of the primitive on the real model: zero the head's weight columns."""
+    layer, head, d = 0, 3, organism.spec.d_head
+    via_primitive = exact_match(organism, LONG, 30, ablate(organism.spec, [(layer, head)], "zero"))
+    weight = organism.proj(layer, "o_proj").weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight[:, head * d : (head + 1) * d] = 0
+        via_weights = exact_match(organism, LONG, 30)
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    assert via_primitive == via_weights
+    assert via_primitive < exact_match(organism, LONG, 30)  # L0H3 is a retrieval head
 
 
 def test_training_resumes_to_the_same_model(tmp_path):

@@ -66,8 +66,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     handle = load_model(args.model)
     report = measure(
-        handle.model,
-        handle.tokenizer,
+        handle,
         lengths=args.lines,
         prune_lines=args.prune_lines,
         n_samples=args.samples,

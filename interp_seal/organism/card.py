@@ -9,105 +9,42 @@ Command (the numbers in ``interp_seal/organism/checkpoint/README.md``)::
    range of line counts. Exact match is computed by teacher forcing: one forward pass on
    prompt + answer ids; a sample is correct iff the argmax at every answer position is the next
    answer token, which is exactly what greedy decoding would produce.
-2. **Per-head pruning.** Zero one head's output (its ``d_head`` input columns of ``o_proj``)
-   and re-measure exact match at a long length. Heads whose removal *raises* exact match are
-   the SEAL paper's harmful heads; heads whose removal lowers it are retrieval heads.
+2. **Per-head pruning.** Zero one head's output (SEAL's pruning, ``ablate(..., "zero")``; the
+   same as zeroing its ``d_head`` input columns of ``o_proj``) and re-measure exact match at a
+   long length with the batched sweep of ``interp_seal.analysis.sweeps``. Heads whose removal
+   *raises* exact match are the SEAL paper's harmful heads; heads whose removal lowers it are
+   retrieval heads.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from interp_seal.analysis.sweeps import SweepOptions, head_sweep
+from interp_seal.evaluation import evaluate_line_retrieval
+from interp_seal.models import ModelHandle
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 
 SEED = 0
 
 
-@dataclass(frozen=True, kw_only=True)
-class EncodedSet:
-    """Samples of one length, right-padded: ids ``(N, T)`` and answer spans per row."""
-
-    num_lines: int
-    input_ids: torch.Tensor
-    spans: tuple[tuple[int, int], ...]
-
-
-def encode_set(tokenizer, num_lines: int, n_samples: int, seed: int = SEED) -> EncodedSet:
-    """``n_samples`` LongEval samples with ``num_lines`` lines, tokenised and right-padded."""
-    encoded = [
-        s.encode(tokenizer)
-        for s in generate(LineRetrievalConfig(num_lines=num_lines), n_samples, seed)
-    ]
-    longest = max(len(e) for e in encoded)
-    ids = torch.full((len(encoded), longest), tokenizer.pad_token_id, dtype=torch.long)
-    for i, e in enumerate(encoded):
-        ids[i, : len(e)] = e.input_ids
-    spans = tuple((e.answer_start, len(e)) for e in encoded)
-    return EncodedSet(num_lines=num_lines, input_ids=ids, spans=spans)
-
-
-@torch.no_grad()
-def exact_match(model, data: EncodedSet, batch_size: int = 16) -> torch.Tensor:
-    """Per-sample greedy exact match (bool ``(N,)``) by teacher forcing.
-
-    Right padding needs no attention mask: causal attention never lets a real token see the
-    padding after it. The LM head is applied only at the positions that predict answer tokens.
-    """
-    correct = []
-    for start in range(0, len(data.spans), batch_size):
-        ids = data.input_ids[start : start + batch_size]
-        spans = data.spans[start : start + batch_size]
-        width = max(end for _, end in spans)
-        hidden = model.model(input_ids=ids[:, :width]).last_hidden_state  # (B, T, D)
-        for row, (a, end) in enumerate(spans):
-            pred = model.lm_head(hidden[row, a - 1 : end - 1]).argmax(-1)
-            correct.append(bool((pred == ids[row, a:end]).all()))
-    return torch.tensor(correct)
-
-
-@contextmanager
-def pruned_head(model, layer: int, head: int) -> Iterator[None]:
-    """Zero ``head``'s output in ``layer`` (its columns of ``o_proj``), restored on exit."""
-    d_head = model.config.head_dim
-    weight = model.model.layers[layer].self_attn.o_proj.weight
-    cols = slice(head * d_head, (head + 1) * d_head)
-    saved = weight.data[:, cols].clone()
-    weight.data[:, cols] = 0
-    try:
-        yield
-    finally:
-        weight.data[:, cols] = saved
-
-
-def accuracy_by_length(
-    model, tokenizer, lengths: Sequence[int], n_samples: int, seed: int = SEED
-) -> dict[int, float]:
-    """Exact match for each number of lines in ``lengths``."""
-    return {
-        n: exact_match(model, encode_set(tokenizer, n, n_samples, seed)).float().mean().item()
-        for n in lengths
-    }
-
-
 def pruning_sweep(
-    model, tokenizer, num_lines: int, n_samples: int, seed: int = SEED
+    handle: ModelHandle, num_lines: int, n_samples: int, seed: int = SEED
 ) -> tuple[float, torch.Tensor]:
-    """Baseline exact match and the change (``(layers, heads)``) when each head is zeroed."""
-    data = encode_set(tokenizer, num_lines, n_samples, seed)
-    base = exact_match(model, data).float().mean().item()
-    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_attention_heads
-    delta = torch.zeros(n_layers, n_heads)
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            with pruned_head(model, layer, head):
-                delta[layer, head] = exact_match(model, data).float().mean().item() - base
-    return base, delta
+    """Baseline exact match and its change ``(layers, heads)`` when each head is zeroed."""
+    samples = {num_lines: generate(LineRetrievalConfig(num_lines=num_lines), n_samples, seed)}
+    table = head_sweep(handle, samples, mode="zero", options=SweepOptions(progress=False))
+    em = table[table["metric"] == "exact_match"]
+    delta = torch.zeros(handle.spec.n_layers, handle.spec.n_heads)
+    delta[em["layer"].to_numpy(dtype=int), em["head"].to_numpy(dtype=int)] = torch.tensor(
+        em["delta"].to_numpy(dtype=float), dtype=delta.dtype
+    )
+    return float(em["baseline"].iloc[0]), delta
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,15 +91,22 @@ class Report:
 
 
 def measure(
-    model, tokenizer, *, lengths: Sequence[int], prune_lines: int, n_samples: int, seed: int = SEED
+    handle: ModelHandle,
+    *,
+    lengths: Sequence[int],
+    prune_lines: int,
+    n_samples: int,
+    seed: int = SEED,
 ) -> Report:
     """Run both measurements (float32 forward passes, deterministic)."""
-    accuracy = accuracy_by_length(model, tokenizer, lengths, n_samples, seed)
-    base, delta = pruning_sweep(model, tokenizer, prune_lines, n_samples, seed)
+    table = evaluate_line_retrieval(handle, lengths, n=n_samples, seed=seed, progress=False)
+    base, delta = pruning_sweep(handle, prune_lines, n_samples, seed)
     return Report(
         n_samples=n_samples,
         seed=seed,
-        accuracy=accuracy,
+        accuracy={
+            int(n): float(a) for n, a in zip(table["length"], table["exact_match"], strict=True)
+        },
         prune_lines=prune_lines,
         prune_base=base,
         prune_delta=[[round(x, 4) for x in row] for row in delta.tolist()],
