@@ -352,12 +352,14 @@ def test_longbench_golden_errors(tmp_path):
     out_of_range.write_text(json.dumps({"q1": [0], "q2": [0, 2]}))
     with pytest.raises(
         ValueError,
-        match=r"lb\.jsonl:2: golden passage ids \[2\] are out of range: record 'q2' has 2 passages",
+        match=r"lb\.jsonl:2: record .q2.: golden passage ids \[2\] are out of range: the sample has 2 passages",
     ):
         jsonl.load_longbench(data, out_of_range)
     repeated = tmp_path / "g0.json"
     repeated.write_text(json.dumps({"q1": [1, 1], "q2": [0]}))
-    with pytest.raises(ValueError, match=r"lb\.jsonl:1: golden passage ids \[1, 1\] repeat"):
+    with pytest.raises(
+        ValueError, match=r"lb\.jsonl:1: record .q1.: golden passage ids \[1, 1\] repeat"
+    ):
         jsonl.load_longbench(data, repeated)
     missing = tmp_path / "g2.json"
     missing.write_text(json.dumps({"q1": [0]}))

@@ -70,29 +70,24 @@ def passage_spans(context: str) -> tuple[Span, ...]:
 def sample_from_record(record: dict, golden: Sequence[int] = ()) -> Sample:
     """The ``Sample`` of a LongBench record (fields already type-checked), with golden ids."""
     spans = passage_spans(record["context"])
-    bad = [g for g in golden if not 0 <= g < len(spans)]
-    if bad:
-        raise ValueError(
-            f"golden passage ids {bad} are out of range: record {record['_id']!r} has "
-            f"{len(spans)} passages (ids 0..{len(spans) - 1})"
-        )
-    if len(set(golden)) != len(golden):
-        raise ValueError(f"golden passage ids {list(golden)} repeat")
     if not record["answers"]:
         raise ValueError("field 'answers': no gold answer")
     head, _, tail = PROMPT.partition("{context}")
     offset = len(head)
-    return Sample(
-        task="passages",
-        prompt=head + record["context"] + tail.replace("{input}", record["input"]),
-        answer=" " + record["answers"][0],
-        passages=tuple((offset + s, offset + e) for s, e in spans),
-        golden=tuple(sorted(golden)),
-        meta={
-            **{k: record[k] for k in FIELDS if k != "context"},
-            "context_span": (offset, offset + len(record["context"])),
-        },
-    )
+    try:
+        return Sample(
+            task="passages",
+            prompt=head + record["context"] + tail.replace("{input}", record["input"]),
+            answer=" " + record["answers"][0],
+            passages=tuple((offset + s, offset + e) for s, e in spans),
+            golden=tuple(sorted(golden)),
+            meta={
+                **{k: record[k] for k in FIELDS if k != "context"},
+                "context_span": (offset, offset + len(record["context"])),
+            },
+        )
+    except ValueError as err:
+        raise ValueError(f"record {record['_id']!r}: {err}") from None
 
 
 def record_from_sample(sample: Sample) -> dict:

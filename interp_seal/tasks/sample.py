@@ -78,12 +78,14 @@ class Sample:
                     f"span ({start}, {end}) is empty or outside the prompt (length "
                     f"{len(self.prompt)}); spans must be non-empty and inside the prompt"
                 )
-        for g in self.golden:
-            if not 0 <= g < len(self.passages):
-                raise ValueError(
-                    f"golden passage id {g} is out of range: the sample has "
-                    f"{len(self.passages)} passages (ids 0..{len(self.passages) - 1})"
-                )
+        bad = [g for g in self.golden if not 0 <= g < len(self.passages)]
+        if bad:
+            raise ValueError(
+                f"golden passage ids {bad} are out of range: the sample has "
+                f"{len(self.passages)} passages (ids 0..{len(self.passages) - 1})"
+            )
+        if len(set(self.golden)) != len(self.golden):
+            raise ValueError(f"golden passage ids {list(self.golden)} repeat")
 
     def encode(self, tokenizer) -> Encoded:
         """Token ids of prompt + answer with the answer, passage and needle token spans."""
