@@ -3,8 +3,12 @@ TransformerLens ``patching`` module on the bridge, exact identities and finite d
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
+from conftest import build_checkpoint
 from transformer_lens import patching as tl_patching
 
 from interp_seal.analysis.attribution_patching import (
@@ -17,6 +21,7 @@ from interp_seal.analysis.attribution_patching import (
 from interp_seal.analysis.patching import (
     Patch,
     PatchingPair,
+    SharedPrefix,
     line_retrieval_pair,
     patch,
     patch_heads,
@@ -32,12 +37,13 @@ T = 10
 DIFFERS = (3, 6)  # positions where the corrupted prompt differs
 
 
-def synthetic_pair(handle, seed: int = 0) -> PatchingPair:
-    """Random prompt; the corrupted one changes two tokens. Works with any tokenizer."""
+def synthetic_pair(handle, seed: int = 0, differs=DIFFERS) -> PatchingPair:
+    """Random prompt; the corrupted one changes the tokens at ``differs``. Works with any
+    tokenizer."""
     gen = torch.Generator().manual_seed(seed)
     clean = torch.randint(4, handle.spec.vocab_size, (T,), generator=gen)
     corrupted = clean.clone()
-    for pos in DIFFERS:
+    for pos in differs:
         corrupted[pos] = 4 + (clean[pos] - 4 + 7) % (handle.spec.vocab_size - 4)
     return PatchingPair(
         clean_ids=clean, corrupted_ids=corrupted, clean_token=10, corrupted_token=11
@@ -145,8 +151,9 @@ def naive_resid_patch(handle, pair, layer, position) -> float:
         remove.remove()
 
 
-def test_batched_patching_equals_a_naive_loop(loaded):
-    pair = synthetic_pair(loaded)
+@pytest.mark.parametrize("differs", [DIFFERS, (0, 6)], ids=["shared-prefix", "no-prefix"])
+def test_batched_patching_equals_a_naive_loop(loaded, differs):
+    pair = synthetic_pair(loaded, differs=differs)
     L, H = loaded.spec.n_layers, loaded.spec.n_heads
     patches = [Patch(site="head", layer=layer, head=h) for layer in range(L) for h in range(H)]
     patches += [Patch(site="head", layer=1, head=h, position=t) for h in (0, H - 1) for t in (3, 9)]
@@ -165,9 +172,65 @@ def test_batched_patching_equals_a_naive_loop(loaded):
         else:
             naive = naive_resid_patch(loaded, pair, p.layer, p.position)
         assert row.logit_diff == pytest.approx(naive, abs=1e-5)
-        assert row.value == pytest.approx(
-            (naive - corrupted_ld) / (clean_ld - corrupted_ld), abs=1e-4
+        # the normalisation, with the table's own clean and corrupted LDs (checked above; a
+        # random model's LD gap is small, so the naive ones would amplify rounding noise)
+        ours_clean, ours_corrupted = (
+            table.attrs["clean_logit_diff"],
+            table.attrs["corrupted_logit_diff"],
         )
+        assert row.value == pytest.approx(
+            (row.logit_diff - ours_corrupted) / (ours_clean - ours_corrupted), rel=1e-9
+        )
+
+
+def test_shared_prefix_longer_than_a_sliding_window(tmp_path):
+    """Mistral with a 4-token window; the prompts first differ at position 6, so the cached
+    prefix is longer than the window and the suffix's first queries must not see its start."""
+    path = build_checkpoint(tmp_path / "mistral", "mistral")
+    config = json.loads((Path(path) / "config.json").read_text())
+    (Path(path) / "config.json").write_text(json.dumps(config | {"sliding_window": 4}))
+    handle = load_model(path)
+    pair = synthetic_pair(handle, differs=(6, 8))
+    L, H = handle.spec.n_layers, handle.spec.n_heads
+    patches = [Patch(site="head", layer=layer, head=h) for layer in range(L) for h in range(H)]
+    patches += [Patch(site="resid", layer=1, position=t) for t in (2, 7, 9)]
+    table = patch(handle, pair, patches, batch_size=5, progress=False)
+    assert table.attrs["corrupted_logit_diff"] == pytest.approx(
+        logit_diff(handle, pair, pair.corrupted_ids), abs=1e-5
+    )
+    for p, row in zip(patches, table.itertuples(), strict=True):
+        if p.site == "head":
+            naive = naive_head_patch(handle, pair, p.layer, p.head, p.position)
+        else:
+            naive = naive_resid_patch(handle, pair, p.layer, p.position)
+        assert row.logit_diff == pytest.approx(naive, abs=1e-5)
+
+
+def test_patched_runs_cover_only_the_positions_after_the_shared_prefix(llama):
+    """The prefix runs once; the baselines and every patched run continue from its cache."""
+    pair = synthetic_pair(llama)
+    prefix = SharedPrefix.of(llama, pair)
+    assert prefix.start == DIFFERS[0] and prefix.cache.get_seq_length() == DIFFERS[0]
+    assert SharedPrefix.of(llama, synthetic_pair(llama, differs=(0,))).cache is None
+    same = PatchingPair(
+        clean_ids=pair.clean_ids, corrupted_ids=pair.clean_ids, clean_token=10, corrupted_token=11
+    )
+    assert SharedPrefix.of(llama, same).start == T - 1  # the last position is always run
+    lengths = []
+    hook = llama.layers()[0].register_forward_pre_hook(lambda _m, a: lengths.append(a[0].shape))
+    try:
+        patch_heads(llama, pair, batch_size=32, progress=False)
+    finally:
+        hook.remove()
+    n, d = llama.spec.n_layers * llama.spec.n_heads, llama.spec.d_model
+    suffix = T - DIFFERS[0]
+    # the prefix, the clean and corrupted runs, then all heads in one batch
+    assert [tuple(x) for x in lengths] == [
+        (1, 3, d),
+        (1, suffix, d),
+        (1, suffix, d),
+        (n, suffix, d),
+    ]
 
 
 def test_identities_of_the_normalised_metric(llama):

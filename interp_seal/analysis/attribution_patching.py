@@ -1,10 +1,11 @@
 """Attribution patching: every head's patching (or ablation) effect from one backward pass.
 
 Exact activation patching (``interp_seal.analysis.patching``) costs one forward pass per patched
-activation. Attribution patching (Nanda 2023; Syed et al. 2023; Kramar et al. 2024, "AtP")
+activation (over the positions after the prompts' shared prefix). Attribution patching (Nanda 2023; Syed et al. 2023; Kramar et al. 2024, "AtP")
 replaces each of those runs by a first-order Taylor expansion of the metric ``M`` (here the
 logit difference ``LD = logit[a] - logit[b]``) around one run, so one forward and one backward
-pass price every head at once:
+pass price every head at once (over the same positions: the prefix runs once, and the
+difference ``z_clean - z_corr`` is zero inside it):
 
 - patching head ``(l, h)`` from clean into corrupted, expanded at the corrupted run::
 
@@ -33,18 +34,19 @@ from scipy.stats import spearmanr
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_seal.analysis.batched_forward import AnswerBatch, clean_run, run_from_layer
 from interp_seal.analysis.patching import (
+    WHOLE_PROMPT,
     PatchingPair,
+    SharedPrefix,
     head_patches,
-    last_logits,
     normalisation,
     patch_heads,
     patch_table,
     record_inputs,
     replace_inputs,
 )
-from interp_seal.interventions.head_edit import HeadIntervention, ablate
-from interp_seal.interventions.hf import hf_hooks
+from interp_seal.interventions.head_edit import ablate
 from interp_seal.models.handle import ModelHandle
 
 METHODS = ("patch", "ablate")
@@ -55,7 +57,8 @@ class HeadGradients:
     """Head outputs of one run and the metric's gradient with respect to them.
 
     Attributes:
-        z: head outputs ``(layer, pos, head, d_head)``.
+        z: head outputs ``(layer, pos, head, d_head)`` at the positions the run covered (from
+            its ``SharedPrefix``'s ``start`` on).
         grad: ``dM/dz``, same shape.
         logits: the run's logits at the last position.
         metric: ``M`` of the run.
@@ -68,9 +71,18 @@ class HeadGradients:
 
 
 def head_gradients(
-    handle: ModelHandle, ids: Int[Tensor, " pos"], pair: PatchingPair
+    handle: ModelHandle,
+    ids: Int[Tensor, " pos"],
+    pair: PatchingPair,
+    *,
+    prefix: SharedPrefix = WHOLE_PROMPT,
 ) -> HeadGradients:
-    """One forward and one backward pass: ``z`` and ``d LD / d z`` for every head of ``ids``."""
+    """One forward and one backward pass: ``z`` and ``d LD / d z`` for every head of ``ids``.
+
+    With a ``prefix``, both passes cover ``ids[prefix.start:]`` only; the prefix's cached keys
+    and values are constants, which is exact for the positions covered: a ``z`` there reaches
+    the logits only through later positions.
+    """
     zs: dict[int, Tensor] = {}
 
     def keep(layer):
@@ -90,7 +102,7 @@ def head_gradients(
             torch.enable_grad(),
             replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
         ):
-            logits = last_logits(handle, ids[None])
+            logits = prefix.last_logits(handle, prefix.suffix(ids)[None])
             metric = pair.logit_diff(logits)[0]
             grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])
     finally:
@@ -106,15 +118,20 @@ def attribution_patch_heads(
     """Approximate ``patch_heads``: the normalised effect of patching each head clean -> corrupted.
 
     Returns the table of ``interp_seal.analysis.patching.patch_heads`` (same rows, same order)
-    with first-order estimates in place of exact patched runs.
+    with first-order estimates in place of exact patched runs. The shared prefix runs once
+    (``SharedPrefix``); the clean and corrupted runs and the backward pass cover the positions
+    after it, the only ones where ``z_clean - z_corr`` is not zero.
     """
     L = handle.spec.n_layers
-    clean, clean_logits = record_inputs(handle, pair.clean_ids, {"head": range(L)})
-    run = head_gradients(handle, pair.corrupted_ids, pair)
+    prefix = SharedPrefix.of(handle, pair)
+    clean, clean_logits = record_inputs(handle, pair.clean_ids, {"head": range(L)}, prefix=prefix)
+    run = head_gradients(handle, pair.corrupted_ids, pair, prefix=prefix)
     clean_ld, _ = normalisation(pair, clean_logits, run.logits)
     delta = torch.stack([clean["head"][layer] for layer in range(L)]) - run.z
-    effect = (delta * run.grad).sum(-1)  # (L, T, H)
-    if not by_position:
+    effect = (delta * run.grad).sum(-1)  # (L, T - start, H)
+    if by_position:  # nothing differs inside the shared prefix: no effect there
+        effect = torch.nn.functional.pad(effect, (0, 0, prefix.start, 0))
+    else:
         effect = effect.sum(1)  # (L, H)
     patches = head_patches(handle, pair.clean_ids.shape[0], by_position=by_position)
     return patch_table(patches, run.metric + effect.flatten(), clean_ld, run.metric)
@@ -130,24 +147,37 @@ def attribution_ablate_heads(handle: ModelHandle, pair: PatchingPair) -> pd.Data
 def ablate_heads(
     handle: ModelHandle, pair: PatchingPair, *, batch_size: int = 16, progress: bool = True
 ) -> pd.DataFrame:
-    """Exact zero-ablation (SEAL pruning) of each head in the clean run, batched.
+    """Exact zero-ablation (SEAL pruning) of each head in the clean run.
 
-    Each batch row carries its own scale table (``HeadIntervention`` with a batch axis).
-    Returns ``layer, head, logit_diff, delta`` (``delta`` = ablated minus clean logit difference).
+    Runs on the ablation sweeps' engine (``interp_seal.analysis.batched_forward``): one clean
+    forward caches the residual stream, each head's run starts at its layer, up to
+    ``batch_size`` heads of a layer share a forward and the last layer runs at the last position
+    only. Returns ``layer, head, logit_diff, delta`` (``delta`` = ablated minus clean logit
+    difference).
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     spec = handle.spec
-    heads = [(layer, h) for layer in range(spec.n_layers) for h in range(spec.n_heads)]
     T = pair.clean_ids.shape[0]
+    last = torch.tensor([[T - 1]])
+    batch = AnswerBatch(
+        ids=pair.clean_ids[None],
+        query=last,
+        target=torch.tensor([[pair.clean_token]]),
+        valid=torch.ones_like(last, dtype=torch.bool),
+    )
+    clean = clean_run(handle, batch, range(spec.n_layers))
+    clean_ld = float(pair.logit_diff(clean.logits[:, 0])[0])
+    H = spec.n_heads
+    groups = [
+        (layer, range(lo, min(lo + batch_size, H)))
+        for layer in range(spec.n_layers)
+        for lo in range(0, H, batch_size)
+    ]
     out = []
-    with torch.no_grad():
-        clean_ld = float(pair.logit_diff(last_logits(handle, pair.clean_ids[None]))[0])
-        for start in tqdm(range(0, len(heads), batch_size), desc="ablation", disable=not progress):
-            chunk = heads[start : start + batch_size]
-            scale = torch.stack([ablate(spec, [head]).scale for head in chunk])
-            with hf_hooks(handle, HeadIntervention(spec=spec, scale=scale, mode="zero")):
-                out.append(
-                    pair.logit_diff(last_logits(handle, pair.clean_ids.expand(len(chunk), T)))
-                )
+    for layer, heads in tqdm(groups, desc="ablation", disable=not progress):
+        ivs = [ablate(spec, [(layer, h)]) for h in heads]
+        out.append(pair.logit_diff(run_from_layer(handle, clean, layer, ivs)[:, 0]))
     return _ablation_table(handle, torch.cat(out), clean_ld)
 
 

@@ -18,6 +18,14 @@ clean run, and report how much of the clean behaviour comes back::
 0 means the activation carries nothing the corruption changed; 1 means it alone restores the
 clean answer. Patches are batched: each batch row of one forward pass carries its own patch.
 
+Only the part after the shared prefix is run (``SharedPrefix``). Attention is causal, so every
+activation before the first token where the prompts differ is the same in both runs: patching
+it changes nothing, and every patched run shares the prefix's keys and values. The prefix runs
+once; each patched run continues from its key/value cache (the model's own ``DynamicCache``, as
+in chunked prefill) over the remaining positions. For a key corruption of line retrieval the
+prompts differ only in the question, so a patched run costs a few dozen positions instead of the
+whole record.
+
 Sites (``Patch.site``):
 
 - ``"head"``: head ``h``'s output ``z`` at layer ``l`` (the ``o_proj`` input, the same place
@@ -28,6 +36,7 @@ Sites (``Patch.site``):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 import re
@@ -40,6 +49,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
+from transformers import Cache
 
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks.line_retrieval import FOOTER
@@ -177,6 +187,53 @@ def last_logits(handle: ModelHandle, ids: Int[Tensor, "batch pos"]) -> Float[Ten
     return handle.model(ids.to(handle.device), logits_to_keep=1).logits[:, -1]
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class SharedPrefix:
+    """The positions ``[0, start)`` both prompts of a pair share, run once and cached.
+
+    Runs that differ only from ``start`` on (the clean run, the corrupted run, every patched
+    run) continue from ``cache`` over ``ids[start:]``; their activations and gradients cover
+    those positions only. ``start`` is the first position where the prompts differ (at most the
+    last position, which every run needs for its logits); ``start = 0`` runs whole prompts.
+    """
+
+    start: int = 0
+    cache: Cache | None = None
+
+    @classmethod
+    def of(cls, handle: ModelHandle, pair: PatchingPair) -> SharedPrefix:
+        differ = (pair.clean_ids != pair.corrupted_ids).nonzero()
+        last = pair.clean_ids.shape[0] - 1
+        start = min(int(differ[0, 0]) if len(differ) else last, last)
+        if start == 0:
+            return cls()
+        with torch.no_grad():
+            out = handle.model.base_model(
+                pair.clean_ids[None, :start].to(handle.device), use_cache=True
+            )
+        return cls(start=start, cache=out.past_key_values)
+
+    def suffix(self, ids: Int[Tensor, "*batch pos"]) -> Int[Tensor, "*batch suffix"]:
+        return ids[..., self.start :]
+
+    def last_logits(
+        self, handle: ModelHandle, suffix: Int[Tensor, "batch suffix"]
+    ) -> Float[Tensor, "batch vocab"]:
+        """Last-position logits of prompts ``prefix + suffix[row]``."""
+        if self.cache is None:
+            return last_logits(handle, suffix)
+        cache = copy.deepcopy(self.cache)  # the forward appends the suffix's keys and values
+        if suffix.shape[0] > 1:
+            cache.batch_repeat_interleave(suffix.shape[0])
+        out = handle.model(
+            suffix.to(handle.device), past_key_values=cache, use_cache=True, logits_to_keep=1
+        )
+        return out.logits[:, -1]
+
+
+WHOLE_PROMPT = SharedPrefix()  # no shared prefix: runs cover every position
+
+
 def _site_module(handle: ModelHandle, site: str, layer: int) -> torch.nn.Module:
     """The module whose input is the activation ``site`` at ``layer``."""
     if site == "head":
@@ -219,10 +276,15 @@ def replace_inputs(
 
 
 def record_inputs(
-    handle: ModelHandle, ids: Int[Tensor, " pos"], layers: Mapping[str, Sequence[int]]
+    handle: ModelHandle,
+    ids: Int[Tensor, " pos"],
+    layers: Mapping[str, Sequence[int]],
+    *,
+    prefix: SharedPrefix = WHOLE_PROMPT,
 ) -> tuple[dict[str, dict[int, Tensor]], Float[Tensor, " vocab"]]:
     """One forward of one prompt: the input activations ``{site: {layer: x}}`` of the sites
-    and layers in ``layers`` (without the batch axis), and the last position's logits."""
+    and layers in ``layers`` (without the batch axis; positions from ``prefix.start`` on), and
+    the last position's logits."""
     seen: dict[str, dict[int, Tensor]] = {site: {} for site in layers}
 
     def keep(site, layer):
@@ -236,7 +298,7 @@ def record_inputs(
         for site, site_layers in layers.items():
             edits = {layer: keep(site, layer) for layer in site_layers}
             stack.enter_context(replace_inputs(handle, site, edits))
-        logits = last_logits(handle, ids[None])[0]
+        logits = prefix.last_logits(handle, prefix.suffix(ids)[None])[0]
     return seen, logits
 
 
@@ -275,20 +337,22 @@ def patch(
     for p in patches:
         _check_patch(handle, pair, p)
     layers = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
-    clean, clean_logits = record_inputs(handle, pair.clean_ids, layers)
+    prefix = SharedPrefix.of(handle, pair)
+    clean, clean_logits = record_inputs(handle, pair.clean_ids, layers, prefix=prefix)
+    corrupted = prefix.suffix(pair.corrupted_ids)
     with torch.no_grad():
-        corrupted_logits = last_logits(handle, pair.corrupted_ids[None])[0]
+        corrupted_logits = prefix.last_logits(handle, corrupted[None])[0]
     clean_ld, corrupted_ld = normalisation(pair, clean_logits, corrupted_logits)
-    T = pair.corrupted_ids.shape[0]
-    values = []
-    chunks = range(0, len(patches), batch_size)
-    for start in tqdm(chunks, desc="activation patching", disable=not progress):
-        chunk = patches[start : start + batch_size]
-        masks = _masks(handle, chunk, T)
+    # a patch inside the shared prefix copies what is already there: LD stays LD_corrupted
+    ld = torch.full((len(patches),), corrupted_ld, dtype=torch.float64)
+    live = [i for i, p in enumerate(patches) if p.position is None or p.position >= prefix.start]
+    chunks = range(0, len(live), batch_size)
+    for lo in tqdm(chunks, desc="activation patching", disable=not progress):
+        rows = live[lo : lo + batch_size]
+        masks = _masks(handle, [patches[i] for i in rows], len(corrupted), prefix.start)
         with torch.no_grad(), _apply(handle, clean, masks):
-            logits = last_logits(handle, pair.corrupted_ids.expand(len(chunk), T))
-        values.append(pair.logit_diff(logits))
-    ld = torch.cat(values) if values else torch.zeros(0)
+            logits = prefix.last_logits(handle, corrupted.expand(len(rows), -1))
+        ld[rows] = pair.logit_diff(logits).double().cpu()
     return patch_table(patches, ld, clean_ld, corrupted_ld)
 
 
@@ -299,11 +363,18 @@ def patch_table(
     corrupted_ld: float,
 ) -> pd.DataFrame:
     """The tidy result table of ``patches`` given each patched run's logit difference."""
-    rows = [(p.site, p.layer, p.head, p.position) for p in patches]
-    table = pd.DataFrame(rows, columns=COLUMNS[:4]).astype({"head": "Int64", "position": "Int64"})
     ld = logit_diff.detach().double().cpu()
-    table["logit_diff"] = ld.numpy()
-    table["value"] = ((ld - corrupted_ld) / (clean_ld - corrupted_ld)).numpy()
+    table = pd.DataFrame(
+        {
+            "site": [p.site for p in patches],
+            "layer": [p.layer for p in patches],
+            "head": pd.array([p.head for p in patches], dtype="Int64"),
+            "position": pd.array([p.position for p in patches], dtype="Int64"),
+            "logit_diff": ld.numpy(),
+            "value": ((ld - corrupted_ld) / (clean_ld - corrupted_ld)).numpy(),
+        },
+        columns=COLUMNS,
+    )
     table.attrs.update(clean_logit_diff=clean_ld, corrupted_logit_diff=corrupted_ld)
     return table
 
@@ -321,15 +392,16 @@ def _check_patch(handle: ModelHandle, pair: PatchingPair, p: Patch) -> None:
 
 
 def _masks(
-    handle: ModelHandle, chunk: Sequence[Patch], T: int
+    handle: ModelHandle, chunk: Sequence[Patch], n_positions: int, start: int
 ) -> dict[str, dict[int, Bool[Tensor, "batch pos *head"]]]:
-    """Per site and layer, which (row, position[, head]) entries take the clean value."""
+    """Per site and layer, which (row, position[, head]) entries of the ``n_positions``
+    positions from ``start`` on take the clean value."""
     H = handle.spec.n_heads
     masks: dict[str, dict[int, Tensor]] = {site: {} for site in SITES}
     for row, p in enumerate(chunk):
-        shape = (len(chunk), T, H) if p.site == "head" else (len(chunk), T)
+        shape = (len(chunk), n_positions, H) if p.site == "head" else (len(chunk), n_positions)
         mask = masks[p.site].setdefault(p.layer, torch.zeros(shape, dtype=torch.bool))
-        pos = slice(None) if p.position is None else p.position
+        pos = slice(None) if p.position is None else p.position - start
         if p.site == "head":
             mask[row, pos, p.head] = True
         else:
