@@ -14,7 +14,8 @@ and times, in CPU seconds of this process:
   clean run with its head outputs cached, the corrupted run, then one full forward of the
   corrupted prompt per head with that head's output replaced at every position;
 - exact patching as the library runs it (``patch_heads``: the shared prefix once, then
-  ``--batch-size`` patched runs per forward over the positions after it);
+  ``--batch-size`` patched runs per forward, over the positions after it and from the patched
+  layer up);
 - attribution patching (``attribution_patch_heads``: the shared prefix once, the clean and the
   corrupted run over the rest, one backward pass);
 - exact zero-ablation of every head (``ablate_heads``, on the ablation sweeps' cached engine)
@@ -28,7 +29,8 @@ and times, in CPU seconds of this process:
 baselines against about one forward of the whole prompt for a key corruption (the prompts
 differ only in the question) and about two for a value corruption (they differ mid-record).
 ``atp_speedup_exact`` is the library's exact patching / attribution patching: the shared prefix
-makes exact patching cheap too, so for key corruptions attribution patching gains little.
+and the layer starts make exact patching cheap too, so attribution patching gains little over
+it for whole heads (its use is per-position patching, thousands of runs).
 
 Each time includes the runs a method needs from scratch (the clean run's activations, the
 baselines); every method is called once, untimed, before the timed pairs. Spearman correlations between exact and attribution values are computed per pair

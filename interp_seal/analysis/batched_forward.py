@@ -168,8 +168,48 @@ class CleanRun:
     logits: Float[Tensor, "sample answer vocab"]
 
 
-class _ReachedLastLayer(Exception):
-    """Raised by the clean run's hook on the last layer: everything below it is cached."""
+class _StopForward(Exception):
+    """Raised by ``LayerInputs``'s hook on its ``stop_at`` layer: the forward ends there."""
+
+
+class LayerInputs:
+    """Keeps what enters decoder layers during a forward, for runs that start there.
+
+    A context manager: inside it, each decoder layer in ``layers`` records the hidden state it
+    receives (``resid[layer]``) and the keyword arguments the model passes it
+    (``kwargs[layer]``: rotary ``position_embeddings``, ``position_ids``, the mask, the cache),
+    so that later runs can call the model's own layers exactly as the model does. With
+    ``stop_at``, the forward is cut at that layer's input and the block exits normally.
+    """
+
+    def __init__(self, handle: ModelHandle, layers: Sequence[int], *, stop_at: int | None = None):
+        self.handle, self.layers, self.stop_at = handle, list(layers), stop_at
+        self.resid: dict[int, Tensor] = {}
+        self.kwargs: dict[int, dict] = {}
+        self._removers: list = []
+
+    def __enter__(self) -> LayerInputs:
+        for layer in self.layers:
+            module = self.handle.layers()[layer]
+            self._removers.append(
+                module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
+            )
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        for remove in self._removers:
+            remove.remove()
+        self._removers.clear()
+        return exc_type is _StopForward
+
+    def _hook(self, layer: int):
+        def hook(_mod, args, kwargs):
+            self.resid[layer] = args[0] if args else kwargs["hidden_states"]
+            self.kwargs[layer] = {k: x for k, x in kwargs.items() if k != "hidden_states"}
+            if layer == self.stop_at:
+                raise _StopForward
+
+        return hook
 
 
 def clean_run(handle: ModelHandle, batch: AnswerBatch, starts: Sequence[int]) -> CleanRun:
@@ -181,16 +221,7 @@ def clean_run(handle: ModelHandle, batch: AnswerBatch, starts: Sequence[int]) ->
     spec = handle.spec
     L, H, D, KV = spec.n_layers, spec.n_heads, spec.d_head, spec.n_kv_heads
     first = min([*starts, L - 1])
-    resid, z, v, layer_kwargs = {}, {}, {}, {}
-
-    def keep_layer_input(layer):
-        def hook(_mod, args, kwargs):
-            resid[layer] = args[0] if args else kwargs["hidden_states"]
-            layer_kwargs[layer] = {k: x for k, x in kwargs.items() if k != "hidden_states"}
-            if layer == L - 1:
-                raise _ReachedLastLayer
-
-        return hook
+    z, v = {}, {}
 
     def keep_z(layer):
         def hook(_mod, args):
@@ -206,28 +237,22 @@ def clean_run(handle: ModelHandle, batch: AnswerBatch, starts: Sequence[int]) ->
 
     removers = []
     try:
-        for layer in range(first, L):
-            removers.append(
-                handle.layers()[layer].register_forward_pre_hook(
-                    keep_layer_input(layer), with_kwargs=True
-                )
-            )
         for layer in set(starts) - {L - 1}:
             removers.append(handle.proj(layer, "o_proj").register_forward_pre_hook(keep_z(layer)))
             removers.append(handle.proj(layer, "v_proj").register_forward_hook(keep_v(layer)))
-        with torch.no_grad():
+        with torch.no_grad(), LayerInputs(handle, range(first, L), stop_at=L - 1) as inputs:
             handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
-    except _ReachedLastLayer:
-        pass
     finally:
         for remove in removers:
             remove.remove()
-    for layer, kwargs in layer_kwargs.items():
-        _check_shared(kwargs, layer)
+    for layer, kwargs in inputs.kwargs.items():
+        check_shared_kwargs(kwargs, layer)
     query = batch.query.to(handle.device)
     with torch.no_grad():
-        logits = _logits_at(handle, resid[L - 1], query, layer_kwargs[L - 1], None)
-    return CleanRun(batch=batch, resid=resid, z=z, v=v, layer_kwargs=layer_kwargs, logits=logits)
+        logits = _logits_at(handle, inputs.resid[L - 1], query, inputs.kwargs[L - 1], None)
+    return CleanRun(
+        batch=batch, resid=inputs.resid, z=z, v=v, layer_kwargs=inputs.kwargs, logits=logits
+    )
 
 
 def run_from_layer(
@@ -258,10 +283,12 @@ def run_from_layer(
         if start < L - 1:
             v = rep(clean.v[start]) if stack.uses_values(start) else None
             z = stack.edit(start, rep(clean.z[start]), v)  # (row, pos, head, d_head)
-            hidden = _mlp_half(handle, start, hidden + handle.proj(start, "o_proj")(z.flatten(-2)))
+            hidden = mlp_half(handle, start, hidden + handle.proj(start, "o_proj")(z.flatten(-2)))
             with hf_hooks(handle, stack):
                 for layer in range(start + 1, L - 1):
-                    hidden = _layer_out(handle.layers()[layer](hidden, **clean.layer_kwargs[layer]))
+                    hidden = layer_output(
+                        handle.layers()[layer](hidden, **clean.layer_kwargs[layer])
+                    )
         query = rep(clean.batch.query).to(handle.device)
         return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1], stack)
 
@@ -319,10 +346,10 @@ def _last_layer_at(
         full[torch.arange(B, device=query.device)[:, None], query] = z
         z = _at(stack.edit(layer_idx, full, v), query)
     resid = _at(hidden, query) + handle.proj(layer_idx, "o_proj")(z.flatten(-2))
-    return _mlp_half(handle, layer_idx, resid)
+    return mlp_half(handle, layer_idx, resid)
 
 
-def _mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:
+def mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:
     """``resid + mlp(post_attention_layernorm(resid))``: the second half of a decoder layer."""
     return resid + handle.mlp(layer)(handle.layers()[layer].post_attention_layernorm(resid))
 
@@ -340,12 +367,13 @@ def _at(x: Tensor, index: Int[Tensor, "row answer"]) -> Tensor:
     return x[rows, index]
 
 
-def _layer_out(out) -> Tensor:
+def layer_output(out) -> Tensor:
+    """The hidden state a decoder layer returns (some versions return a tuple)."""
     return out[0] if isinstance(out, tuple) else out
 
 
-def _check_shared(kwargs: dict, layer: int) -> None:
-    """Edited forwards reuse the clean kwargs for more rows: they must not be per-row."""
+def check_shared_kwargs(kwargs: dict, layer: int) -> None:
+    """Runs of more rows reuse one run's layer kwargs: they must not be per-row."""
     for name, value in kwargs.items():
         for t in value if isinstance(value, tuple) else (value,):
             if isinstance(t, Tensor) and t.dim() > 0 and t.shape[0] != 1:

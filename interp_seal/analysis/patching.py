@@ -18,13 +18,19 @@ clean run, and report how much of the clean behaviour comes back::
 0 means the activation carries nothing the corruption changed; 1 means it alone restores the
 clean answer. Patches are batched: each batch row of one forward pass carries its own patch.
 
-Only the part after the shared prefix is run (``SharedPrefix``). Attention is causal, so every
-activation before the first token where the prompts differ is the same in both runs: patching
-it changes nothing, and every patched run shares the prefix's keys and values. The prefix runs
-once; each patched run continues from its key/value cache (the model's own ``DynamicCache``, as
-in chunked prefill) over the remaining positions. For a key corruption of line retrieval the
-prompts differ only in the question, so a patched run costs a few dozen positions instead of the
-whole record.
+Each patched run does only the work its answer needs, with the same numbers as a full forward:
+
+- **only the positions after the shared prefix** (``SharedPrefix``). Attention is causal, so
+  every activation before the first token where the prompts differ is the same in both runs:
+  patching it changes nothing, and every patched run shares the prefix's keys and values. The
+  prefix runs once; each patched run continues from its key/value cache (the model's own
+  ``DynamicCache``, as in chunked prefill). For a key corruption of line retrieval the prompts
+  differ only in the question, so a patched run covers a few dozen positions, not the record;
+- **only the layers from the patched one up**, like the ablation sweeps
+  (``interp_seal.analysis.batched_forward``): the corrupted run records what enters each layer,
+  and a head patch at layer ``l`` starts at ``l``'s ``o_proj``;
+- **not at all** where the answer is known: inside the shared prefix, and at positions other
+  than the last in the last layer's heads or the final norm's input (no attention follows).
 
 Sites (``Patch.site``):
 
@@ -51,6 +57,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import Cache
 
+from interp_seal.analysis.batched_forward import (
+    LayerInputs,
+    check_shared_kwargs,
+    layer_output,
+    mlp_half,
+)
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks.line_retrieval import FOOTER
 from interp_seal.tasks.sample import Sample
@@ -216,17 +228,26 @@ class SharedPrefix:
     def suffix(self, ids: Int[Tensor, "*batch pos"]) -> Int[Tensor, "*batch suffix"]:
         return ids[..., self.start :]
 
+    def fresh_cache(self, rows: int) -> Cache | None:
+        """A copy of the prefix's cache for ``rows`` runs (a forward appends to its cache)."""
+        if self.cache is None:
+            return None
+        cache = copy.deepcopy(self.cache)
+        if rows > 1:
+            cache.batch_repeat_interleave(rows)
+        return cache
+
     def last_logits(
         self, handle: ModelHandle, suffix: Int[Tensor, "batch suffix"]
     ) -> Float[Tensor, "batch vocab"]:
         """Last-position logits of prompts ``prefix + suffix[row]``."""
         if self.cache is None:
             return last_logits(handle, suffix)
-        cache = copy.deepcopy(self.cache)  # the forward appends the suffix's keys and values
-        if suffix.shape[0] > 1:
-            cache.batch_repeat_interleave(suffix.shape[0])
         out = handle.model(
-            suffix.to(handle.device), past_key_values=cache, use_cache=True, logits_to_keep=1
+            suffix.to(handle.device),
+            past_key_values=self.fresh_cache(suffix.shape[0]),
+            use_cache=True,
+            logits_to_keep=1,
         )
         return out.logits[:, -1]
 
@@ -339,21 +360,73 @@ def patch(
     layers = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
     prefix = SharedPrefix.of(handle, pair)
     clean, clean_logits = record_inputs(handle, pair.clean_ids, layers, prefix=prefix)
-    corrupted = prefix.suffix(pair.corrupted_ids)
-    with torch.no_grad():
-        corrupted_logits = prefix.last_logits(handle, corrupted[None])[0]
+    L, T = handle.spec.n_layers, pair.clean_ids.shape[0]
+    live = [i for i, p in enumerate(patches) if _can_matter(p, prefix.start, T, L)]
+    first = min([patches[i].layer for i in live], default=L)
+    with LayerInputs(handle, range(first, L)) as inputs:
+        wanted = {"head": layers["head"], "resid": [L]}
+        corrupted, corrupted_logits = record_inputs(
+            handle, pair.corrupted_ids, wanted, prefix=prefix
+        )
+    corrupted["resid"].update({layer: x[0] for layer, x in inputs.resid.items()})
+    for layer, kwargs in inputs.kwargs.items():
+        check_shared_kwargs(kwargs, layer)
     clean_ld, corrupted_ld = normalisation(pair, clean_logits, corrupted_logits)
-    # a patch inside the shared prefix copies what is already there: LD stays LD_corrupted
     ld = torch.full((len(patches),), corrupted_ld, dtype=torch.float64)
-    live = [i for i, p in enumerate(patches) if p.position is None or p.position >= prefix.start]
-    chunks = range(0, len(live), batch_size)
-    for lo in tqdm(chunks, desc="activation patching", disable=not progress):
-        rows = live[lo : lo + batch_size]
-        masks = _masks(handle, [patches[i] for i in rows], len(corrupted), prefix.start)
-        with torch.no_grad(), _apply(handle, clean, masks):
-            logits = prefix.last_logits(handle, corrupted.expand(len(rows), -1))
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i in live:
+        groups.setdefault((patches[i].site, patches[i].layer), []).append(i)
+    chunks = [
+        (site, layer, rows[lo : lo + batch_size])
+        for (site, layer), rows in groups.items()
+        for lo in range(0, len(rows), batch_size)
+    ]
+    n_positions = T - prefix.start
+    for site, layer, rows in tqdm(chunks, desc="activation patching", disable=not progress):
+        mask = _mask(handle, [patches[i] for i in rows], n_positions, prefix.start)
+        x = torch.where(mask[..., None], clean[site][layer], corrupted[site][layer])
+        with torch.no_grad():
+            logits = _run_from(handle, site, layer, x, inputs, prefix)
         ld[rows] = pair.logit_diff(logits).double().cpu()
     return patch_table(patches, ld, clean_ld, corrupted_ld)
+
+
+def _can_matter(p: Patch, start: int, T: int, L: int) -> bool:
+    """False for patches whose run is the corrupted run itself (LD stays LD_corrupted): inside
+    the shared prefix (clean and corrupted activations are equal there), or at a position other
+    than the last where no attention follows (the last layer's heads, the final norm's input)
+    and nothing carries the patch to the last position's logits."""
+    if p.position is None:
+        return True
+    last_stage = (p.site, p.layer) in {("head", L - 1), ("resid", L)}
+    return p.position >= start and (p.position == T - 1 or not last_stage)
+
+
+def _run_from(
+    handle: ModelHandle,
+    site: str,
+    layer: int,
+    x: Float[Tensor, "row pos *act"],
+    inputs: LayerInputs,
+    prefix: SharedPrefix,
+) -> Float[Tensor, "row vocab"]:
+    """Last-position logits of runs whose activation ``site`` at ``layer`` is ``x`` (one run per
+    row), started there from the corrupted run: nothing below it changes. A head patch starts
+    at the layer's ``o_proj`` (the residual stream entering the layer, plus the patched heads'
+    output, then the layer's MLP); a residual patch at the layer's input. The layers above run
+    as the model runs them (its kwargs, recorded in ``inputs``) on a fresh copy of the prefix's
+    key/value cache."""
+    L = handle.spec.n_layers
+    if site == "head":
+        resid = inputs.resid[layer] + handle.proj(layer, "o_proj")(x.flatten(-2))
+        hidden, first = mlp_half(handle, layer, resid), layer + 1
+    else:
+        hidden, first = x, layer
+    cache = prefix.fresh_cache(x.shape[0])
+    for above in range(first, L):
+        kwargs = inputs.kwargs[above] | {"past_key_values": cache}
+        hidden = layer_output(handle.layers()[above](hidden, **kwargs))
+    return handle.unembed()(handle.final_norm()(hidden[:, -1]))
 
 
 def patch_table(
@@ -391,44 +464,21 @@ def _check_patch(handle: ModelHandle, pair: PatchingPair, p: Patch) -> None:
         raise ValueError(f"{p}: position must be in 0..{T - 1} or None (every position)")
 
 
-def _masks(
+def _mask(
     handle: ModelHandle, chunk: Sequence[Patch], n_positions: int, start: int
-) -> dict[str, dict[int, Bool[Tensor, "batch pos *head"]]]:
-    """Per site and layer, which (row, position[, head]) entries of the ``n_positions``
-    positions from ``start`` on take the clean value."""
-    H = handle.spec.n_heads
-    masks: dict[str, dict[int, Tensor]] = {site: {} for site in SITES}
+) -> Bool[Tensor, "row pos *head"]:
+    """Which (row, position[, head]) entries, of the ``n_positions`` positions from ``start``
+    on, take the clean value; every patch of ``chunk`` has the same site and layer."""
+    head_site = chunk[0].site == "head"
+    shape = (len(chunk), n_positions, handle.spec.n_heads)
+    mask = torch.zeros(shape if head_site else shape[:2], dtype=torch.bool)
     for row, p in enumerate(chunk):
-        shape = (len(chunk), n_positions, H) if p.site == "head" else (len(chunk), n_positions)
-        mask = masks[p.site].setdefault(p.layer, torch.zeros(shape, dtype=torch.bool))
         pos = slice(None) if p.position is None else p.position - start
-        if p.site == "head":
+        if head_site:
             mask[row, pos, p.head] = True
         else:
             mask[row, pos] = True
-    return masks
-
-
-@contextmanager
-def _apply(handle: ModelHandle, clean: dict, masks: dict) -> Iterator[None]:
-    """Install every masked replacement of ``masks`` (both sites) for the block."""
-    with ExitStack() as stack:
-        for site, layers in masks.items():
-            edits = {
-                layer: _take_clean_where(mask.to(handle.device), clean[site][layer])
-                for layer, mask in layers.items()
-            }
-            stack.enter_context(replace_inputs(handle, site, edits))
-        yield
-
-
-def _take_clean_where(mask: Tensor, clean: Tensor) -> Callable[[Tensor], Tensor]:
-    """``x -> clean`` where ``mask`` (batch, pos[, head]) is set, ``x`` elsewhere."""
-
-    def edit(x):
-        return torch.where(mask[..., None], clean, x)
-
-    return edit
+    return mask.to(handle.device)
 
 
 # -- named wrappers --------------------------------------------------------------------------
