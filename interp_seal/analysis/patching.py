@@ -350,6 +350,9 @@ def patch(
 ) -> pd.DataFrame:
     """The generic driver: the normalised logit difference for every patch in ``patches``.
 
+    ``batch_size`` patched runs of one site and layer share a forward; each holds its own copy
+    of the prefix's key/value cache, so lower it for long prompts on large models.
+
     Returns a tidy table ``site, layer, head, position, logit_diff, value`` in the order of
     ``patches``; its ``attrs`` hold ``clean_logit_diff`` and ``corrupted_logit_diff``.
     """
