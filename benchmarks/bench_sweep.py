@@ -28,7 +28,8 @@ layer's keys and values; over the 4 layers' heads, 0.75 full layers and 0.75 MLP
 the clean run shared by 32 heads, against 4 layers and the ``T x vocab`` unembedding per head
 for the naive loop. Attention over every position is ~60% of a layer's time at these lengths and
 the sweep spends ~80% of its time in matmuls and attention kernels, so batching cannot buy more
-on a CPU (``--batch-rows`` / ``--batch-samples`` from 2 to 32 change the time by under 10%).
+on a CPU (``--batch-rows`` 2 to 16 with ``--batch-samples`` 2 to 8 measured within 10% of each
+other; 32 rows is ~25% slower: the tensors leave the cache).
 
 Times are CPU seconds of this process (robust on a shared machine with one torch thread), the
 best of ``--repeat`` runs of each after an untimed warm-up call of each.
