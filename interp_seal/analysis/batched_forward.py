@@ -22,9 +22,9 @@ single-channel edits on the same prompts. Run naively, each edit costs a full fo
 What remains is the work an exact answer needs: an edit of layer ``l`` runs ``l``'s MLP, the
 ``L - 2 - l`` full layers in between and the last layer's keys and values. On a 4-layer model
 that is 0.75 full layers per head on average instead of 4 plus the ``T x vocab`` unembedding
-(``benchmarks/bench_sweep.py`` measures about 4.5x on one CPU thread; attention over every position
-of the layers above the edit is most of what is left). In deep models the edits
-skip half the layers on average (about 2x), on top of the unembedding saving.
+(``benchmarks/bench_sweep.py`` measures about 4.5x on one CPU thread; attention over every
+position of the layers above the edit is most of what is left). In deep models the edits skip
+half the layers on average (about 2x), on top of the unembedding saving.
 
 Everything the decoder layers need besides the hidden state (rotary ``position_embeddings``,
 ``position_ids``, the causal mask) is captured from the model's own clean forward with layer
