@@ -54,7 +54,7 @@ from interp_seal.analysis.attention_rows import (
 from interp_seal.analysis.records import append_records, read_records
 from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
-from interp_seal.tasks.sample import Encoded, Sample, Span
+from interp_seal.tasks.sample import Encoded, Sample, Span, check_golden_ids
 
 # -- passage-level (MuDAF) -----------------------------------------------------------------
 
@@ -136,21 +136,12 @@ def passage_spans(enc: Encoded) -> tuple[Span, ...]:
 
 def check_golden(golden: Sequence[int], n_passages: int) -> tuple[int, ...]:
     """Golden ids, checked: at least one, distinct, each in ``0..n_passages-1``."""
-    golden = tuple(int(g) for g in golden)
     if not golden:
         raise ValueError(
             "the sample has no golden passages; MuDAF scores need the ids of the passages that "
             "hold the answer (Sample.golden, or a golden-id file for LongBench data)"
         )
-    bad = [g for g in golden if not 0 <= g < n_passages]
-    if bad:
-        raise ValueError(
-            f"golden passage ids {bad} are out of range: the sample has {n_passages} passages "
-            f"(ids 0..{n_passages - 1})"
-        )
-    if len(set(golden)) != len(golden):
-        raise ValueError(f"golden passage ids repeat: {golden}")
-    return golden
+    return check_golden_ids(golden, n_passages)
 
 
 def score_passages(

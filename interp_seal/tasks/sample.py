@@ -13,11 +13,26 @@ prompt would have to produce.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 Span = tuple[int, int]
+
+
+def check_golden_ids(golden: Sequence[int], n_passages: int) -> tuple[int, ...]:
+    """``golden`` as ints, each a passage id in ``0..n_passages-1`` and listed once."""
+    golden = tuple(int(g) for g in golden)
+    bad = [g for g in golden if not 0 <= g < n_passages]
+    if bad:
+        raise ValueError(
+            f"golden passage ids {bad} are out of range: the sample has {n_passages} passages "
+            f"(ids 0..{n_passages - 1})"
+        )
+    if len(set(golden)) != len(golden):
+        raise ValueError(f"golden passage ids {list(golden)} repeat")
+    return golden
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,14 +93,7 @@ class Sample:
                     f"span ({start}, {end}) is empty or outside the prompt (length "
                     f"{len(self.prompt)}); spans must be non-empty and inside the prompt"
                 )
-        bad = [g for g in self.golden if not 0 <= g < len(self.passages)]
-        if bad:
-            raise ValueError(
-                f"golden passage ids {bad} are out of range: the sample has "
-                f"{len(self.passages)} passages (ids 0..{len(self.passages) - 1})"
-            )
-        if len(set(self.golden)) != len(self.golden):
-            raise ValueError(f"golden passage ids {list(self.golden)} repeat")
+        check_golden_ids(self.golden, len(self.passages))
 
     def encode(self, tokenizer) -> Encoded:
         """Token ids of prompt + answer with the answer, passage and needle token spans."""
