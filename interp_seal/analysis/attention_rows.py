@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import reduce as fold
 
 import torch
@@ -130,6 +130,42 @@ class RowCapture:
         return rows
 
 
+QKCallback = Callable[[int, torch.nn.Module, dict, Tensor, Tensor], None]
+
+
+@contextmanager
+def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCallback):
+    """Call ``on_qk(layer, attn, kwargs, q, k)`` at every forward inside the block.
+
+    ``q`` ``(B, H, T, D)`` and ``k`` ``(B, KV, T, D)`` are the listed layer's queries and keys
+    of the positions this forward feeds, after RoPE: the model family's own
+    ``apply_rotary_pos_emb`` on the ``(cos, sin)`` its attention module receives. ``kwargs`` are
+    that module's keyword arguments (the KV cache, ``position_ids``). The tensors stay in the
+    autograd graph. All hooks are removed on exit.
+    """
+    H, KV, D = handle.spec.n_heads, handle.spec.n_kv_heads, handle.spec.d_head
+    with ExitStack() as hooks:
+        for layer in layers:
+            attn = handle.attn(layer)
+            rope = rope_function(attn)
+            proj: dict[str, Tensor] = {}
+
+            def keep(name: str, heads: int, proj=proj):
+                def hook(_mod, _args, out):
+                    proj[name] = out.view(*out.shape[:2], heads, D).transpose(1, 2)
+
+                return hook
+
+            def rotate(mod, _args, kwargs, _out, layer=layer, rope=rope, proj=proj):
+                cos, sin = kwargs["position_embeddings"]
+                on_qk(layer, mod, kwargs, *rope(proj.pop("q"), proj.pop("k"), cos, sin))
+
+            hooks.enter_context(handle.proj(layer, "q_proj").register_forward_hook(keep("q", H)))
+            hooks.enter_context(handle.proj(layer, "k_proj").register_forward_hook(keep("k", KV)))
+            hooks.enter_context(attn.register_forward_hook(rotate, with_kwargs=True))
+        yield
+
+
 @contextmanager
 def attention_row_hooks(
     handle: ModelHandle,
@@ -145,55 +181,31 @@ def attention_row_hooks(
     after each forward for ``(layer, batch, head, query, ...)``. All hooks are removed on exit.
     """
     capture = RowCapture(handle.spec.n_layers)
-    H, KV, D = handle.spec.n_heads, handle.spec.n_kv_heads, handle.spec.d_head
-    removers = []
 
-    def install(layer: int) -> None:
-        attn = handle.attn(layer)
-        rope, window = rope_function(attn), sliding_window_of(attn)
-        proj: dict[str, Tensor] = {}
-
-        def keep(name: str, heads: int):
-            def hook(_mod, _args, out):
-                proj[name] = out.view(*out.shape[:2], heads, D).transpose(1, 2)  # (B, heads, T, D)
-
-            return hook
-
-        def rows_hook(mod, _args, kwargs, _out):
-            cos, sin = kwargs["position_embeddings"]
-            q_rot, k_rot = rope(proj.pop("q"), proj.pop("k"), cos, sin)
-            cache = kwargs.get("past_key_values")
-            if cache is not None:
-                k_rot = cache.layers[mod.layer_idx].keys  # post-RoPE, all positions so far
-            n_new, n_keys = q_rot.shape[2], k_rot.shape[2]
-            position_ids = kwargs.get("position_ids")
-            if position_ids is not None and int(position_ids[0, -1]) + 1 != n_keys:
-                raise ValueError(
-                    f"layer {layer} sees {n_keys} keys but its last query is at position "
-                    f"{int(position_ids[0, -1])}: row capture needs keys for every position "
-                    "0..t (no left padding, no sliding-window cache that drops old keys)"
-                )
-            local = _local_positions(query_positions, n_new)
-            rows = attention_rows(
-                q_rot[:, :, local.to(q_rot.device)],
-                k_rot,
-                local + (n_keys - n_new),
-                scaling=mod.scaling,
-                sliding_window=window,
+    def rows(layer: int, mod: torch.nn.Module, kwargs: dict, q_rot: Tensor, k_rot: Tensor):
+        cache = kwargs.get("past_key_values")
+        if cache is not None:
+            k_rot = cache.layers[mod.layer_idx].keys  # post-RoPE, all positions so far
+        n_new, n_keys = q_rot.shape[2], k_rot.shape[2]
+        position_ids = kwargs.get("position_ids")
+        if position_ids is not None and int(position_ids[0, -1]) + 1 != n_keys:
+            raise ValueError(
+                f"layer {layer} sees {n_keys} keys but its last query is at position "
+                f"{int(position_ids[0, -1])}: row capture needs keys for every position "
+                "0..t (no left padding, no sliding-window cache that drops old keys)"
             )
-            capture.put(layer, rows if reduce is None else reduce(rows))
+        local = _local_positions(query_positions, n_new)
+        found = attention_rows(
+            q_rot[:, :, local.to(q_rot.device)],
+            k_rot,
+            local + (n_keys - n_new),
+            scaling=mod.scaling,
+            sliding_window=sliding_window_of(mod),
+        )
+        capture.put(layer, found if reduce is None else reduce(found))
 
-        removers.append(handle.proj(layer, "q_proj").register_forward_hook(keep("q", H)))
-        removers.append(handle.proj(layer, "k_proj").register_forward_hook(keep("k", KV)))
-        removers.append(attn.register_forward_hook(rows_hook, with_kwargs=True))
-
-    try:
-        for layer in range(handle.spec.n_layers):
-            install(layer)
+    with post_rope_qk_hooks(handle, range(handle.spec.n_layers), rows):
         yield capture
-    finally:
-        for remove in removers:
-            remove.remove()
 
 
 def capture_attention_rows(

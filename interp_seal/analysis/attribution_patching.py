@@ -96,17 +96,14 @@ def head_gradients(
         return out.detach().requires_grad_(True)  # weights are frozen: start the graph here
 
     layers = range(handle.spec.n_layers)
-    remove = handle.embed().register_forward_hook(track)
-    try:
-        with (
-            torch.enable_grad(),
-            replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
-        ):
-            logits = prefix.last_logits(handle, prefix.suffix(ids)[None])
-            metric = pair.logit_diff(logits)[0]
-            grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])
-    finally:
-        remove.remove()
+    with (
+        handle.embed().register_forward_hook(track),
+        torch.enable_grad(),
+        replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
+    ):
+        logits = prefix.last_logits(handle, prefix.suffix(ids)[None])
+        metric = pair.logit_diff(logits)[0]
+        grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])
     z = torch.stack([zs[layer][0].detach() for layer in layers])
     grad = torch.stack([g[0] for g in grads])
     return HeadGradients(z=z, grad=grad, logits=logits[0].detach(), metric=float(metric.detach()))

@@ -40,6 +40,7 @@ RoPE on q and k and GQA query head ``i`` reading KV head ``i // group_size``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
@@ -186,20 +187,17 @@ class LayerInputs:
         self.handle, self.layers, self.stop_at = handle, list(layers), stop_at
         self.resid: dict[int, Tensor] = {}
         self.kwargs: dict[int, dict] = {}
-        self._removers: list = []
+        self._hooks = ExitStack()
 
     def __enter__(self) -> LayerInputs:
         for layer in self.layers:
             module = self.handle.layers()[layer]
-            self._removers.append(
-                module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
-            )
+            hook = module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
+            self._hooks.enter_context(hook)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        for remove in self._removers:
-            remove.remove()
-        self._removers.clear()
+        self._hooks.close()
         return exc_type is _StopForward
 
     def _hook(self, layer: int):
@@ -235,16 +233,15 @@ def clean_run(handle: ModelHandle, batch: AnswerBatch, starts: Sequence[int]) ->
 
         return hook
 
-    removers = []
-    try:
+    inputs = LayerInputs(handle, range(first, L), stop_at=L - 1)
+    with torch.no_grad(), ExitStack() as hooks:
         for layer in set(starts) - {L - 1}:
-            removers.append(handle.proj(layer, "o_proj").register_forward_pre_hook(keep_z(layer)))
-            removers.append(handle.proj(layer, "v_proj").register_forward_hook(keep_v(layer)))
-        with torch.no_grad(), LayerInputs(handle, range(first, L), stop_at=L - 1) as inputs:
+            hooks.enter_context(
+                handle.proj(layer, "o_proj").register_forward_pre_hook(keep_z(layer))
+            )
+            hooks.enter_context(handle.proj(layer, "v_proj").register_forward_hook(keep_v(layer)))
+        with inputs:  # innermost: the forward it cuts short ends here
             handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
-    finally:
-        for remove in removers:
-            remove.remove()
     for layer, kwargs in inputs.kwargs.items():
         check_shared_kwargs(kwargs, layer)
     query = batch.query.to(handle.device)

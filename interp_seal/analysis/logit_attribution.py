@@ -33,6 +33,7 @@ the embedding, every ``o_proj`` input and every MLP output at position ``p`` onl
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pandas as pd
@@ -209,20 +210,15 @@ def residual_parts(
         hooks.append((handle.proj(layer, "o_proj"), "pre", keep_input(f"z{layer}")))
         hooks.append((handle.mlp(layer), "forward", keep_output(f"mlp{layer}")))
     hooks.append((handle.final_norm(), "pre", keep_input("x")))
-    removers = []
-    try:
+    with torch.no_grad(), ExitStack() as installed:
         for module, kind, fn in hooks:
             register = (
                 module.register_forward_pre_hook if kind == "pre" else module.register_forward_hook
             )
-            removers.append(register(fn))
-        with torch.no_grad():
-            keep = torch.tensor([position])  # unembed one position: no (T, vocab) logits
-            out = handle.model(input_ids[None].to(handle.device), logits_to_keep=keep)
-            logits = out.logits[0, 0].double()
-    finally:
-        for remove in removers:
-            remove.remove()
+            installed.enter_context(register(fn))
+        keep = torch.tensor([position])  # unembed one position: no (T, vocab) logits
+        out = handle.model(input_ids[None].to(handle.device), logits_to_keep=keep)
+        logits = out.logits[0, 0].double()
 
     parts, labels = [seen["embed"]], [("embed", None, None)]
     for layer in range(L):

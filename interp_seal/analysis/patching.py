@@ -274,7 +274,6 @@ def replace_inputs(
     ``"resid"``. Hooks are removed on exit, exception or not.
     """
     H, D = handle.spec.n_heads, handle.spec.d_head
-    removers = []
 
     def hook_for(edit):
         def hook(_mod, args):
@@ -285,15 +284,11 @@ def replace_inputs(
 
         return hook
 
-    try:
+    with ExitStack() as hooks:
         for layer, edit in edits.items():
-            removers.append(
-                _site_module(handle, site, layer).register_forward_pre_hook(hook_for(edit))
-            )
+            module = _site_module(handle, site, layer)
+            hooks.enter_context(module.register_forward_pre_hook(hook_for(edit)))
         yield
-    finally:
-        for remove in removers:
-            remove.remove()
 
 
 def record_inputs(

@@ -8,7 +8,7 @@ value vectors to the edit. Hooks are removed when the context exits, exception o
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 
@@ -21,8 +21,7 @@ def hf_hooks(handle: ModelHandle, iv: HeadIntervention):
     """Install ``iv`` on ``handle.model`` for the duration of the block."""
     iv.check_model(handle.spec, handle.name_or_path)
     H, D, KV = handle.spec.n_heads, handle.spec.d_head, handle.spec.n_kv_heads
-    removers = []
-    try:
+    with ExitStack() as hooks:
         for layer in iv.active_layers():
             values: dict[str, torch.Tensor] = {}
             if iv.uses_values(layer):
@@ -30,18 +29,16 @@ def hf_hooks(handle: ModelHandle, iv: HeadIntervention):
                 def keep_v(_mod, _inp, out, values=values):
                     values["v"] = out.view(*out.shape[:2], KV, D)
 
-                removers.append(handle.proj(layer, "v_proj").register_forward_hook(keep_v))
+                hooks.enter_context(handle.proj(layer, "v_proj").register_forward_hook(keep_v))
 
             def edit_o_input(_mod, args, layer=layer, values=values):
                 x = args[0]  # (B, T, H*D)
                 z = iv.edit(layer, x.view(*x.shape[:2], H, D), values.pop("v", None))
                 return (z.reshape(x.shape), *args[1:])
 
-            removers.append(handle.proj(layer, "o_proj").register_forward_pre_hook(edit_o_input))
+            o_proj = handle.proj(layer, "o_proj")
+            hooks.enter_context(o_proj.register_forward_pre_hook(edit_o_input))
         yield handle.model
-    finally:
-        for remove in removers:
-            remove.remove()
 
 
 def hf_logits(handle: ModelHandle, input_ids: torch.Tensor, iv: HeadIntervention | None = None):
@@ -57,7 +54,6 @@ def capture_head_outputs(handle: ModelHandle, input_ids: torch.Tensor) -> list[t
     """Per-layer head outputs ``z`` ``(batch, pos, head, d_head)`` (the ``o_proj`` inputs)."""
     H, D = handle.spec.n_heads, handle.spec.d_head
     zs: list[torch.Tensor] = [None] * handle.spec.n_layers
-    removers = []
 
     def keep(layer):
         def hook(_mod, args):
@@ -65,12 +61,9 @@ def capture_head_outputs(handle: ModelHandle, input_ids: torch.Tensor) -> list[t
 
         return hook
 
-    try:
+    with torch.no_grad(), ExitStack() as hooks:
         for layer in range(handle.spec.n_layers):
-            removers.append(handle.proj(layer, "o_proj").register_forward_pre_hook(keep(layer)))
-        with torch.no_grad():
-            handle.model(input_ids)
-    finally:
-        for remove in removers:
-            remove.remove()
+            o_proj = handle.proj(layer, "o_proj")
+            hooks.enter_context(o_proj.register_forward_pre_hook(keep(layer)))
+        handle.model(input_ids)
     return zs

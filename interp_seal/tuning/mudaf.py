@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from interp_seal.analysis.attention_rows import rope_function
+from interp_seal.analysis.attention_rows import post_rope_qk_hooks
 from interp_seal.models.handle import ModelHandle
 from interp_seal.models.spec import ModelSpec
 from interp_seal.tuning.data import Batch, answer_loss
@@ -94,39 +94,16 @@ def rotary_qk_hooks(handle: ModelHandle, layers: Sequence[int]):
 
     Yields a dict ``{layer: (q, k)}`` filled by every forward inside the block. The tensors stay
     in the autograd graph (no ``no_grad``, no ``detach``): a loss built on them trains
-    ``q_proj``/``k_proj`` and everything below. RoPE is the model family's own
-    ``apply_rotary_pos_emb`` on the ``(cos, sin)`` the attention module receives.
+    ``q_proj``/``k_proj`` and everything below (``interp_seal.analysis.attention_rows``'s
+    ``post_rope_qk_hooks``: the model family's own RoPE).
     """
-    H, KV, D = handle.spec.n_heads, handle.spec.n_kv_heads, handle.spec.d_head
     captured: dict[int, tuple[Tensor, Tensor]] = {}
-    removers = []
 
-    def install(layer: int) -> None:
-        attn = handle.attn(layer)
-        rope = rope_function(attn)
-        proj: dict[str, Tensor] = {}
+    def keep(layer, _attn, _kwargs, q, k):
+        captured[layer] = (q, k)
 
-        def keep(name: str, heads: int):
-            def hook(_mod, _args, out):
-                proj[name] = out.view(*out.shape[:2], heads, D).transpose(1, 2)
-
-            return hook
-
-        def rotate(_mod, _args, kwargs, _out):
-            cos, sin = kwargs["position_embeddings"]
-            captured[layer] = rope(proj.pop("q"), proj.pop("k"), cos, sin)
-
-        removers.append(handle.proj(layer, "q_proj").register_forward_hook(keep("q", H)))
-        removers.append(handle.proj(layer, "k_proj").register_forward_hook(keep("k", KV)))
-        removers.append(attn.register_forward_hook(rotate, with_kwargs=True))
-
-    try:
-        for layer in sorted(set(layers)):
-            install(layer)
+    with post_rope_qk_hooks(handle, sorted(set(layers)), keep):
         yield captured
-    finally:
-        for remove in removers:
-            remove.remove()
 
 
 def passage_queries_keys(
