@@ -2,15 +2,18 @@
 
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.load import DEFAULT_MODEL, ModelNotFoundError, load_model
+from interp_seal.models.rope_extension import ContextExtension, extend_context
 from interp_seal.models.spec import FAMILIES, ModelSpec, UnsupportedModelError
 
 __all__ = [
     "BACKENDS",
+    "ContextExtension",
     "DEFAULT_MODEL",
     "FAMILIES",
     "ModelHandle",
     "ModelNotFoundError",
     "ModelSpec",
     "UnsupportedModelError",
+    "extend_context",
     "load_model",
 ]

@@ -17,6 +17,7 @@ accepted. ``trust_remote_code`` stays off unless the caller passes ``trust_remot
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
 from interp_seal.models.gguf import gguf_target
 from interp_seal.models.handle import BACKENDS, ModelHandle
+from interp_seal.models.rope_extension import ContextExtension, install
 from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
 
 ORGANISM_DIR = Path(__file__).resolve().parent.parent / "organism" / "checkpoint"
@@ -107,6 +109,7 @@ def load_model(
     device: str | torch.device = "cpu",
     trust_remote_code: bool = False,
     gguf_file: str | None = None,
+    context_extension: ContextExtension | None = None,
 ) -> ModelHandle:
     """Load a causal LM and its tokenizer as a ``ModelHandle``.
 
@@ -119,6 +122,9 @@ def load_model(
         device: where to put the model.
         trust_remote_code: forwarded to transformers; off unless you ask.
         gguf_file: name of a GGUF file inside the directory or hub repository ``name_or_path``.
+        context_extension: NTK-aware RoPE scaling and / or Self-Extend, applied for the
+            handle's lifetime (``interp_seal.models.rope_extension``; ``extend_context`` applies
+            one inside a ``with`` block instead).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -134,7 +140,7 @@ def load_model(
     )
     model.to(device).eval()
     model.requires_grad_(False)
-    return ModelHandle(
+    handle = ModelHandle(
         model=model,
         tokenizer=tokenizer,
         spec=ModelSpec.from_config(config),
@@ -142,3 +148,6 @@ def load_model(
         name_or_path=target,
         backend=backend,
     )
+    if context_extension is not None:
+        install(handle, context_extension, ExitStack())  # never undone: the handle keeps it
+    return handle

@@ -1,0 +1,182 @@
+"""NTK-aware RoPE scaling and Self-Extend against direct computations.
+
+- NTK: the scaled inverse frequencies by the formula (and its two fixed points: the highest
+  frequency unchanged, the lowest divided by the factor), and the whole model equal to the same
+  checkpoint saved with the raised RoPE base.
+- Self-Extend: the blocked attention function against an eager T x T reference that rotates
+  the pre-RoPE queries and keys at their grouped positions directly, at several lengths; the
+  model with a window covering the sequence equals the plain model; cached decoding equals the
+  full forward; no score tensor is ever T x T.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from interp_seal.interventions import ablate, hf_hooks
+from interp_seal.models import ContextExtension, extend_context, load_model
+from interp_seal.models import rope_extension as rx
+
+
+@pytest.fixture(scope="module")
+def handle(llama_checkpoint):
+    return load_model(llama_checkpoint)
+
+
+def test_ntk_inv_freq_formula():
+    base, dim, alpha = 10000.0, 16, 4.0
+    got = rx.ntk_inv_freq(base, dim, alpha)
+    new_base = base * alpha ** (16 / 14)
+    for i in range(8):
+        assert got[i].item() == pytest.approx(new_base ** (-2 * i / 16), rel=1e-12)
+    plain = rx.ntk_inv_freq(base, dim, 1.0)
+    assert got[0].item() == pytest.approx(1.0)  # highest frequency kept
+    assert (plain[-1] / got[-1]).item() == pytest.approx(alpha, rel=1e-12)  # lowest / alpha
+
+
+def test_ntk_model_equals_checkpoint_with_raised_base(handle, llama_checkpoint, tmp_path):
+    alpha = 8.0
+    raised = Path(tmp_path) / "raised"
+    shutil.copytree(llama_checkpoint, raised)
+    config = json.loads((raised / "config.json").read_text())
+    d = config["head_dim"]
+    config["rope_parameters"]["rope_theta"] *= alpha ** (d / (d - 2))
+    (raised / "config.json").write_text(json.dumps(config))
+    direct = load_model(raised)
+    ids = torch.randint(5, len(handle.tokenizer), (2, 90))
+    with torch.no_grad():
+        plain = handle.model(ids).logits
+        with extend_context(handle, ContextExtension(ntk_factor=alpha)):
+            ntk = handle.model(ids).logits
+        restored = handle.model(ids).logits
+        expected = direct.model(ids).logits
+    torch.testing.assert_close(ntk, expected, atol=1e-5, rtol=1e-5)
+    assert (ntk - plain).abs().max() > 1e-2  # the option really changes the model
+    torch.testing.assert_close(restored, plain, atol=0, rtol=0)
+    from_load = load_model(llama_checkpoint, context_extension=ContextExtension(ntk_factor=alpha))
+    with torch.no_grad():
+        torch.testing.assert_close(from_load.model(ids).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def eager_self_extend(q, k, v, group, window, base):
+    """T x T reference: pre-RoPE q / k rotated at grouped positions, regimes picked per entry."""
+    T, D = q.shape[-2], q.shape[-1]
+    inv = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+
+    def cos_sin(pos):
+        freqs = pos.double()[:, None] * inv
+        emb = torch.cat([freqs, freqs], -1)
+        return emb.cos().float(), emb.sin().float()
+
+    pos = torch.arange(T)
+    qn, kn = apply_rotary_pos_emb(q, k, *cos_sin(pos), unsqueeze_dim=0)
+    gq = pos // group + window - window // group
+    gk = pos // group
+    qg, _ = apply_rotary_pos_emb(q, q, *cos_sin(gq), unsqueeze_dim=0)
+    kg, _ = apply_rotary_pos_emb(k, k, *cos_sin(gk), unsqueeze_dim=0)
+    scores = torch.empty(q.shape[0], q.shape[1], T, T)
+    for i in range(T):  # the definition, entry by entry in rows
+        for j in range(i + 1):
+            near = i - j < window
+            a, b = (qn, kn) if near else (qg, kg)
+            scores[:, :, i, j] = (a[:, :, i] * b[:, :, j]).sum(-1) / D**0.5
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~causal, float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2)
+
+
+@pytest.mark.parametrize("T", [5, 23, 61])
+def test_self_extend_attention_matches_eager_reference(T):
+    torch.manual_seed(T)
+    B, H, KV, D, G, W, base = 2, 4, 2, 8, 3, 6, 10000.0
+    q = torch.randn(B, H, T, D)
+    k = torch.randn(B, KV, T, D)
+    v = torch.randn(B, KV, T, D)
+    k_rep, v_rep = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    expected = eager_self_extend(q, k_rep, v_rep, G, W, base)
+    cfg = ContextExtension(group_size=G, window=W, block_size=7)
+    inv = rx.ntk_inv_freq(base, D, 1.0).float()
+    module = SimpleNamespace(**{rx._CONFIG_ATTR: (cfg, inv)})
+    pos = torch.arange(T).double()[:, None] * inv.double()
+    q_rot = rx.rotate(q, pos.float())
+    k_rot = rx.rotate(k, pos.float())
+    got, _ = rx.self_extend_attention(module, q_rot, k_rot, v, None, scaling=D**-0.5)
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):
+    ids = torch.randint(5, len(handle.tokenizer), (1, 70))
+    with torch.no_grad():
+        plain = handle.model(ids).logits
+        with extend_context(handle, ContextExtension(group_size=4, window=70)):
+            wide = handle.model(ids).logits
+        se = ContextExtension(group_size=4, window=9, block_size=16)
+        with extend_context(handle, se):
+            full = handle.model(ids).logits
+            out = handle.model(ids[:, :-1], use_cache=True)
+            step = handle.model(ids[:, -1:], past_key_values=out.past_key_values).logits
+    torch.testing.assert_close(wide, plain, atol=1e-4, rtol=1e-4)
+    assert (full - plain).abs().max() > 1e-2
+    torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-4, rtol=1e-4)
+    assert handle.model.config._attn_implementation == "sdpa"  # restored
+
+
+def test_self_extend_never_builds_t_by_t(handle, monkeypatch):
+    sizes = []
+    softmax = torch.softmax
+
+    def recording(x, *args, **kwargs):
+        sizes.append(tuple(x.shape))
+        return softmax(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "softmax", recording)
+    T, block = 200, 16
+    ids = torch.randint(5, len(handle.tokenizer), (1, T))
+    with (
+        torch.no_grad(),
+        extend_context(handle, ContextExtension(group_size=4, window=8, block_size=block)),
+    ):
+        handle.model(ids)
+    assert sizes and all(s[-2] <= block for s in sizes)
+
+
+def test_combines_with_head_intervention(handle):
+    """Self-Extend + NTK + a pruned head == the same edit applied by hand on the extended model."""
+    ids = torch.randint(5, len(handle.tokenizer), (1, 50))
+    iv = ablate(handle.spec, [(1, 2)], mode="zero")
+    ext = ContextExtension(ntk_factor=2.0, group_size=2, window=10)
+    with torch.no_grad(), extend_context(handle, ext):
+        edited = None
+        with hf_hooks(handle, iv):
+            edited = handle.model(ids).logits
+        captured = {}
+        o_proj = handle.proj(1, "o_proj")
+
+        def zero_head(_mod, args):
+            x = args[0].clone()
+            d = handle.spec.d_head
+            x[..., 2 * d : 3 * d] = 0
+            captured["done"] = True
+            return (x,)
+
+        hook = o_proj.register_forward_pre_hook(zero_head)
+        try:
+            by_hand = handle.model(ids).logits
+        finally:
+            hook.remove()
+    assert captured["done"]
+    torch.testing.assert_close(edited, by_hand, atol=1e-6, rtol=1e-6)
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="neighbour window"):
+        ContextExtension(group_size=4)
+    with pytest.raises(ValueError, match="ntk_factor"):
+        ContextExtension(ntk_factor=0.5)
