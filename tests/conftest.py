@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from interp_seal.models.random_checkpoint import save_random_checkpoint  # noqa: E402
+from interp_seal.tasks import line_retrieval  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -54,3 +55,27 @@ def family_checkpoint(request, tmp_path_factory):
 def llama_checkpoint(tmp_path_factory):
     """A tiny random GQA Llama checkpoint directory."""
     return build_checkpoint(tmp_path_factory.mktemp("llama"), "llama")
+
+
+def byte_level_tokenizer():
+    """A small byte-level BPE (GPT-2 conventions, like SmolLM2's) trained on LongEval text.
+
+    BOS and EOS are ``<|endoftext|>``; BOS is not added by the tokenizer (as in GPT-2).
+    """
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    samples = line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=20), 3)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([s.prompt + s.answer for s in samples], trainer)
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )

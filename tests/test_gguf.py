@@ -15,32 +15,13 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from conftest import byte_level_tokenizer
 
 from interp_seal.models import UnsupportedModelError, load_model
 from interp_seal.models import gguf as gguf_module
 from interp_seal.models.random_checkpoint import save_random_checkpoint
-from interp_seal.tasks import line_retrieval
 
 TEXT = "line swift-river: REGISTER_CONTENT is <4711>\nThe <REGISTER_CONTENT> in line 12 is"
-
-
-def byte_level_tokenizer():
-    """A small byte-level BPE (GPT-2 conventions) trained on LongEval text."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    samples = line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=20), 3)
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([s.prompt + s.answer for s in samples], trainer)
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
