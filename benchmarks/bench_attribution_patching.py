@@ -60,11 +60,11 @@ from interp_seal.analysis.attribution_patching import (
 )
 from interp_seal.analysis.patching import (
     PatchingPair,
-    last_logits,
     line_retrieval_pair,
     patch_heads,
     replace_inputs,
 )
+from interp_seal.engine import last_logits
 from interp_seal.interventions import capture_head_outputs
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval as lr

@@ -46,8 +46,8 @@ from pathlib import Path
 import torch
 from common import benchmark_model
 
-from interp_seal.analysis.batched_forward import AnswerBatch
 from interp_seal.analysis.sweeps import SweepOptions, all_heads, head_sweep
+from interp_seal.engine import AnswerBatch, pad_id_of
 from interp_seal.interventions import ablate, hf_logits
 from interp_seal.tasks import line_retrieval as lr
 
@@ -58,13 +58,14 @@ def naive_sweep(handle, samples: dict) -> dict:
     out = {}
     for length, batch in samples.items():
         answers = AnswerBatch.from_encoded(
-            [s.encode(handle.tokenizer) for s in batch], pad_id=handle.tokenizer.pad_token_id or 0
+            [s.encode(handle.tokenizer) for s in batch], pad_id=pad_id_of(handle.tokenizer)
         )
         rows = torch.arange(len(answers))[:, None]
         for layer, head in [(None, None), *all_heads(handle)]:
             iv = None if head is None else ablate(handle.spec, [(layer, head)], "zero")
             logits = hf_logits(handle, answers.ids, iv)
-            out[(layer, head, length)] = answers.score(logits[rows, answers.query])
+            scored = answers.score(logits[rows, answers.query])
+            out[(layer, head, length)] = (scored.exact, scored.logprob)
     return out
 
 

@@ -21,7 +21,6 @@ from interp_seal.analysis.attribution_patching import (
 from interp_seal.analysis.patching import (
     Patch,
     PatchingPair,
-    SharedPrefix,
     line_retrieval_pair,
     patch,
     patch_heads,
@@ -29,6 +28,7 @@ from interp_seal.analysis.patching import (
     record_inputs,
     replace_inputs,
 )
+from interp_seal.engine import SharedPrefix
 from interp_seal.interventions import ablate, capture_head_outputs, hf_logits
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
@@ -209,13 +209,15 @@ def test_shared_prefix_longer_than_a_sliding_window(tmp_path):
 def test_patched_runs_cover_only_the_positions_after_the_shared_prefix(llama):
     """The prefix runs once; the baselines and every patched run continue from its cache."""
     pair = synthetic_pair(llama)
-    prefix = SharedPrefix.of(llama, pair)
+    prefix = SharedPrefix.of(llama, pair.clean_ids, pair.corrupted_ids)
     assert prefix.start == DIFFERS[0] and prefix.cache.get_seq_length() == DIFFERS[0]
-    assert SharedPrefix.of(llama, synthetic_pair(llama, differs=(0,))).cache is None
+    no_prefix = synthetic_pair(llama, differs=(0,))
+    assert SharedPrefix.of(llama, no_prefix.clean_ids, no_prefix.corrupted_ids).cache is None
     same = PatchingPair(
         clean_ids=pair.clean_ids, corrupted_ids=pair.clean_ids, clean_token=10, corrupted_token=11
     )
-    assert SharedPrefix.of(llama, same).start == T - 1  # the last position is always run
+    start = SharedPrefix.of(llama, same.clean_ids, same.corrupted_ids).start
+    assert start == T - 1  # the last position is always run
     seen = []  # (layer, rows, positions) of every decoder-layer call
     hooks = [
         module.register_forward_pre_hook(

@@ -16,7 +16,6 @@ import pytest
 import torch
 from conftest import build_checkpoint
 
-from interp_seal.analysis.batched_forward import AnswerBatch, clean_run, run_from_layer
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_of, quadrant_scale_table
 from interp_seal.analysis.sweeps import (
     SweepOptions,
@@ -26,6 +25,7 @@ from interp_seal.analysis.sweeps import (
     scale_table_sweep,
 )
 from interp_seal.cli import main
+from interp_seal.engine import AnswerBatch, clean_run, run_from_layer
 from interp_seal.interventions import ablate, hf_logits, scale_table
 from interp_seal.models import load_model
 from interp_seal.tasks import line_retrieval as lr
@@ -162,10 +162,12 @@ def test_answer_batch_scores_by_hand():
     logits[0, 0, 1] = logits[0, 1, 2] = 5.0  # row 0: both answer tokens are the argmax
     logits[1, :, 3] = 5.0  # row 1: its one answer token is the argmax
     logits[1, 1] = torch.tensor([9.0, 0, 0, 0])  # padded slot: wrong but ignored
-    exact, logprob = batch.score(logits)
+    scored = batch.score(logits)
     lp = float(torch.log_softmax(torch.tensor([0, 5.0, 0, 0]), -1)[1])
-    assert exact.tolist() == [True, True]
-    torch.testing.assert_close(logprob, torch.tensor([2 * lp, lp]))
+    assert scored.exact.tolist() == [True, True]
+    torch.testing.assert_close(scored.logprob, torch.tensor([2 * lp, lp]))
+    assert scored.correct.tolist() == [[True, True], [True, False]]  # padding is never correct
+    assert scored.predicted.tolist() == [[1, 2], [3, 0]]
 
 
 def test_run_from_layer_rejects_edits_below_start(handle):

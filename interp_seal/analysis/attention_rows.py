@@ -31,7 +31,6 @@ layer's rows right away (sum over passage spans, argmax) keeps only what an anal
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
 from functools import reduce as fold
@@ -80,27 +79,6 @@ def attention_rows(
     return scores.softmax(-1).reshape(B, H, Q, T)
 
 
-def sliding_window_of(attn: torch.nn.Module) -> int | None:
-    """The attention window of one attention module (None: full causal attention).
-
-    Qwen2 keeps a per-layer ``sliding_window`` attribute; Mistral reads it from the config.
-    """
-    if hasattr(attn, "sliding_window"):
-        return attn.sliding_window
-    return getattr(attn.config, "sliding_window", None)
-
-
-def rope_function(attn: torch.nn.Module) -> Callable:
-    """The ``apply_rotary_pos_emb`` of the module's own modeling file (exact RoPE per family)."""
-    rope = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
-    if rope is None:
-        raise ValueError(
-            f"{type(attn).__name__} has no apply_rotary_pos_emb in {type(attn).__module__}; "
-            "row-wise attention supports RoPE attention of the llama / mistral / qwen2 families"
-        )
-    return rope
-
-
 def _local_positions(positions: Sequence[int], length: int) -> Int[Tensor, " query"]:
     """``positions`` (negative ones count from the end) as indices into a chunk of ``length``."""
     pos = torch.tensor([p + length if p < 0 else p for p in positions], dtype=torch.long)
@@ -147,7 +125,7 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
     with ExitStack() as hooks:
         for layer in layers:
             attn = handle.attn(layer)
-            rope = rope_function(attn)
+            rope = handle.rope(layer)
             proj: dict[str, Tensor] = {}
 
             def keep(name: str, heads: int, proj=proj):
@@ -200,7 +178,7 @@ def attention_row_hooks(
             k_rot,
             local + (n_keys - n_new),
             scaling=mod.scaling,
-            sliding_window=sliding_window_of(mod),
+            sliding_window=handle.sliding_window(layer),
         )
         capture.put(layer, found if reduce is None else reduce(found))
 
@@ -253,13 +231,12 @@ def _capture_nnsight(handle, input_ids, query_positions, reduce) -> Tensor:
         for layer in range(handle.spec.n_layers):
             attn = fold(getattr, handle.family.attn.split("."), layer_envoys[layer])
             q_rot, k_rot = attn.source.apply_rotary_pos_emb_0.output
-            module = handle.attn(layer)
             rows = attention_rows(
                 q_rot[:, :, local.to(q_rot.device)],
                 k_rot,
                 local,
-                scaling=module.scaling,
-                sliding_window=sliding_window_of(module),
+                scaling=handle.attn(layer).scaling,
+                sliding_window=handle.sliding_window(layer),
             )
             captured.append(rows if reduce is None else reduce(rows))
     return torch.stack(list(captured))

@@ -34,11 +34,8 @@ from scipy.stats import spearmanr
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_seal.analysis.batched_forward import AnswerBatch, clean_run, run_from_layer
 from interp_seal.analysis.patching import (
-    WHOLE_PROMPT,
     PatchingPair,
-    SharedPrefix,
     head_patches,
     normalisation,
     patch_heads,
@@ -46,6 +43,7 @@ from interp_seal.analysis.patching import (
     record_inputs,
     replace_inputs,
 )
+from interp_seal.engine import WHOLE_PROMPT, AnswerBatch, SharedPrefix, clean_run, run_from_layer
 from interp_seal.interventions.head_edit import ablate
 from interp_seal.models.handle import ModelHandle
 
@@ -120,7 +118,7 @@ def attribution_patch_heads(
     after it, the only ones where ``z_clean - z_corr`` is not zero.
     """
     L = handle.spec.n_layers
-    prefix = SharedPrefix.of(handle, pair)
+    prefix = SharedPrefix.of(handle, pair.clean_ids, pair.corrupted_ids)
     clean, clean_logits = record_inputs(handle, pair.clean_ids, {"head": range(L)}, prefix=prefix)
     run = head_gradients(handle, pair.corrupted_ids, pair, prefix=prefix)
     clean_ld, _ = normalisation(pair, clean_logits, run.logits)
@@ -146,7 +144,7 @@ def ablate_heads(
 ) -> pd.DataFrame:
     """Exact zero-ablation (SEAL pruning) of each head in the clean run.
 
-    Runs on the ablation sweeps' engine (``interp_seal.analysis.batched_forward``): one clean
+    Runs on the forward engine (``interp_seal.engine``), like the ablation sweeps: one clean
     forward caches the residual stream, each head's run starts at its layer, up to
     ``batch_size`` heads of a layer share a forward and the last layer runs at the last position
     only. Returns ``layer, head, logit_diff, delta`` (``delta`` = ablated minus clean logit

@@ -39,12 +39,12 @@ import torch
 from tqdm.auto import tqdm
 
 from interp_seal.analysis.retrieval_scores import ResultLog, fingerprint
+from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import qa_f1, teacher_force
-from interp_seal.interventions import ablate, hf_hooks
+from interp_seal.interventions import Head, HeadIntervention, ablate
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Sample
 
-Head = tuple[int, int]
 MASK_MODES = ("zero", "uniform")
 COLUMNS = [
     "strategy", "mode", "k", "seed", "heads", "exact_match", "first_token", "answer_logprob",
@@ -138,19 +138,22 @@ def conditions(
     return out
 
 
-@torch.no_grad()
-def greedy_text(handle: ModelHandle, prompt_ids: torch.Tensor, max_new_tokens: int) -> str:
-    """Greedy continuation of ``prompt_ids`` (full forwards, no cache), stopping at EOS/newline."""
-    ids = prompt_ids.to(handle.device)[None]
-    eos = handle.tokenizer.eos_token_id
-    new: list[int] = []
-    for _ in range(max_new_tokens):
-        token = int(handle.model(ids, use_cache=False, logits_to_keep=1).logits[0, -1].argmax())
-        if token == eos or "\n" in handle.tokenizer.decode([token]):
-            break
-        new.append(token)
-        ids = torch.cat([ids, ids.new_tensor([[token]])], dim=1)
-    return handle.tokenizer.decode(new)
+def greedy_text(
+    handle: ModelHandle,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    intervention: HeadIntervention | None = None,
+) -> str:
+    """Greedy continuation of ``prompt_ids`` up to EOS or a newline (neither included)."""
+    tok = handle.tokenizer
+
+    def newline(token: int) -> bool:
+        return "\n" in tok.decode([token])
+
+    new = greedy_decode(handle, prompt_ids, max_new_tokens, intervention=intervention, stop=newline)
+    if new[-1] == tok.eos_token_id or newline(new[-1]):
+        new = new[:-1]
+    return tok.decode(new)
 
 
 def evaluate_condition(
@@ -172,11 +175,7 @@ def evaluate_condition(
         f1s = []
         for sample in samples:
             prompt = sample.encode(handle.tokenizer).prompt_ids
-            if iv is None:
-                text = greedy_text(handle, prompt, config.max_new_tokens)
-            else:
-                with hf_hooks(handle, iv):
-                    text = greedy_text(handle, prompt, config.max_new_tokens)
+            text = greedy_text(handle, prompt, config.max_new_tokens, iv)
             f1s.append(qa_f1(text, sample.meta.get("answers") or [sample.answer]))
         row["qa_f1"] = float(np.mean(f1s))
     return row

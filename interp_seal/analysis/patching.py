@@ -20,14 +20,14 @@ clean answer. Patches are batched: each batch row of one forward pass carries it
 
 Each patched run does only the work its answer needs, with the same numbers as a full forward:
 
-- **only the positions after the shared prefix** (``SharedPrefix``). Attention is causal, so
+- **only the positions after the shared prefix** (``interp_seal.engine.SharedPrefix``). Attention is causal, so
   every activation before the first token where the prompts differ is the same in both runs:
   patching it changes nothing, and every patched run shares the prefix's keys and values. The
   prefix runs once; each patched run continues from its key/value cache (the model's own
   ``DynamicCache``, as in chunked prefill). For a key corruption of line retrieval the prompts
   differ only in the question, so a patched run covers a few dozen positions, not the record;
 - **only the layers from the patched one up**, like the ablation sweeps
-  (``interp_seal.analysis.batched_forward``): the corrupted run records what enters each layer,
+  (``interp_seal.engine``): the corrupted run records what enters each layer,
   and a head patch at layer ``l`` starts at ``l``'s ``o_proj``;
 - **not at all** where the answer is known: inside the shared prefix, and at positions other
   than the last in the last layer's heads or the final norm's input (no attention follows).
@@ -42,7 +42,6 @@ Sites (``Patch.site``):
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import random
 import re
@@ -55,14 +54,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformers import Cache
 
-from interp_seal.analysis.batched_forward import (
-    LayerInputs,
-    check_shared_kwargs,
-    layer_output,
-    mlp_half,
-)
+from interp_seal.engine import WHOLE_PROMPT, LayerInputs, SharedPrefix, mlp_half, run_layers
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks.line_retrieval import FOOTER
 from interp_seal.tasks.sample import Sample
@@ -194,67 +187,6 @@ def _pair_at_divergence(clean, other) -> PatchingPair:
 
 
 # -- running the model -----------------------------------------------------------------------
-def last_logits(handle: ModelHandle, ids: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch vocab"]:
-    """Logits at the last position only (the unembedding runs on one position)."""
-    return handle.model(ids.to(handle.device), logits_to_keep=1).logits[:, -1]
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class SharedPrefix:
-    """The positions ``[0, start)`` both prompts of a pair share, run once and cached.
-
-    Runs that differ only from ``start`` on (the clean run, the corrupted run, every patched
-    run) continue from ``cache`` over ``ids[start:]``; their activations and gradients cover
-    those positions only. ``start`` is the first position where the prompts differ (at most the
-    last position, which every run needs for its logits); ``start = 0`` runs whole prompts.
-    """
-
-    start: int = 0
-    cache: Cache | None = None
-
-    @classmethod
-    def of(cls, handle: ModelHandle, pair: PatchingPair) -> SharedPrefix:
-        differ = (pair.clean_ids != pair.corrupted_ids).nonzero()
-        last = pair.clean_ids.shape[0] - 1
-        start = min(int(differ[0, 0]) if len(differ) else last, last)
-        if start == 0:
-            return cls()
-        with torch.no_grad():
-            out = handle.model.base_model(
-                pair.clean_ids[None, :start].to(handle.device), use_cache=True
-            )
-        return cls(start=start, cache=out.past_key_values)
-
-    def suffix(self, ids: Int[Tensor, "*batch pos"]) -> Int[Tensor, "*batch suffix"]:
-        return ids[..., self.start :]
-
-    def fresh_cache(self, rows: int) -> Cache | None:
-        """A copy of the prefix's cache for ``rows`` runs (a forward appends to its cache)."""
-        if self.cache is None:
-            return None
-        cache = copy.deepcopy(self.cache)
-        if rows > 1:
-            cache.batch_repeat_interleave(rows)
-        return cache
-
-    def last_logits(
-        self, handle: ModelHandle, suffix: Int[Tensor, "batch suffix"]
-    ) -> Float[Tensor, "batch vocab"]:
-        """Last-position logits of prompts ``prefix + suffix[row]``."""
-        if self.cache is None:
-            return last_logits(handle, suffix)
-        out = handle.model(
-            suffix.to(handle.device),
-            past_key_values=self.fresh_cache(suffix.shape[0]),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1]
-
-
-WHOLE_PROMPT = SharedPrefix()  # no shared prefix: runs cover every position
-
-
 def _site_module(handle: ModelHandle, site: str, layer: int) -> torch.nn.Module:
     """The module whose input is the activation ``site`` at ``layer``."""
     if site == "head":
@@ -356,7 +288,7 @@ def patch(
     for p in patches:
         _check_patch(handle, pair, p)
     layers = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
-    prefix = SharedPrefix.of(handle, pair)
+    prefix = SharedPrefix.of(handle, pair.clean_ids, pair.corrupted_ids)
     clean, clean_logits = record_inputs(handle, pair.clean_ids, layers, prefix=prefix)
     L, T = handle.spec.n_layers, pair.clean_ids.shape[0]
     live = [i for i, p in enumerate(patches) if _can_matter(p, prefix.start, T, L)]
@@ -367,8 +299,7 @@ def patch(
             handle, pair.corrupted_ids, wanted, prefix=prefix
         )
     corrupted["resid"].update({layer: x[0] for layer, x in inputs.resid.items()})
-    for layer, kwargs in inputs.kwargs.items():
-        check_shared_kwargs(kwargs, layer)
+    inputs.check_shared()
     clean_ld, corrupted_ld = normalisation(pair, clean_logits, corrupted_logits)
     ld = torch.full((len(patches),), corrupted_ld, dtype=torch.float64)
     groups: dict[tuple[str, int], list[int]] = {}
@@ -420,10 +351,7 @@ def _run_from(
         hidden, first = mlp_half(handle, layer, resid), layer + 1
     else:
         hidden, first = x, layer
-    cache = prefix.fresh_cache(x.shape[0])
-    for above in range(first, L):
-        kwargs = inputs.kwargs[above] | {"past_key_values": cache}
-        hidden = layer_output(handle.layers()[above](hidden, **kwargs))
+    hidden = run_layers(handle, hidden, range(first, L), inputs.kwargs, prefix.fresh_cache(len(x)))
     return handle.unembed()(handle.final_norm()(hidden[:, -1]))
 
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from interp_seal.interventions import Head
+
 QUADRANTS = ("Q1", "Q2", "Q3", "Q4", "axis")
-Head = tuple[int, int]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -52,6 +52,7 @@ from interp_seal.analysis.attention_rows import (
     capture_attention_rows,
 )
 from interp_seal.analysis.records import append_records, read_records
+from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded, Sample, Span, check_golden_ids
@@ -261,9 +262,12 @@ def needle_span(enc: Encoded) -> Span:
 def copy_hits(
     argmax: Int[Tensor, "layer head"], token: int, ids: Int[Tensor, " pos"], needle: Span
 ) -> Bool[Tensor, "layer head"]:
-    """Heads whose attention argmax is a needle token equal to the token just generated."""
+    """Heads whose attention argmax is a needle token equal to the token just generated.
+
+    ``ids`` must cover the needle (the prompt does); argmaxes past its end are never hits.
+    """
     inside = (argmax >= needle[0]) & (argmax < needle[1])
-    return inside & (ids[argmax] == token)
+    return inside & (ids[argmax.clamp(max=len(ids) - 1)] == token)
 
 
 @torch.no_grad()
@@ -274,26 +278,22 @@ def copy_paste_score(
     enc = encode_samples(handle, [sample])[0]
     start, end = needle_span(enc)
     steps = max_new_tokens or len(enc.answer_ids)
-    ids = enc.prompt_ids.to(handle.device)
+    ids = enc.prompt_ids
     if len(ids) < 2:
         raise ValueError("the prompt needs at least two tokens (a prefix and a query token)")
-    eos = handle.tokenizer.eos_token_id
     score = torch.zeros(handle.spec.n_layers, handle.spec.n_heads, dtype=torch.float64)
-    cache = handle.model(ids[None, :-1], use_cache=True, logits_to_keep=1).past_key_values
-    generated: list[int] = []
 
     def argmax_rows(rows: Float[Tensor, "batch head query key"]) -> Tensor:
         return rows[0, :, 0].argmax(-1)  # (H,)
 
     with attention_row_hooks(handle, (-1,), reduce=argmax_rows) as capture:
-        for _ in range(steps):
-            out = handle.model(ids[None, -1:], past_key_values=cache, use_cache=True)
-            cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
-            score += copy_hits(capture.take(), token, ids, (start, end)).cpu() / (end - start)
-            generated.append(token)
-            ids = torch.cat([ids, ids.new_tensor([token])])
-            if token == eos:
-                break
+
+        def score_step(token: int) -> None:
+            nonlocal score
+            hits = copy_hits(capture.take().cpu(), token, ids, (start, end))
+            score += hits / (end - start)
+
+        generated = greedy_decode(handle, ids, steps, on_token=score_step)
     return CopyPaste(score=score.numpy(), generated=tuple(generated))
 
 

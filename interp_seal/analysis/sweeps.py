@@ -18,7 +18,7 @@ log-probability; the result is a tidy DataFrame (label columns, ``length``, ``me
 ``value``, ``baseline``, ``delta = value - baseline``) with per-length means over samples.
 ``head_sweep``, ``channel_sweep`` and ``scale_table_sweep`` are thin wrappers that build units.
 
-Speed (``interp_seal.analysis.batched_forward``): one clean forward per batch of samples caches
+Speed (``interp_seal.engine``): one clean forward per batch of samples caches
 the residual stream; each edit starts at its first edited layer, edits with the same start
 share a forward (one block of rows per edit), and the last layer and the unembedding run only at
 answer positions. Results equal a one-forward-per-edit loop of ``hf_logits``.
@@ -40,16 +40,21 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_seal.analysis.batched_forward import AnswerBatch, clean_run, run_from_layer
 from interp_seal.analysis.resume import SweepStore, sweep_manifest
+from interp_seal.engine import AnswerBatch, clean_run, pad_id_of, run_from_layer
 from interp_seal.evaluation.teacher_forcing import encode_samples
-from interp_seal.interventions import HeadIntervention, ablate, capture_head_outputs, scale_table
+from interp_seal.interventions import (
+    Head,
+    HeadIntervention,
+    ablate,
+    capture_head_outputs,
+    scale_table,
+)
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded, Sample
 
 METRICS = ("exact_match", "answer_logprob")
 BASELINE = -1  # unit index of the unedited model in the records
-Head = tuple[int, int]
 SamplesByLength = Mapping[int, Sequence[Sample | Encoded]]
 ProgressCallback = Callable[[int, int], None]
 
@@ -154,7 +159,7 @@ def run_sweep(
     starts = [min(u.intervention.active_layers(), default=handle.spec.n_layers) for u in units]
     steps = _plan(encoded, starts, done, options, handle.spec.n_layers)
     total = sum(1 + len(step.groups) for step in steps)
-    pad_id = handle.tokenizer.pad_token_id or 0
+    pad_id = pad_id_of(handle.tokenizer)
     finished = 0
     with tqdm(total=total, desc="ablation sweep", disable=not options.progress) as bar:
 
@@ -187,14 +192,16 @@ def run_sweep(
                 [encoded[step.length][s] for s in step.chunk], pad_id=pad_id
             )
             clean = clean_run(handle, batch, [start for start, _ in step.groups])
-            exact, logprob = batch.score(clean.logits)
+            scored = batch.score(clean.logits)
             unedited = [BASELINE] + [u for u, s in enumerate(starts) if s == handle.spec.n_layers]
             n = len(unedited)  # the baseline, and units that edit nothing
-            save(step.length, step.chunk, unedited, exact.repeat(n), logprob.repeat(n))
+            save(
+                step.length, step.chunk, unedited, scored.exact.repeat(n), scored.logprob.repeat(n)
+            )
             for start, unit_ids in step.groups:
                 ivs = [units[u].intervention for u in unit_ids]
-                exact, logprob = batch.score(run_from_layer(handle, clean, start, ivs))
-                save(step.length, step.chunk, unit_ids, exact, logprob)
+                scored = batch.score(run_from_layer(handle, clean, start, ivs))
+                save(step.length, step.chunk, unit_ids, scored.exact, scored.logprob)
     return _summarise(done, encoded, units)
 
 

@@ -23,6 +23,7 @@ from interp_seal.evaluation.teacher_forcing import AnswerScore, encode_samples, 
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
+from interp_seal.tasks.chat import check_template, wrap_samples
 from interp_seal.tasks.sample import Sample
 
 ACCURACY_COLUMNS = ("length", "n", "n_tokens", "exact_match", "first_token", "answer_logprob")
@@ -84,19 +85,27 @@ def evaluate_line_retrieval(
     intervention: HeadIntervention | None = None,
     batch_size: int = 8,
     progress: bool = True,
+    chat_template: str = "none",
 ) -> pd.DataFrame:
     """LongEval accuracy per number of lines: ``n`` records per entry of ``lengths``.
 
     Records come from ``line_retrieval.generate`` with ``seed``, so the same call gives the
     same records (and the same table) every time; ``length`` is the number of lines.
+    ``chat_template`` wraps each record in a conversation (``interp_seal.tasks.chat``: ``"none"``,
+    ``"tokenizer"`` for the model's own template, or ``"vicuna"``, LongChat's).
     """
+    check_template(chat_template, handle.tokenizer)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     samples = {
-        num_lines: line_retrieval.generate(
-            line_retrieval.LineRetrievalConfig(num_lines=num_lines, index_style=index_style),
-            n,
-            seed,
+        num_lines: wrap_samples(
+            line_retrieval.generate(
+                line_retrieval.LineRetrievalConfig(num_lines=num_lines, index_style=index_style),
+                n,
+                seed,
+            ),
+            chat_template,
+            handle.tokenizer,
         )
         for num_lines in lengths
     }

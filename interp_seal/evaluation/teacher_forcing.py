@@ -7,38 +7,38 @@ next-token distribution given prompt + ``a_1 .. a_{i-1}``. If the argmax there i
 every ``i``, greedy decoding emits ``a_1`` first, then (its input now being exactly the
 teacher-forced prefix) ``a_2``, and so on: it reproduces the answer. If the argmax differs
 at some ``i``, greedy decoding agrees with the answer up to ``a_{i-1}`` and then emits that
-argmax instead. Hence (DESIGN.md Sec. 4)::
+argmax instead. Hence (the design notes, ``docs/design.md`` Sec. 4)::
 
     greedy(prompt)[:n] == answer  <=>  argmax logits[t - 1] == input_ids[t] at every answer position t
 
 and one causal forward decides exact match. The same forward gives the answer's
-log-probability ``sum_i log p(a_i | prompt, a_<i)`` and first-token correctness (on LongEval
-the first digit of the value: the retrieval decision, the other digits are copying). Per-token
+log-probability ``sum_i log p(a_i | prompt, a_<i)`` and first-token correctness: whether the
+argmax is right at the first answer token that carries content (on LongEval the first digit of
+the value: the retrieval decision, the other digits are copying). Byte-level BPE tokenizers
+(SmolLM2, Llama 3, Qwen2) often split the answer " 12345." as a bare space then digits; that
+space is right for every model, so ``first_token`` skips answer tokens that decode to
+whitespace only (under teacher forcing they are fed, as usual). Per-token
 correctness after the first error is teacher-forced accuracy, not what greedy decoding would
 emit (it has already left the answer by then); ``predicted`` holds the greedy tokens up to and
 including the first error.
 
 Batching: samples are grouped by length (longest first, so an out-of-memory error shows at
-once) and right-padded. Causal attention keeps every real token blind to the padding on its
-right and position ids stay ``0 .. T-1``, so each row computes what it would alone (up to
-float rounding), and ``HeadIntervention``'s uniform mode (a running mean from position 0) stays
-exact. Only answer positions are unembedded: the decoder's final (normalised) hidden states are
-gathered there and only those rows go through ``lm_head``, so the ``T x vocab`` logits of a
+once) and right-padded (``interp_seal.engine.batch``), so each row computes what it would
+alone (up to float rounding), and ``HeadIntervention``'s uniform mode (a running mean from
+position 0) stays exact. The forward is the engine's ``answer_logits``: the last layer, the
+final norm and the unembedding run at answer positions only, so the ``T x vocab`` logits of a
 long context are never built.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 
-import torch
-from jaxtyping import Bool, Int
-from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_seal.interventions import HeadIntervention, intervene
+from interp_seal.engine import AnswerBatch, answer_logits, pad_id_of
+from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded, Sample
 
@@ -52,12 +52,15 @@ class AnswerScore:
         predicted: the argmax token id at each answer position.
         answer_logprob: ``sum_i log p(a_i | prompt, a_<i)`` (natural log).
         n_tokens: prompt + answer tokens (the sequence the model read).
+        first_content: index of the first answer token that is not whitespace only (0 when
+            all are).
     """
 
     token_correct: tuple[bool, ...]
     predicted: tuple[int, ...]
     answer_logprob: float
     n_tokens: int
+    first_content: int = 0
 
     @property
     def exact_match(self) -> bool:
@@ -66,8 +69,16 @@ class AnswerScore:
 
     @property
     def first_token(self) -> bool:
-        """Greedy decoding gets the first answer token right."""
-        return self.token_correct[0]
+        """The argmax is right at the first answer token that carries content."""
+        return self.token_correct[self.first_content]
+
+
+def first_content(tokenizer, answer_ids) -> int:
+    """Index of the first of ``answer_ids`` that decodes to more than whitespace (else 0)."""
+    for i, token in enumerate(answer_ids):
+        if tokenizer.decode([int(token)]).strip():
+            return i
+    return 0
 
 
 def encode_samples(handle: ModelHandle, samples: Sequence[Sample | Encoded]) -> list[Encoded]:
@@ -126,50 +137,17 @@ def teacher_force(
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     scores: list[AnswerScore | None] = [None] * len(encoded)
-    hooks = nullcontext() if intervention is None else intervene(handle, intervention, "hf")
-    with hooks, torch.no_grad():
-        for batch in tqdm(batches, desc="teacher forcing", disable=not progress, leave=False):
-            for i, score in zip(
-                batch, _score_batch(handle, [encoded[i] for i in batch]), strict=True
-            ):
-                scores[i] = score
+    pad_id = pad_id_of(handle.tokenizer)
+    for rows in tqdm(batches, desc="teacher forcing", disable=not progress, leave=False):
+        batch = AnswerBatch.from_encoded([encoded[i] for i in rows], pad_id=pad_id)
+        scored = batch.score(answer_logits(handle, batch, intervention))
+        for row, i in enumerate(rows):
+            n = len(encoded[i]) - encoded[i].answer_start
+            scores[i] = AnswerScore(
+                token_correct=tuple(scored.correct[row, :n].tolist()),
+                predicted=tuple(scored.predicted[row, :n].tolist()),
+                answer_logprob=float(scored.logprob[row]),
+                n_tokens=len(encoded[i]),
+                first_content=first_content(handle.tokenizer, encoded[i].answer_ids),
+            )
     return scores
-
-
-def _score_batch(handle: ModelHandle, batch: list[Encoded]) -> list[AnswerScore]:
-    """One right-padded forward over ``batch``; logits only at answer-predicting positions."""
-    ids, predicts = _right_pad(batch, pad_id=handle.tokenizer.pad_token_id or 0)
-    hidden = handle.model.base_model(input_ids=ids.to(handle.device), use_cache=False)
-    hidden = hidden.last_hidden_state  # (batch, pos, d_model), after the final norm
-    logits = handle.unembed()(hidden[predicts.to(handle.device)]).float()  # (answer_tok, vocab)
-    targets = ids.roll(-1, dims=1)[predicts].to(logits.device)  # the answer token each row predicts
-    logprobs = logits.log_softmax(-1).gather(-1, targets[:, None])[:, 0]  # (answer_tok,)
-    argmax = logits.argmax(-1)
-    sizes = [len(enc) - enc.answer_start for enc in batch]
-    return [
-        AnswerScore(
-            token_correct=tuple((pred == tgt).tolist()),
-            predicted=tuple(pred.tolist()),
-            answer_logprob=float(lp.sum()),
-            n_tokens=len(enc),
-        )
-        for enc, pred, tgt, lp in zip(
-            batch, argmax.split(sizes), targets.split(sizes), logprobs.split(sizes), strict=True
-        )
-    ]
-
-
-def _right_pad(
-    batch: list[Encoded], *, pad_id: int
-) -> tuple[Int[Tensor, "batch pos"], Bool[Tensor, "batch pos"]]:
-    """Right-padded ids and the mask of positions whose next token is an answer token.
-
-    The pad id is irrelevant: real tokens never attend to the padding on their right.
-    """
-    width = max(len(enc) for enc in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    predicts = torch.zeros((len(batch), width), dtype=torch.bool)
-    for row, enc in enumerate(batch):
-        ids[row, : len(enc)] = enc.input_ids
-        predicts[row, enc.answer_start - 1 : len(enc) - 1] = True
-    return ids, predicts

@@ -3,6 +3,8 @@
 from interp_seal.interventions.backends import intervene, logits
 from interp_seal.interventions.head_edit import (
     ABLATION_MODES,
+    Head,
+    HeadEdit,
     HeadIntervention,
     ablate,
     scale_table,
@@ -14,6 +16,8 @@ from interp_seal.interventions.tl_backend import tl_hooks, tl_logits
 
 __all__ = [
     "ABLATION_MODES",
+    "Head",
+    "HeadEdit",
     "HeadIntervention",
     "ablate",
     "capture_head_outputs",

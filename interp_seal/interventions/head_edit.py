@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from jaxtyping import Bool, Float
@@ -33,7 +34,32 @@ from torch import Tensor
 from interp_seal.models.spec import ModelSpec
 
 ABLATION_MODES = ("zero", "scale", "mean", "uniform")
-Head = tuple[int, int]
+Head = tuple[int, int]  # (layer, head): the one name for a head across the library
+
+
+class HeadEdit(Protocol):
+    """What every backend and the forward engine need of an edit of head outputs.
+
+    ``HeadIntervention`` is one; ``interp_seal.engine.EditStack`` (one intervention per block
+    of batch rows) is another.
+    """
+
+    def check_model(self, spec: ModelSpec, model_name: str) -> None:
+        """Raise if the edit was made for another geometry."""
+
+    def active_layers(self) -> list[int]:
+        """The layers whose head outputs the edit changes."""
+
+    def uses_values(self, layer: int) -> bool:
+        """Whether ``edit`` at ``layer`` needs the layer's value vectors (uniform attention)."""
+
+    def edit(
+        self,
+        layer: int,
+        z: Float[Tensor, "row pos head d_head"],
+        v: Float[Tensor, "row pos kv_head d_head"] | None = None,
+    ) -> Float[Tensor, "row pos head d_head"]:
+        """The edited head outputs of ``layer``."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

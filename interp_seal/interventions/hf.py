@@ -12,13 +12,14 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from interp_seal.interventions.head_edit import HeadIntervention
+from interp_seal.interventions.head_edit import HeadEdit, HeadIntervention
 from interp_seal.models.handle import ModelHandle
 
 
 @contextmanager
-def hf_hooks(handle: ModelHandle, iv: HeadIntervention):
-    """Install ``iv`` on ``handle.model`` for the duration of the block."""
+def hf_hooks(handle: ModelHandle, iv: HeadEdit):
+    """Install ``iv`` (a ``HeadIntervention`` or any ``HeadEdit``) on ``handle.model`` for the
+    duration of the block."""
     iv.check_model(handle.spec, handle.name_or_path)
     H, D, KV = handle.spec.n_heads, handle.spec.d_head, handle.spec.n_kv_heads
     with ExitStack() as hooks:

@@ -13,12 +13,14 @@ in ``interp_seal.interventions.backends``.
 from __future__ import annotations
 
 import copy
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from interp_seal.models.spec import Family, ModelSpec, get_module
+from interp_seal.models.spec import Family, ModelSpec, get_attribute, get_module
 
 BACKENDS = ("hf", "nnsight", "transformer_lens")
 
@@ -63,6 +65,28 @@ class ModelHandle:
 
     def mlp(self, layer: int) -> nn.Module:
         return get_module(self.layers()[layer], self.family.mlp)
+
+    def norm(self, layer: int, which: str) -> nn.Module:
+        """A decoder layer's ``"input"`` (pre-attention) or ``"post_attention"`` (pre-MLP) norm."""
+        names = {"input": self.family.input_norm, "post_attention": self.family.post_attention_norm}
+        return get_module(self.layers()[layer], names[which])
+
+    def sliding_window(self, layer: int) -> int | None:
+        """The attention window of ``layer`` (None: the whole causal prefix)."""
+        if self.family.sliding_window is None:
+            return None
+        return get_attribute(self.attn(layer), self.family.sliding_window)
+
+    def rope(self, layer: int) -> Callable:
+        """``apply_rotary_pos_emb(q, k, cos, sin)`` of the layer's own modeling file."""
+        attn = self.attn(layer)
+        rope = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
+        if rope is None:
+            raise ValueError(
+                f"{type(attn).__name__} has no apply_rotary_pos_emb in {type(attn).__module__}; "
+                "interp-seal supports RoPE attention (see interp_seal/models/spec.py)"
+            )
+        return rope
 
     def final_norm(self) -> nn.Module:
         return get_module(self.model, self.family.final_norm)

@@ -18,12 +18,6 @@ from interp_seal.models.spec import FAMILIES
 from interp_seal.organism.tokenizer import build_tokenizer
 from interp_seal.tasks import line_retrieval
 
-CONFIG_CLASSES = {
-    "llama": transformers.LlamaConfig,
-    "mistral": transformers.MistralConfig,
-    "qwen2": transformers.Qwen2Config,
-}
-
 
 def line_retrieval_tokenizer():
     """A word-level tokenizer covering the LongEval format with every adjective-noun index."""
@@ -52,8 +46,8 @@ def save_random_checkpoint(
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
     tok = tokenizer if tokenizer is not None else line_retrieval_tokenizer()
-    config_cls = CONFIG_CLASSES[family]
-    config = config_cls(
+    config = transformers.AutoConfig.for_model(
+        family,
         vocab_size=len(tok),
         hidden_size=n_heads * d_head,
         intermediate_size=2 * n_heads * d_head,
@@ -67,11 +61,11 @@ def save_random_checkpoint(
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    config.architectures = [config_cls.__name__.replace("Config", "ForCausalLM")]
-    if family == "mistral":
-        config.sliding_window = None
+    for key, value in FAMILIES[family].random_config:
+        setattr(config, key, value)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
+    model.config.architectures = [type(model).__name__]
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name:

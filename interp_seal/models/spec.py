@@ -2,7 +2,9 @@
 
 Per-architecture support is *data*, not code branches (the pyvene idea): every family that
 interp-seal understands is one ``Family`` row naming the modules the analyses touch. Adding a
-family means adding a row here and a tiny checkpoint to the tests, nothing else.
+family means adding a row here, nothing else: the analyses, the forward engine, the row-wise
+attention capture and the random test checkpoints all read these rows
+(``tests/test_families.py`` registers a new family and runs the parity checks on it).
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -11,6 +13,7 @@ family means adding a row here and a tiny checkpoint to the tests, nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -26,9 +29,20 @@ class Family:
         q_proj, k_proj, v_proj, o_proj: projections inside ``attn``; ``o_proj``'s input is the
             concatenation of per-head outputs ``z`` (head ``h`` is columns ``h*d_head:(h+1)*d_head``).
         mlp: the MLP inside one decoder layer.
+        input_norm: the norm before attention inside one decoder layer.
+        post_attention_norm: the norm before the MLP inside one decoder layer.
         final_norm: the norm applied to the residual stream before the unembedding.
         unembed: the unembedding (``lm_head``).
         embed: the token embedding.
+        sliding_window: dotted path, relative to the attention module, of the layer's attention
+            window (None where the family always attends to the whole causal prefix); a
+            window of None there means full attention.
+        random_config: config overrides for random test checkpoints (e.g. no sliding window,
+            so that every family computes the same kind of attention in parity tests).
+
+    Decoder layers are assumed pre-norm: ``h += attn(input_norm(h)); h += mlp(post_norm(h))``,
+    with the family's own ``apply_rotary_pos_emb`` on q and k (looked up in the attention
+    module's modeling file) and GQA query head ``i`` reading KV head ``i // group_size``.
     """
 
     name: str
@@ -42,12 +56,20 @@ class Family:
     final_norm: str = "model.norm"
     unembed: str = "lm_head"
     embed: str = "model.embed_tokens"
+    input_norm: str = "input_layernorm"
+    post_attention_norm: str = "post_attention_layernorm"
+    sliding_window: str | None = None
+    random_config: tuple[tuple[str, Any], ...] = ()
 
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(name="llama"),
-    "mistral": Family(name="mistral"),
-    "qwen2": Family(name="qwen2"),
+    "mistral": Family(
+        name="mistral",
+        sliding_window="config.sliding_window",
+        random_config=(("sliding_window", None),),
+    ),
+    "qwen2": Family(name="qwen2", sliding_window="sliding_window"),
 }
 
 
@@ -132,3 +154,10 @@ class ModelSpec:
 def get_module(root: nn.Module, path: str) -> nn.Module:
     """``root.a.b.c`` for the dotted ``path`` ``"a.b.c"``."""
     return root.get_submodule(path)
+
+
+def get_attribute(root: object, path: str) -> Any:
+    """``root.a.b`` for the dotted ``path`` ``"a.b"`` (None where an attribute is missing)."""
+    for name in path.split("."):
+        root = getattr(root, name, None)
+    return root

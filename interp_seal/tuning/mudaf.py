@@ -37,12 +37,12 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp_seal.analysis.attention_rows import post_rope_qk_hooks
+from interp_seal.interventions import Head
 from interp_seal.models.handle import ModelHandle
 from interp_seal.models.spec import ModelSpec
 from interp_seal.tuning.data import Batch, answer_loss
 from interp_seal.tuning.loop import Tuner
 
-Head = tuple[int, int]
 TRAINABLE = ("all", "attention")
 
 

@@ -1,0 +1,272 @@
+"""The forward engine: answer logits from the positions that need them, edits batched, runs
+started at the edited layer.
+
+Every analysis that asks "what does the model answer, with or without this edit?" runs here:
+teacher-forced evaluation, ablation sweeps (SEAL Sec. 3.1, Fig. 2b-c), exact ablation under
+attribution patching, masking experiments and the dashboard. Three facts make it cheap, with
+the numbers of a plain forward:
+
+1. **The last layer is needed only at answer positions.** Greedy exact match and the answer's
+   log-probability read the logits at the positions that predict answer tokens (a handful per
+   prompt). The last layer's keys and values still need every position, but its queries,
+   ``o_proj``, MLP, final norm and unembedding run on those few positions only: attention for
+   ``Q`` query rows (``Q x T`` scores, never ``T x T``), no ``T x vocab`` logits.
+2. **Nothing below an edited layer changes.** An edit of layer ``l``'s head outputs ``z`` (the
+   ``o_proj`` input) leaves every layer below ``l`` and ``l``'s own attention untouched. The
+   clean run (``clean_run``) caches, at each layer ``l`` an edit may start at, the residual
+   stream entering it, its head outputs and its value vectors; an edited run
+   (``run_from_layer``) starts at ``l``'s ``o_proj``: ``resid_mid = resid_l + o_proj(edit(z_l))``,
+   then ``l``'s MLP, then the layers above as the model runs them (``engine.layers``).
+3. **Edits batch.** Each block of ``S`` rows (one per sample) carries its own edit
+   (``EditStack``), so the edits of all heads of a layer share one forward.
+
+On a 4-layer model an edited run costs 0.75 full layers per head on average instead of 4 plus
+the ``T x vocab`` unembedding (``benchmarks/bench_sweep.py``); in deep models the edits skip
+half the layers on average, on top of the unembedding saving.
+
+Everything the decoder layers need besides the hidden state is captured from the model's own
+forward (``LayerInputs``) and passed back unchanged; the last layer uses the model's own norms,
+projections, ``apply_rotary_pos_emb`` and attention mask (a sliding window included), through
+the family row of ``interp_seal.models.spec``. Samples are right-padded (``engine.batch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_seal.engine.batch import AnswerBatch
+from interp_seal.engine.layers import LayerInputs, mlp_half, run_layers
+from interp_seal.interventions import HeadEdit, HeadIntervention, hf_hooks
+from interp_seal.models import ModelHandle
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class EditStack:
+    """Several interventions side by side: rows ``[a*rows, (a+1)*rows)`` run ``ivs[a]``.
+
+    Each block is edited by its own ``HeadIntervention.edit``, so every ablation mode of the
+    primitive batches (mean ablation's per-head offsets and uniform attention's value running
+    means included), not only scale tables. A ``HeadEdit``, like ``HeadIntervention``.
+    """
+
+    ivs: tuple[HeadIntervention, ...]
+    rows: int
+
+    def __post_init__(self):
+        if not self.ivs:
+            raise ValueError("EditStack needs at least one intervention")
+        if any(iv.batched or iv.spec != self.spec for iv in self.ivs):
+            raise ValueError("EditStack stacks unbatched (L, H, D) interventions of one model")
+
+    @property
+    def spec(self):
+        return self.ivs[0].spec
+
+    def check_model(self, spec, model_name: str) -> None:
+        self.ivs[0].check_model(spec, model_name)
+
+    def active_layers(self) -> list[int]:
+        return sorted({layer for iv in self.ivs for layer in iv.active_layers()})
+
+    def uses_values(self, layer: int) -> bool:
+        return any(iv.uses_values(layer) for iv in self.ivs)
+
+    def edit(
+        self,
+        layer: int,
+        z: Float[Tensor, "row pos head d_head"],
+        v: Float[Tensor, "row pos kv_head d_head"] | None = None,
+    ) -> Float[Tensor, "row pos head d_head"]:
+        v_blocks = v.split(self.rows) if v is not None else [None] * len(self.ivs)
+        blocks = zip(self.ivs, z.split(self.rows), v_blocks, strict=True)
+        return torch.cat([iv.edit(layer, zb, vb) for iv, zb, vb in blocks])
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class CleanRun:
+    """What the clean forward leaves behind for edited runs to start from.
+
+    Attributes:
+        batch: the samples.
+        resid: residual stream entering layer ``l`` ``(sample, pos, d_model)``, for every layer
+            from the lowest start layer up to the last.
+        z: head outputs (``o_proj`` input) of layer ``l``, per start layer below the last.
+        v: value vectors of layer ``l``, per start layer below the last (uniform attention).
+        layer_kwargs: the keyword arguments the model passed to each of those decoder layers.
+        logits: clean logits at the answer positions ``(sample, answer, vocab)``.
+    """
+
+    batch: AnswerBatch
+    resid: dict[int, Float[Tensor, "sample pos d_model"]]
+    z: dict[int, Float[Tensor, "sample pos head d_head"]]
+    v: dict[int, Float[Tensor, "sample pos kv_head d_head"]]
+    layer_kwargs: dict[int, dict]
+    logits: Float[Tensor, "sample answer vocab"]
+
+
+@torch.no_grad()
+def answer_logits(
+    handle: ModelHandle, batch: AnswerBatch, intervention: HeadEdit | None = None
+) -> Float[Tensor, "sample answer vocab"]:
+    """Logits at ``batch``'s answer positions, with ``intervention`` on every layer it edits.
+
+    The model's own forward (with the edit hooked in) runs up to the last layer's input; the
+    last layer runs at the answer positions only. Teacher-forced evaluation is this function
+    plus ``AnswerBatch.score``.
+    """
+    return clean_run(handle, batch, (), intervention=intervention).logits
+
+
+def clean_run(
+    handle: ModelHandle,
+    batch: AnswerBatch,
+    starts: Sequence[int],
+    *,
+    intervention: HeadEdit | None = None,
+) -> CleanRun:
+    """One forward over ``batch``, caching what edited runs starting at ``starts`` need.
+
+    ``intervention`` (only without ``starts``) edits the run itself: ``answer_logits``.
+    """
+    spec = handle.spec
+    L, H, D, KV = spec.n_layers, spec.n_heads, spec.d_head, spec.n_kv_heads
+    if intervention is not None and starts:
+        raise ValueError("an edited run cannot serve as the clean run of further edits")
+    first = min([*starts, L - 1])
+    z, v = {}, {}
+
+    def keep_z(layer):
+        def hook(_mod, args):
+            z[layer] = args[0].view(*args[0].shape[:2], H, D)
+
+        return hook
+
+    def keep_v(layer):
+        def hook(_mod, _args, out):
+            v[layer] = out.view(*out.shape[:2], KV, D)
+
+        return hook
+
+    inputs = LayerInputs(handle, range(first, L), stop_at=L - 1)
+    edits = nullcontext() if intervention is None else hf_hooks(handle, intervention)
+    with torch.no_grad(), edits, ExitStack() as hooks:
+        for layer in set(starts) - {L - 1}:
+            hooks.enter_context(
+                handle.proj(layer, "o_proj").register_forward_pre_hook(keep_z(layer))
+            )
+            hooks.enter_context(handle.proj(layer, "v_proj").register_forward_hook(keep_v(layer)))
+        with inputs:  # innermost: the forward it cuts short ends here
+            handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
+    inputs.check_shared()
+    with torch.no_grad():  # no hooks here: the last layer applies the edit itself
+        query = batch.query.to(handle.device)
+        logits = _logits_at(handle, inputs.resid[L - 1], query, inputs.kwargs[L - 1], intervention)
+    return CleanRun(
+        batch=batch, resid=inputs.resid, z=z, v=v, layer_kwargs=inputs.kwargs, logits=logits
+    )
+
+
+def run_from_layer(
+    handle: ModelHandle, clean: CleanRun, start: int, ivs: Sequence[HeadIntervention]
+) -> Float[Tensor, "row answer vocab"]:
+    """Logits at the answer positions under each of ``ivs``, rows edit-major.
+
+    Row ``a * S + s`` is sample ``s`` under ``ivs[a]``. Every intervention must leave the layers
+    below ``start`` untouched; ``clean`` must have been made with ``start`` among its starts.
+    """
+    L = handle.spec.n_layers
+    stack = EditStack(ivs=tuple(ivs), rows=len(clean.batch))
+    touched = stack.active_layers()
+    if not touched or touched[0] < start:
+        raise ValueError(
+            f"edits touch layers {touched}; an edited run from layer {start} needs every "
+            f"edit to touch layer {start} or above and at least one layer"
+        )
+    if start < L - 1 and start not in clean.z:
+        raise ValueError(f"the clean run cached no head outputs at layer {start}")
+    reps = len(ivs)
+
+    def rep(x: Tensor) -> Tensor:
+        return x.repeat(reps, *[1] * (x.dim() - 1))
+
+    with torch.no_grad():
+        hidden = rep(clean.resid[start])
+        if start < L - 1:
+            v = rep(clean.v[start]) if stack.uses_values(start) else None
+            z = stack.edit(start, rep(clean.z[start]), v)  # (row, pos, head, d_head)
+            hidden = mlp_half(handle, start, hidden + handle.proj(start, "o_proj")(z.flatten(-2)))
+            with hf_hooks(handle, stack):
+                hidden = run_layers(handle, hidden, range(start + 1, L - 1), clean.layer_kwargs)
+        query = rep(clean.batch.query).to(handle.device)
+        return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1], stack)
+
+
+def _logits_at(
+    handle: ModelHandle,
+    hidden: Float[Tensor, "row pos d_model"],
+    query: Int[Tensor, "row answer"],
+    kwargs: dict,
+    edit: HeadEdit | None,
+) -> Float[Tensor, "row answer vocab"]:
+    """Logits at ``query`` from the residual stream entering the last layer."""
+    out = _last_layer_at(handle, hidden, query, kwargs, edit)
+    return handle.unembed()(handle.final_norm()(out))
+
+
+def _last_layer_at(
+    handle: ModelHandle,
+    hidden: Float[Tensor, "row pos d_model"],
+    query: Int[Tensor, "row answer"],
+    kwargs: dict,
+    edit: HeadEdit | None,
+) -> Float[Tensor, "row answer d_model"]:
+    """The last decoder layer's output at the ``query`` positions only (keys: every position),
+    with ``edit``'s changes of the last layer applied (None: unedited)."""
+    spec = handle.spec
+    last = spec.n_layers - 1
+    attn = handle.attn(last)
+    B, T, _ = hidden.shape
+    H, KV, D, G = spec.n_heads, spec.n_kv_heads, spec.d_head, spec.group_size
+    Q = query.shape[1]
+    rope = handle.rope(last)
+    x = handle.norm(last, "input")(hidden)
+    cos, sin = kwargs["position_embeddings"]  # (1, pos, D): shared by every row
+    q = handle.proj(last, "q_proj")(_at(x, query)).view(B, Q, H, D).transpose(1, 2)
+    k = handle.proj(last, "k_proj")(x).view(B, T, KV, D).transpose(1, 2)
+    v = handle.proj(last, "v_proj")(x).view(B, T, KV, D)
+    # the family's own RoPE; an empty second operand rotates one tensor only
+    q = rope(q, q[:, :0], cos[0][query], sin[0][query])[0]  # (row, head, answer, D)
+    k = rope(k, k[:, :0], cos, sin)[0]  # (row, kv_head, pos, D)
+    mask = kwargs.get("attention_mask")
+    if mask is None:  # causal: query at position p sees keys 0..p
+        allowed = torch.arange(T, device=query.device)[None, None] <= query[..., None]
+    else:  # the model's own mask (e.g. a sliding window), rows at the query positions
+        allowed = mask[0, 0][query]
+    # GQA without copying keys: the G query heads of one KV head become G x Q query rows
+    z = F.scaled_dot_product_attention(
+        q.reshape(B, KV, G * Q, D),
+        k,
+        v.transpose(1, 2),
+        attn_mask=allowed[:, None, None].expand(B, 1, G, Q, T).reshape(B, 1, G * Q, T),
+        scale=attn.scaling,
+    )
+    z = z.view(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
+    if edit is not None and last in edit.active_layers():
+        full = hidden.new_zeros(B, T, H, D)  # edit at full length: uniform needs every v
+        full[torch.arange(B, device=query.device)[:, None], query] = z
+        z = _at(edit.edit(last, full, v), query)
+    resid = _at(hidden, query) + handle.proj(last, "o_proj")(z.flatten(-2))
+    return mlp_half(handle, last, resid)
+
+
+def _at(x: Tensor, index: Int[Tensor, "row answer"]) -> Tensor:
+    """``x[r, index[r, a]]`` for every row ``r`` and answer slot ``a``."""
+    rows = torch.arange(x.shape[0], device=index.device)[:, None]
+    return x[rows, index]

@@ -1,0 +1,97 @@
+"""Running the model's own decoder layers from a given layer, as the model runs them.
+
+An edited forward (an ablation sweep, a patched run, a dashboard edit) changes nothing below
+the edited layer, so it can start there. ``LayerInputs`` records, during one real forward,
+what enters each decoder layer: the hidden state and the keyword arguments the model passes
+(rotary ``position_embeddings``, ``position_ids``, the causal mask, the cache). Later runs call
+the same layers with those arguments, so the layers above the edit compute exactly what the
+model computes; ``stop_at`` cuts the recorded forward at a layer's input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import ExitStack
+
+from jaxtyping import Float
+from torch import Tensor
+
+from interp_seal.models import ModelHandle
+
+
+class _StopForward(Exception):
+    """Raised by ``LayerInputs``'s hook on its ``stop_at`` layer: the forward ends there."""
+
+
+class LayerInputs:
+    """Keeps what enters decoder layers during a forward, for runs that start there.
+
+    A context manager: inside it, each decoder layer in ``layers`` records the hidden state it
+    receives (``resid[layer]``) and the keyword arguments the model passes it
+    (``kwargs[layer]``), so that later runs can call the model's own layers exactly as the
+    model does. With ``stop_at``, the forward is cut at that layer's input and the block exits
+    normally.
+    """
+
+    def __init__(self, handle: ModelHandle, layers: Sequence[int], *, stop_at: int | None = None):
+        self.handle, self.layers, self.stop_at = handle, list(layers), stop_at
+        self.resid: dict[int, Tensor] = {}
+        self.kwargs: dict[int, dict] = {}
+        self._hooks = ExitStack()
+
+    def __enter__(self) -> LayerInputs:
+        for layer in self.layers:
+            module = self.handle.layers()[layer]
+            hook = module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
+            self._hooks.enter_context(hook)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._hooks.close()
+        return exc_type is _StopForward
+
+    def _hook(self, layer: int):
+        def hook(_mod, args, kwargs):
+            self.resid[layer] = args[0] if args else kwargs["hidden_states"]
+            self.kwargs[layer] = {k: x for k, x in kwargs.items() if k != "hidden_states"}
+            if layer == self.stop_at:
+                raise _StopForward
+
+        return hook
+
+    def check_shared(self) -> None:
+        """Runs of more rows reuse one run's layer kwargs: they must not be per-row."""
+        for layer, kwargs in self.kwargs.items():
+            for name, value in kwargs.items():
+                for t in value if isinstance(value, tuple) else (value,):
+                    if isinstance(t, Tensor) and t.dim() > 0 and t.shape[0] != 1:
+                        raise ValueError(
+                            f"decoder layer {layer} got a per-row {name!r} of shape "
+                            f"{tuple(t.shape)}; runs that start at a layer need batch-shared "
+                            "positions and masks (right-padded samples, no padding mask)"
+                        )
+
+
+def layer_output(out) -> Tensor:
+    """The hidden state a decoder layer returns (some versions return a tuple)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def run_layers(
+    handle: ModelHandle,
+    hidden: Float[Tensor, "row pos d_model"],
+    layers: range,
+    kwargs: dict[int, dict],
+    cache=None,
+) -> Float[Tensor, "row pos d_model"]:
+    """The model's own decoder ``layers`` on ``hidden``, with the recorded ``kwargs``, continuing
+    the key/value ``cache`` if one is given (never the recorded run's own cache)."""
+    for layer in layers:
+        args = kwargs[layer] | {"past_key_values": cache}
+        hidden = layer_output(handle.layers()[layer](hidden, **args))
+    return hidden
+
+
+def mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:
+    """``resid + mlp(post_attention_norm(resid))``: the second half of a decoder layer."""
+    return resid + handle.mlp(layer)(handle.norm(layer, "post_attention")(resid))
