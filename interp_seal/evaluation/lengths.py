@@ -43,6 +43,34 @@ def summarize(scores: Sequence[AnswerScore]) -> dict[str, float]:
     }
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_lengths(lengths: Iterable[int]) -> list[int]:
+    """``lengths`` as a list of distinct integers >= 1; raises with what is wrong otherwise.
+
+    Raises ValueError for no lengths, a length below 1 or a repeated length, TypeError for an
+    entry that is not an integer (e.g. ``"10"`` read from a command line and not converted).
+    """
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
+        raise TypeError(f"lengths must be a list of integers such as [20, 40], got {lengths!r}")
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError("lengths is empty: pass at least one length, e.g. [20, 40]")
+    for length in lengths:
+        if not _is_int(length):
+            raise TypeError(
+                f"lengths must be integers, got {length!r} ({type(length).__name__}); convert "
+                "them first, e.g. [int(x) for x in lengths]"
+            )
+        if length < 1:
+            raise ValueError(f"every length must be >= 1, got {length}")
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(f"lengths {lengths} repeat a value; each length is one row of the table")
+    return lengths
+
+
 def evaluate_lengths(
     handle: ModelHandle,
     samples_by_length: Mapping[int, Sequence[Sample]],
@@ -95,8 +123,9 @@ def evaluate_line_retrieval(
     ``"tokenizer"`` for the model's own template, or ``"vicuna"``, LongChat's).
     """
     check_template(chat_template, handle.tokenizer)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    lengths = check_lengths(lengths)
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n (records per length) must be an integer >= 1, got {n!r}")
     samples = {
         num_lines: wrap_samples(
             line_retrieval.generate(

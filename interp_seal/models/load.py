@@ -4,12 +4,13 @@ Resolution order for ``name_or_path``:
 
 1. ``"organism"`` (the default model): the model organism bundled with interp-seal
    (``interp_seal/organism/checkpoint``), a standard HF checkpoint directory.
-2. an existing local directory: must hold ``config.json`` (a ``save_pretrained`` checkpoint).
+2. an existing local directory: must hold ``config.json`` (a ``save_pretrained`` checkpoint);
+   its files are checked first (``checks.py``: a truncated ``model.safetensors`` fails at once).
    GGUF sources (``"smollm2"``, a ``*.gguf`` path, a directory or hub name with ``gguf_file``)
    are first dequantised into a cached checkpoint directory (``gguf.py``) and load from there.
 3. otherwise a hub name (``"meta-llama/Llama-3.1-8B"``): resolved by ``transformers`` through
-   the local HF cache or the hub. Without network access only cached models load; the error says
-   so.
+   the local HF cache or the hub. Without network access only cached models load; a name that
+   is not cached fails at once when offline, saying so.
 
 Only decoder-only causal LMs of the families in ``interp_seal.models.spec.FAMILIES`` are
 accepted. ``trust_remote_code`` stays off unless the caller passes ``trust_remote_code=True``.
@@ -25,6 +26,7 @@ import transformers
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
 from interp_seal.models.gguf import gguf_target
+from interp_seal.models.checks import check_checkpoint_dir, check_hub_name
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.rope_extension import ContextExtension, install
 from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
@@ -54,9 +56,14 @@ def resolve(name_or_path: str | Path) -> str:
                 f"{path} exists but is not a checkpoint directory with a config.json "
                 "(save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))."
             )
+        check_checkpoint_dir(path)
         return str(path)
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelNotFoundError(f"no checkpoint directory at {name!r}.")
+    try:
+        check_hub_name(name)
+    except FileNotFoundError as err:
+        raise ModelNotFoundError(str(err)) from None
     return name
 
 

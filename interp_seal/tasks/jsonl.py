@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from interp_seal.outputs import atomic_path
 from interp_seal.tasks import line_retrieval, longbench
 from interp_seal.tasks.sample import Sample
 
@@ -176,22 +177,39 @@ _SIGNATURE = {"line_retrieval": "expected_number", "needle": "needle_span", "pas
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a JSONL file."""
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    """(line number in the file, object) for each non-blank line of a JSONL file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(
+                    f"{path}:{lineno}: not UTF-8 text; is this a JSONL file?"
+                ) from None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({err.msg}, column {err.colno})"
+                    f"{path}:{lineno}: not valid JSON ({err.msg}, column {err.colno}); each "
+                    "line must hold one complete JSON object"
                 ) from None
             if not isinstance(record, dict):
                 raise ValueError(
                     f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}"
                 )
             yield lineno, record
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The JSON objects of a JSONL file, blank lines skipped.
+
+    Errors name the file and its line number (counting blank lines), as editors show them.
+    """
+    return [record for _, record in _records(Path(path))]
 
 
 def _check(record: dict, required: dict[str, str], optional: dict[str, str]) -> None:
@@ -220,9 +238,7 @@ def write_samples(path: str | Path, samples: Iterable[Sample]) -> None:
     tasks = sorted({s.task for s in samples})
     if len(tasks) > 1:
         raise ValueError(f"one task per file, got {tasks}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for sample in samples:
             f.write(json.dumps(FORMATS[sample.task].to_record(sample), ensure_ascii=False) + "\n")
 

@@ -8,8 +8,9 @@ that is 1,024 and 131,072 parameters (SEAL, Table 1).
 
 A scale file is a safetensors file with one tensor, ``"scales"``, and string metadata: the model
 it was tuned on, its geometry (JSON of ``ModelSpec``), the granularity, the task and the
-hyperparameters (JSON). ``load_scales`` refuses files whose geometry differs from the model's
-and files holding NaN or inf, each with a message saying what is wrong.
+hyperparameters (JSON). ``load_scales`` refuses files whose geometry differs from the model's,
+files holding NaN or inf, truncated or corrupt files and files without this metadata, each with
+a message saying what is wrong; ``save_scales`` writes the file whole or not at all.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 
 import torch
 from jaxtyping import Float
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
 from interp_seal.models.spec import ModelSpec
+from interp_seal.outputs import atomic_path
 
 GRANULARITIES = ("head", "channel")
 FORMAT = "interp-seal/scales/v1"
@@ -96,7 +98,6 @@ class ScaleFile:
 def save_scales(path: str | Path, scale_file: ScaleFile) -> Path:
     """Write ``scale_file`` as safetensors with its metadata; returns the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     metadata = {
         "format": FORMAT,
         "model": scale_file.model,
@@ -106,25 +107,63 @@ def save_scales(path: str | Path, scale_file: ScaleFile) -> Path:
         "hyperparameters": json.dumps(scale_file.hyperparameters, sort_keys=True),
     }
     scales = scale_file.scales.detach().to("cpu", torch.float32).contiguous()
-    save_file({"scales": scales}, str(path), metadata=metadata)
+    with atomic_path(path) as tmp:
+        save_file({"scales": scales}, str(tmp), metadata=metadata)
     return path
+
+
+REQUIRED_METADATA = ("model", "geometry", "granularity", "task", "hyperparameters")
+
+
+def _read(path: Path) -> tuple[dict, Tensor]:
+    """The metadata and the ``scales`` tensor of a scale file; ValueError if it is not one."""
+    remedy = "write it again with `interp-seal tune seal-h` / `seal-c` (or save_scales)"
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata, keys = f.metadata() or {}, set(f.keys())
+            scales = f.get_tensor("scales") if "scales" in keys else None
+    except SafetensorError as err:
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({err}): it is truncated or corrupt. "
+            f"Copy it again, or {remedy}."
+        ) from None
+    if metadata.get("format") != FORMAT or scales is None:
+        raise ValueError(
+            f"{path} is not an interp-seal scale file (expected a 'scales' tensor and metadata "
+            f"format={FORMAT!r}; found tensors {sorted(keys)} and metadata keys "
+            f"{sorted(metadata)}); {remedy}."
+        )
+    missing = [k for k in REQUIRED_METADATA if k not in metadata]
+    if missing:
+        raise ValueError(f"{path} lacks the metadata {missing} of a scale file; {remedy}.")
+    return metadata, scales
+
+
+def _json_field(path: Path, metadata: dict, key: str) -> dict:
+    try:
+        value = json.loads(metadata[key])
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: metadata {key!r} is not valid JSON ({err.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: metadata {key!r} must be a JSON object, got {value!r:.60}")
+    return value
 
 
 def load_scales(path: str | Path, spec: ModelSpec | None = None) -> ScaleFile:
     """Read a scale file; with ``spec``, refuse it unless it was tuned on that geometry
-    (layers, heads, KV heads, d_head, d_model)."""
+    (layers, heads, KV heads, d_head, d_model).
+
+    A missing file raises FileNotFoundError; a truncated or corrupt file, one that is not a
+    scale file, or one whose metadata is incomplete raises ValueError naming the file.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no scale file at {path}")
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-        if metadata.get("format") != FORMAT or "scales" not in f.keys():
-            raise ValueError(
-                f"{path} is not an interp-seal scale file (expected a 'scales' tensor and "
-                f"metadata format={FORMAT!r}); write one with save_scales"
-            )
-        scales = f.get_tensor("scales")
-    saved = ModelSpec(**json.loads(metadata["geometry"]))
+    metadata, scales = _read(path)
+    try:
+        saved = ModelSpec(**_json_field(path, metadata, "geometry"))
+    except TypeError as err:
+        raise ValueError(f"{path}: metadata 'geometry' is not a model geometry ({err})") from None
     diff = {k: (getattr(saved, k), getattr(spec, k)) for k in SCALE_GEOMETRY} if spec else {}
     diff = {k: ab for k, ab in diff.items() if ab[0] != ab[1]}
     if diff:
@@ -139,5 +178,5 @@ def load_scales(path: str | Path, spec: ModelSpec | None = None) -> ScaleFile:
         model=metadata["model"],
         granularity=metadata["granularity"],
         task=metadata["task"],
-        hyperparameters=json.loads(metadata["hyperparameters"]),
+        hyperparameters=_json_field(path, metadata, "hyperparameters"),
     )
