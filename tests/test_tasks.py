@@ -483,7 +483,7 @@ def _line_record():
         (lambda r: r.update(num_lines=True), "field 'num_lines' must be an integer"),
         (
             lambda r: r.update(random_idx=["a"]),
-            r"field 'random_idx' must be a \[string, integer\] pair",
+            r"field 'random_idx' must be a \[line index, line number\] pair",
         ),
         (lambda r: r.update(answer=3), "field 'answer' must be a string"),
     ],

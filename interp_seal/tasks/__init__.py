@@ -4,10 +4,17 @@
 - ``needle``: needle in a haystack (gkamradt) with SEAL's needles;
 - ``passages``: synthetic multi-document QA in LongBench's passage format;
 - ``longbench``: LongBench multi-document QA records <-> ``Sample``;
-- ``jsonl``: task files in each task's native JSONL format, and the LongBench loader.
+- ``jsonl``: task files in each task's native JSONL format (LongChat's own layout too), and the
+  LongBench loader.
 """
 
-from interp_seal.tasks.jsonl import load_longbench, read_golden, read_samples, write_samples
+from interp_seal.tasks.jsonl import (
+    load_longbench,
+    read_golden,
+    read_samples,
+    write_longchat,
+    write_samples,
+)
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig
 from interp_seal.tasks.needle import SAN_FRANCISCO, SEAL_NEEDLES, Needle, NeedleConfig
 from interp_seal.tasks.passages import PassagesConfig
@@ -25,5 +32,6 @@ __all__ = [
     "load_longbench",
     "read_golden",
     "read_samples",
+    "write_longchat",
     "write_samples",
 ]

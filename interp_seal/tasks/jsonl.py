@@ -3,13 +3,18 @@
 One task per file; ``read_samples`` tells the task from the first record's fields.
 
 - **line_retrieval**: LongChat's LongEval test-case fields ``random_idx`` (``[line index,
-  0-based line number]``), ``expected_number``, ``num_lines``, ``correct_line`` (with its
-  newline, as LongChat writes it; ``Sample.meta`` keeps it without) and ``prompt`` (LongChat's
-  prompt, without an answer prefix), plus ours: ``answer``, ``answer_prefix`` (the part of the
-  SEAL answer string forced after the prompt, ``""`` for none) and ``index_style``. A file
-  written by LongChat's ``generate_testcases.py`` (no ``answer``; its extra ``token_size`` and
-  ``prompt_length`` are ignored) reads with the SEAL answer string split as ``line_retrieval``
-  does by default (``force_prefix=True``).
+  0-based line number]``; the index is an integer in LongChat's integer style, a string in the
+  others), ``expected_number``, ``num_lines``, ``correct_line`` (with its newline, as LongChat
+  writes it; ``Sample.meta`` keeps it without) and ``prompt`` (LongChat's prompt, without an
+  answer prefix), plus ours: ``answer``, ``answer_prefix`` (the part of the SEAL answer string
+  forced after the prompt, ``""`` for none) and ``index_style``. A file written by LongChat's
+  ``generate_testcases.py`` (no ``answer``; its extra ``token_size`` and ``prompt_length`` are
+  ignored; its published files end the question with one extra space) reads with the SEAL
+  answer string split as ``line_retrieval`` does by default (``force_prefix=True``). The fields
+  must agree: ``correct_line`` is line ``random_idx[1]`` of the prompt and holds
+  ``random_idx[0]`` and ``expected_number``, the prompt has ``num_lines`` lines and asks for
+  ``random_idx[0]``. ``write_longchat`` writes LongChat's own layout (its five fields, in its
+  order, as its ``json.dump`` writes them).
 - **needle**: ``prompt``, ``answer``, ``needle`` (the sentence), ``needle_span`` (its
   ``[start, end)`` characters in ``prompt``), ``needle_id``, ``question``, ``depth_percent``,
   ``context_length``.
@@ -26,6 +31,7 @@ the field.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +55,11 @@ KINDS: dict[str, Callable[[object], bool]] = {
     "a list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
     "a list of integers": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
     "a list or null": lambda v: v is None or isinstance(v, list),
-    "a [string, integer] pair": lambda v: (
-        isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and _is_int(v[1])
+    "a [line index, line number] pair (a string or integer, then an integer)": lambda v: (
+        isinstance(v, list)
+        and len(v) == 2
+        and (isinstance(v[0], str) or _is_int(v[0]))
+        and _is_int(v[1])
     ),
     "a [start, end] pair of integers": lambda v: (
         isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v)
@@ -80,7 +89,48 @@ def _line_to_record(sample: Sample) -> dict:
     return record | ({"index_style": m["index_style"]} if "index_style" in m else {})
 
 
+_LONGEVAL_LINE = re.compile(r"^line (.+): REGISTER_CONTENT is <\d+>$", re.MULTILINE)
+_QUESTION = re.compile(r"Tell me what is the <REGISTER_CONTENT> in line (.+)\? I need the number")
+
+
+def _check_line_record(record: dict) -> None:
+    """Raise ValueError naming the field when a LongEval record's fields disagree."""
+    idx, number = record["random_idx"]
+    n = record["num_lines"]
+    if not 0 <= number < n:
+        raise ValueError(
+            f"field 'random_idx': line number {number} is outside 0..{n - 1} (num_lines is {n})"
+        )
+    expected = line_retrieval.LINE.format(idx=idx, value=record["expected_number"])
+    if record["correct_line"].rstrip("\n") + "\n" != expected:
+        raise ValueError(
+            f"field 'correct_line': {record['correct_line']!r:.80} is not {expected!r:.80}, the "
+            "line that random_idx and expected_number give"
+        )
+    lines = [m.group(0) for m in _LONGEVAL_LINE.finditer(record["prompt"])]
+    if len(lines) != n:
+        raise ValueError(
+            f"field 'num_lines': {n}, but the prompt has {len(lines)} 'line <index>: "
+            "REGISTER_CONTENT is <value>' lines"
+        )
+    if lines[number] + "\n" != expected:
+        found = [i for i, line in enumerate(lines) if line + "\n" == expected]
+        if found:
+            raise ValueError(
+                f"field 'random_idx': line number {number}, but correct_line is line {found[0]} "
+                "of the prompt"
+            )
+        raise ValueError(f"field 'prompt': no line of the prompt is correct_line {expected!r:.80}")
+    asked = _QUESTION.findall(record["prompt"])
+    if not asked or asked[-1] != str(idx):
+        raise ValueError(
+            f"field 'prompt': the question asks for line {asked[-1] if asked else None!r:.60}, "
+            f"not random_idx[0] {str(idx)!r:.60}"
+        )
+
+
 def _line_from_record(record: dict) -> Sample:
+    _check_line_record(record)
     idx = record["random_idx"][0]
     if "answer" in record:
         prefix, answer = record.get("answer_prefix", ""), record["answer"]
@@ -131,7 +181,7 @@ def _passages_from_record(record: dict) -> Sample:
 FORMATS: dict[str, _Format] = {
     "line_retrieval": _Format(
         required={
-            "random_idx": "a [string, integer] pair",
+            "random_idx": "a [line index, line number] pair (a string or integer, then an integer)",
             "expected_number": "an integer",
             "num_lines": "an integer",
             "correct_line": "a string",
@@ -241,6 +291,32 @@ def write_samples(path: str | Path, samples: Iterable[Sample]) -> None:
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for sample in samples:
             f.write(json.dumps(FORMATS[sample.task].to_record(sample), ensure_ascii=False) + "\n")
+
+
+LONGCHAT_FIELDS = ("random_idx", "expected_number", "num_lines", "correct_line", "prompt")
+
+
+def write_longchat(path: str | Path, samples: Iterable[Sample]) -> None:
+    """Write line-retrieval samples as LongChat's ``generate_testcases.py`` writes its files.
+
+    Only LongChat's fields, in its order, through ``json.dumps`` defaults (non-ASCII escaped,
+    as its ``json.dump`` does). The SEAL answer string and ``index_style`` are not kept: the
+    file reads back as LongChat's own files do (``force_prefix=True``).
+    """
+    samples = list(samples)
+    others = sorted({s.task for s in samples} - {"line_retrieval"})
+    if others:
+        raise ValueError(
+            f"LongChat test files hold line_retrieval samples only, got {others}; write other "
+            "tasks with write_samples"
+        )
+    lines = []
+    for sample in samples:
+        record = _line_to_record(sample)
+        lines.append(json.dumps({k: record[k] for k in LONGCHAT_FIELDS}) + "\n")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines), encoding="utf-8")
 
 
 def read_samples(

@@ -10,19 +10,39 @@ For teacher-forced evaluation the SEAL answer string is split in two: by default
 prompt and the answer is ``" <value>."``, so exact match scores the number itself (and the
 full stop that ends it); with ``force_prefix=False`` the whole answer string is the answer.
 
-Line indices come in LongChat's four styles: ``"adjective-noun"`` (default), ``"integers"``,
-``"letters"`` and ``"uuid"``. Files are JSONL with LongChat's fields (``random_idx``,
-``expected_number``, ``num_lines``, ``correct_line``, ``prompt``) plus ``answer`` and
-``answer_prefix``.
+Line indices come in LongChat's four styles, drawn as LongChat's generator
+(``longeval/utils.py``, ``generate_line_index``) draws them; only the random draws differ:
+
+- ``"integers"`` (LongChat's ``LRT``): ``1..n`` in order; the queried line is drawn as
+  ``randint(1, n)`` and ``random_idx`` is a pair of integers ``[index, index - 1]``;
+- ``"letters"`` (``LRT-ABCindex``): the first ``n`` strings of the ordered product of
+  ``"ABCDEF"`` taken 6 at a time (``AAAAAA``, ``AAAAAB``, ...; 7 at a time beyond 6**6 lines);
+- ``"uuid"`` (``LRT-UUID``): a random version-4 UUID per line;
+- ``"adjective-noun"`` (``LRT-NL``, the default): ``<adjective>-<noun>``. LongChat draws ``n``
+  adjectives and ``n`` nouns from wonderwords' lists, no word twice in a record, so indices
+  can be multi-word, capitalised or non-ASCII (``"well known-São Paulo"``).
+  ``LineRetrievalConfig.longchat`` does the same from this project's own lists
+  (``longchat_words``: 892 adjectives and 837 nouns, ``data/line_index_words.json``). The
+  default config draws from 50 x 50 one-token words the model organism knows (``ADJECTIVES``,
+  ``NOUNS``): each line gets a distinct pair, words repeat, so records of up to 2500 lines fit.
+
+Per record the draws come in LongChat's order: the indices, one value per line, then the
+queried line. Given the same ``random.Random``, the integer and letter styles reproduce
+LongChat's records exactly. Files are JSONL with LongChat's fields (``random_idx``,
+``expected_number``, ``num_lines``, ``correct_line``, ``prompt``), see
+``interp_seal.tasks.jsonl``.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import random
 import re
-import string
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 
 from interp_seal.tasks.sample import Sample
 
@@ -57,6 +77,15 @@ NOUNS = (
     "salmon", "shark", "spider", "stone", "storm", "tiger", "tulip", "valley", "whale", "wolf",
 )  # fmt: skip
 INDEX_STYLES = ("adjective-noun", "integers", "letters", "uuid")
+LETTERS = "ABCDEF"
+
+
+@cache
+def longchat_words() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """This project's LongChat-like index vocabulary: ``(adjectives, nouns)``."""
+    path = resources.files("interp_seal.tasks").joinpath("data/line_index_words.json")
+    words = json.loads(path.read_text(encoding="utf-8"))
+    return tuple(words["adjectives"]), tuple(words["nouns"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,13 +97,16 @@ class LineRetrievalConfig:
         index_style: one of ``INDEX_STYLES``.
         force_prefix: put the SEAL answer string's prefix in the prompt (see module doc).
         adjectives, nouns: word lists for the ``"adjective-noun"`` style.
+        distinct_words: draw ``num_lines`` distinct adjectives and ``num_lines`` distinct nouns
+            (LongChat's draw) instead of ``num_lines`` distinct adjective-noun pairs.
     """
 
     num_lines: int
     index_style: str = "adjective-noun"
     force_prefix: bool = True
-    adjectives: tuple[str, ...] = ADJECTIVES
-    nouns: tuple[str, ...] = NOUNS
+    adjectives: tuple[str, ...] = field(default=ADJECTIVES, repr=False)
+    nouns: tuple[str, ...] = field(default=NOUNS, repr=False)
+    distinct_words: bool = False
 
     def __post_init__(self):
         if self.num_lines < 1:
@@ -84,39 +116,63 @@ class LineRetrievalConfig:
                 f"unknown index_style {self.index_style!r}; choose one of {INDEX_STYLES}"
             )
         if self.index_style == "adjective-noun":
-            available = len(self.adjectives) * len(self.nouns)
+            n_adj, n_noun = len(self.adjectives), len(self.nouns)
+            available = min(n_adj, n_noun) if self.distinct_words else n_adj * n_noun
             if self.num_lines > available:
                 raise ValueError(
-                    f"num_lines={self.num_lines} exceeds the {available} distinct adjective-noun "
-                    "indices; pass longer word lists or another index_style"
+                    f"num_lines={self.num_lines} exceeds the {available} adjective-noun indices "
+                    f"that {n_adj} adjectives and {n_noun} nouns give "
+                    f"({'no word reused' if self.distinct_words else 'distinct pairs'}); "
+                    "pass longer word lists or another index_style"
                 )
 
+    @classmethod
+    def longchat(
+        cls, num_lines: int, *, index_style: str = "adjective-noun", force_prefix: bool = True
+    ) -> LineRetrievalConfig:
+        """Records drawn as LongChat's generator draws them, in any index style.
 
-def _indices(cfg: LineRetrievalConfig, rng: random.Random) -> list[str]:
-    """``cfg.num_lines`` distinct line indices in ``cfg.index_style``."""
+        The adjective-noun style uses ``longchat_words()`` with no word reused in a record.
+        """
+        adjectives, nouns = longchat_words()
+        return cls(
+            num_lines=num_lines,
+            index_style=index_style,
+            force_prefix=force_prefix,
+            adjectives=adjectives,
+            nouns=nouns,
+            distinct_words=True,
+        )
+
+
+def _indices(cfg: LineRetrievalConfig, rng: random.Random) -> list[str] | list[int]:
+    """``cfg.num_lines`` distinct line indices in ``cfg.index_style`` (see the module doc)."""
     n = cfg.num_lines
-    if cfg.index_style == "adjective-noun":
-        pairs = rng.sample(range(len(cfg.adjectives) * len(cfg.nouns)), n)
-        return [
-            f"{cfg.adjectives[p // len(cfg.nouns)]}-{cfg.nouns[p % len(cfg.nouns)]}" for p in pairs
-        ]
     if cfg.index_style == "integers":
-        return [str(i) for i in rng.sample(range(max(10 * n, 1000)), n)]
-    seen: set[str] = set()
-    while len(seen) < n:
-        if cfg.index_style == "letters":
-            seen.add("".join(rng.choices(string.ascii_lowercase, k=6)))
-        else:
-            seen.add(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
-    return sorted(seen, key=lambda _: rng.random())
+        return list(range(1, n + 1))
+    if cfg.index_style == "letters":
+        width = 6
+        while len(LETTERS) ** width < n:
+            width += 1
+        return ["".join(p) for p in itertools.islice(itertools.product(LETTERS, repeat=width), n)]
+    if cfg.index_style == "uuid":
+        return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+    if cfg.distinct_words:
+        pairs = zip(rng.sample(cfg.adjectives, n), rng.sample(cfg.nouns, n), strict=True)
+        return [f"{adjective}-{noun}" for adjective, noun in pairs]
+    pairs = rng.sample(range(len(cfg.adjectives) * len(cfg.nouns)), n)
+    return [f"{cfg.adjectives[p // len(cfg.nouns)]}-{cfg.nouns[p % len(cfg.nouns)]}" for p in pairs]
 
 
 def make_sample(cfg: LineRetrievalConfig, rng: random.Random) -> Sample:
-    """One LongEval record with a uniformly chosen queried line."""
+    """One LongEval record with a uniformly chosen queried line.
+
+    ``random_idx`` is ``[index, line number]`` (0-based line number), as LongChat writes it.
+    """
     indices = _indices(cfg, rng)
     values = [rng.randint(*VALUE_RANGE) for _ in indices]
     lines = [LINE.format(idx=i, value=v) for i, v in zip(indices, values, strict=True)]
-    target = rng.randrange(cfg.num_lines)
+    target = rng.randrange(cfg.num_lines)  # the same draw as LongChat's randint(1, n) - 1
     idx, value = indices[target], values[target]
     prompt = HEADER + "".join(lines) + FOOTER.format(idx=idx)
     prefix = ANSWER_PREFIX.format(idx=idx)
