@@ -1,0 +1,163 @@
+"""Accuracy vs context length under a head edit, fast enough for an interactive dashboard.
+
+The head-pruning dashboard (issue 13) re-evaluates retrieval after every click: prune a head,
+scale it, undo. SEAL's Fig. 2d curves (accuracy per length under a multi-head scale table) are
+exactly what each click asks for, on a fixed set of records. A full teacher-forced evaluation
+(``interp_seal.evaluation.evaluate_lengths``) runs every layer at every position for every
+record; most of that work does not depend on the edit:
+
+- the layers below the lowest edited layer compute exactly what the unedited model computes;
+- the last layer is needed only at the answer positions.
+
+``EditEvaluator`` therefore runs the clean forward once, when it is built, caching (through the
+sweep engine, ``interp_seal.analysis.batched_forward``) the residual stream entering every layer,
+every layer's head outputs and values. Each ``evaluate(edit)`` then starts at the edit's lowest
+layer with ``run_from_layer`` and returns the same numbers as ``evaluate_lengths`` under that
+edit (greedy exact match by teacher forcing, answer log-probability), as a tidy table shaped like
+a scale-table sweep's (``length``, ``metric``, ``value``, ``baseline``, ``delta``). An edit of the
+top layer costs a few answer positions of one layer; an edit of layer 0 costs about one forward.
+
+Memory: the cache holds ``(records, tokens, d_model)`` per layer plus the head outputs and values,
+a few times the size of one forward's activations: keep the record set dashboard-sized (tens of
+records per length). ``batch_samples`` bounds the records per cached forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from interp_seal.analysis.sweeps import ProgressCallback, SweepUnit
+from interp_seal.engine import AnswerBatch, CleanRun, clean_run, run_from_layer
+from interp_seal.evaluation import encode_samples
+from interp_seal.interventions import HeadIntervention
+from interp_seal.models import ModelHandle
+from interp_seal.tasks.sample import Encoded, Sample
+
+METRICS = ("exact_match", "answer_logprob")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Chunk:
+    """Records of one length that share a cached clean forward."""
+
+    length: int
+    clean: CleanRun
+    exact: torch.Tensor  # (sample,) clean exact match
+    logprob: torch.Tensor  # (sample,) clean answer log-probability
+
+
+class EditEvaluator:
+    """Teacher-forced accuracy per length under any head edit, from a cached clean run.
+
+    Args:
+        handle: the model.
+        samples: records grouped by length (number of lines for LongEval).
+        batch_samples: records per cached clean forward.
+        progress: show a progress bar while the clean forwards run.
+    """
+
+    def __init__(
+        self,
+        handle: ModelHandle,
+        samples: Mapping[int, Sequence[Sample | Encoded]],
+        *,
+        batch_samples: int = 32,
+        progress: bool = True,
+    ):
+        if batch_samples < 1:
+            raise ValueError(f"batch_samples must be >= 1, got {batch_samples}")
+        if not samples or any(len(group) == 0 for group in samples.values()):
+            raise ValueError("give at least one record for every length: {length: [samples]}")
+        self.handle = handle
+        encoded = {int(n): encode_samples(handle, group) for n, group in samples.items()}
+        self.lengths = tuple(encoded)
+        self.encoded = encoded
+        starts = range(handle.spec.n_layers)
+        pad_id = handle.tokenizer.pad_token_id or 0
+        plan = [
+            (length, group[lo : lo + batch_samples])
+            for length, group in encoded.items()
+            for lo in range(0, len(group), batch_samples)
+        ]
+        self._chunks: list[_Chunk] = []
+        for length, part in tqdm(plan, desc="clean runs", disable=not progress):
+            batch = AnswerBatch.from_encoded(part, pad_id=pad_id)
+            clean = clean_run(handle, batch, starts)
+            scored = batch.score(clean.logits)
+            exact, logprob = scored.exact, scored.logprob
+            self._chunks.append(_Chunk(length=length, clean=clean, exact=exact, logprob=logprob))
+        self._base = self.per_sample(None).groupby("length", sort=False)[list(METRICS)].mean()
+
+    def per_sample(self, intervention: HeadIntervention | None) -> pd.DataFrame:
+        """One row per record: ``length``, ``sample`` (index within its length), ``exact_match``,
+        ``answer_logprob``, under ``intervention`` (None: the unedited model)."""
+        if intervention is not None:
+            intervention.check_model(self.handle.spec, self.handle.name_or_path)
+            if intervention.batched:
+                raise ValueError("evaluate one (L, H, D) edit at a time, not a batched one")
+        layers = intervention.active_layers() if intervention is not None else []
+        rows, seen = [], dict.fromkeys(self.lengths, 0)
+        for chunk in self._chunks:
+            if layers:
+                logits = run_from_layer(self.handle, chunk.clean, layers[0], [intervention])
+                scored = chunk.clean.batch.score(logits)
+                exact, logprob = scored.exact, scored.logprob
+            else:
+                exact, logprob = chunk.exact, chunk.logprob
+            for e, lp in zip(exact.tolist(), logprob.tolist(), strict=True):
+                rows.append(
+                    {
+                        "length": chunk.length,
+                        "sample": seen[chunk.length],
+                        "exact_match": float(e),
+                        "answer_logprob": float(lp),
+                    }
+                )
+                seen[chunk.length] += 1
+        return pd.DataFrame(rows)
+
+    def evaluate(self, intervention: HeadIntervention | None) -> pd.DataFrame:
+        """Per-length means under ``intervention`` against the unedited model.
+
+        Returns:
+            Tidy table: ``length``, ``metric`` (``exact_match``, ``answer_logprob``), ``value``,
+            ``baseline``, ``delta = value - baseline``; lengths in the order given.
+        """
+        edited = self.per_sample(intervention).groupby("length", sort=False)[list(METRICS)].mean()
+        base = self._base
+        rows = [
+            {
+                "length": int(length),
+                "metric": metric,
+                "value": float(edited.loc[length, metric]),
+                "baseline": float(base.loc[length, metric]),
+            }
+            for length in self.lengths
+            for metric in METRICS
+        ]
+        table = pd.DataFrame(rows)
+        table["delta"] = table["value"] - table["baseline"]
+        return table
+
+    def sweep(
+        self, units: Sequence[SweepUnit], *, on_progress: ProgressCallback | None = None
+    ) -> pd.DataFrame:
+        """``evaluate`` for each unit, stacked under the units' label columns: the layout of
+        ``interp_seal.analysis.sweeps.run_sweep`` (e.g. a channel map's table, SEAL Fig. 2c)."""
+        parts = []
+        for done, unit in enumerate(units, 1):
+            table = self.evaluate(unit.intervention)
+            labels = pd.DataFrame([dict(unit.labels)] * len(table))
+            parts.append(pd.concat([labels, table], axis=1))
+            if on_progress is not None:
+                on_progress(done, len(units))
+        out = pd.concat(parts, ignore_index=True)
+        for column in ("layer", "head", "channel"):
+            if column in out:
+                out[column] = out[column].astype("Int64")
+        return out

@@ -1,0 +1,263 @@
+"""The head-pruning dashboard: after a simulated click or slider change, the figures hold the
+library's own numbers for that edit (evaluate_lengths, logit_attribution, channel sweeps)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from plotly.callbacks import InputDeviceState, Points
+
+from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.analysis.logit_attribution import logit_attribution
+from interp_seal.analysis.sweeps import channel_sweep, scale_table_sweep
+from interp_seal.interventions import hf_hooks, hf_logits, scale_table
+from interp_seal.models import load_model
+from interp_seal.tuning.merge import merged_model
+from interp_seal.tuning.scales import load_scales
+from interp_seal.widgets import Dashboard, DashboardState, line_records
+
+LENGTHS = (10, 60)
+N = 6
+
+
+@pytest.fixture(scope="module")
+def organism():
+    return load_model("organism")
+
+
+@pytest.fixture(scope="module")
+def records():
+    return line_records(LENGTHS, N, seed=0)
+
+
+@pytest.fixture(scope="module")
+def evaluator(organism, records):
+    return EditEvaluator(organism, records, progress=False)
+
+
+@pytest.fixture
+def dash(evaluator):
+    return Dashboard(evaluator)
+
+
+def click(dash: Dashboard, layer: int, head: int) -> None:
+    """What the browser sends for a click on a grid cell."""
+    points = Points(point_inds=[[layer, head]], xs=[head], ys=[layer], trace_index=0)
+    dash.grid.data[0]._dispatch_on_click(points, InputDeviceState())
+
+
+def shown(dash: Dashboard) -> tuple[list, list]:
+    return list(dash.accuracy.data[0].y), list(dash.accuracy.data[1].y)
+
+
+def brute(handle, records, heads: dict) -> pd.DataFrame:
+    """Independent reference: one full HF forward per record under the scale table (hooks),
+    exact match = argmax at every answer position, summed answer log-probability."""
+    iv = scale_table(handle.spec, heads) if heads else None
+    rows = []
+    for length, group in records.items():
+        for sample in group:
+            enc = sample.encode(handle.tokenizer)
+            logp = hf_logits(handle, enc.input_ids[None], iv)[0].float().log_softmax(-1)
+            pos = torch.arange(enc.answer_start - 1, len(enc) - 1)
+            target = enc.input_ids[pos + 1]
+            rows.append(
+                {
+                    "length": length,
+                    "exact_match": float((logp[pos].argmax(-1) == target).all()),
+                    "answer_logprob": float(logp[pos, target].sum()),
+                }
+            )
+    return pd.DataFrame(rows).groupby("length").mean()
+
+
+def test_evaluator_equals_full_evaluation_and_sweep(organism, records, evaluator):
+    """The cached-clean-run evaluator == teacher forcing == the batched sweep, per length."""
+    heads = {(1, 2): 0.0, (3, 5): 1.5}
+    table = evaluator.evaluate(scale_table(organism.spec, heads))
+    full = brute(organism, records, heads)
+    sweep = scale_table_sweep(organism, records, {"t": heads})
+    for metric in ("exact_match", "answer_logprob"):
+        ours = table[table.metric == metric].set_index("length").sort_index()
+        ref = sweep[sweep.metric == metric].set_index("length").sort_index()
+        np.testing.assert_allclose(ours.value, full[metric], atol=1e-4)
+        np.testing.assert_allclose(ours.value, ref.value, atol=1e-4)
+        np.testing.assert_allclose(ours.baseline, ref.baseline, atol=1e-4)
+
+
+def test_click_cycles_and_figure_equals_library(organism, records, dash):
+    base = brute(organism, records, {})
+    np.testing.assert_allclose(shown(dash), [base.exact_match, base.exact_match], atol=1e-9)
+    click(dash, 0, 3)
+    assert dash.state.table() == {(0, 3): 0.0}
+    pruned = brute(organism, records, {(0, 3): 0.0})
+    np.testing.assert_allclose(shown(dash)[1], pruned.exact_match, atol=1e-9)
+    assert dash.grid.data[0].z[0][3] == -1 and dash.grid.data[0].text[0][3] == "x0"
+
+    click(dash, 0, 3)  # prune -> scale by the slider's factor
+    assert dash.state.table() == {(0, 3): pytest.approx(0.9)}
+    dash.factor.value = 1.6  # the slider rescales the locked head
+    assert dash.state.table() == {(0, 3): pytest.approx(1.6)}
+    scaled = brute(organism, records, {(0, 3): 1.6})
+    np.testing.assert_allclose(shown(dash)[1], scaled.exact_match, atol=1e-9)
+    assert dash.grid.data[0].customdata[0][3] == pytest.approx(1.6)
+
+    click(dash, 0, 3)  # scale -> keep
+    assert dash.state.edits == ()
+    np.testing.assert_allclose(shown(dash)[1], base.exact_match, atol=1e-9)
+
+
+def test_dla_panel_equals_logit_attribution_under_the_edit(organism, evaluator, dash):
+    click(dash, 1, 4)
+    dash.dla_length.value = LENGTHS[0]
+    dash.dla_record.value = 2
+    enc = evaluator.encoded[LENGTHS[0]][2]
+    with hf_hooks(organism, scale_table(organism.spec, {(1, 4): 0.0})):
+        ref = logit_attribution(organism, enc.prompt_ids, [int(enc.answer_ids[0])])
+    heads = ref.table[ref.table.component == "head"]
+    grid = heads.pivot(index="layer", columns="head", values="value").sort_index(ascending=False)
+    np.testing.assert_allclose(np.array(dash.dla.data[0].z, dtype=float), grid.to_numpy())
+    assert dash.state.dla_record == 2 and dash.state.dla_length == LENGTHS[0]
+    # the pruned head writes nothing
+    assert grid.loc[1, 4] == 0
+
+
+def test_edits_list_remove_undo_reset(organism, records, dash):
+    dash.click((2, 1))
+    dash.click((3, 0))
+    labels = [row.children[0].value for row in dash.edits_box.children]
+    assert labels == ["L2H1: prune", "L3H0: prune"]
+    dash.edits_box.children[0].children[1].click()  # remove L2H1
+    assert dash.state.table() == {(3, 0): 0.0}
+    only = brute(organism, records, {(3, 0): 0.0})
+    np.testing.assert_allclose(shown(dash)[1], only.exact_match, atol=1e-9)
+    dash.undo_button.click()
+    assert dash.state.table() == {(2, 1): 0.0, (3, 0): 0.0}
+    dash.reset_button.click()
+    assert dash.state.edits == ()
+
+
+def test_state_round_trips_and_restores_the_same_numbers(evaluator, dash):
+    dash.click((1, 1))
+    dash.click((2, 6))
+    dash.click((2, 6))
+    text = dash.state_box.value
+    other = Dashboard(evaluator)
+    other.restore(text)
+    assert other.state == dash.state
+    assert shown(other) == shown(dash)
+    assert np.array_equal(np.array(other.dla.data[0].z), np.array(dash.dla.data[0].z))
+
+
+def test_bad_input_gives_a_message_and_changes_nothing(evaluator, dash, tmp_path):
+    dash.click((1, 1))
+    before, figure = dash.state, shown(dash)
+    spec = dash.handle.spec
+    outside = json.loads(dash.state.to_json())
+    outside["edits"] = [[spec.n_layers, 0, 0.0]]
+    dash.restore(json.dumps(outside))
+    assert "does not exist" in dash.message.value
+    other = json.loads(dash.state.to_json())
+    other["geometry"] = {**other["geometry"], "n_heads": spec.n_heads * 2}
+    dash.restore(json.dumps(other))
+    assert "geometry" in dash.message.value
+    dash.restore("not json")
+    assert "not valid JSON" in dash.message.value
+    dash.click((spec.n_layers + 3, 0))
+    assert "does not exist" in dash.message.value
+    assert dash.state == before and shown(dash) == figure
+    # a scale file for another geometry: refused, nothing applied
+    small = load_model_geometry_file(tmp_path)
+    dash.load_scale_file(small)
+    assert "geometry" in dash.message.value and dash.state == before
+    # a directory is not a scale file path; nothing written
+    dash.save_scale_file(tmp_path)
+    assert "directory" in dash.message.value and list(tmp_path.iterdir()) == [small]
+
+
+def load_model_geometry_file(tmp_path):
+    """A valid scale file for a 2-layer x 4-head model."""
+    from interp_seal.models import ModelSpec
+    from interp_seal.tuning.scales import ScaleFile, save_scales
+
+    spec = ModelSpec(
+        n_layers=2, n_heads=4, n_kv_heads=2, d_head=8, d_model=32, vocab_size=50, max_positions=64
+    )
+    scale_file = ScaleFile(
+        scales=torch.ones(2, 4, 1), spec=spec, model="tiny", granularity="head", task="t"
+    )
+    return save_scales(tmp_path / "tiny.safetensors", scale_file)
+
+
+def test_save_load_and_merge(organism, evaluator, dash, tmp_path):
+    dash.click((0, 5))
+    dash.click((2, 2))
+    dash.click((2, 2))  # scale x 0.9
+    path = dash.save_scale_file(tmp_path / "edits.safetensors")
+    saved = load_scales(path, organism.spec)
+    expected = torch.ones(organism.spec.n_layers, organism.spec.n_heads, 1)
+    expected[0, 5], expected[2, 2] = 0.0, 0.9
+    assert saved.granularity == "head" and torch.equal(saved.scales, expected)
+    assert [p.name for p in tmp_path.iterdir()] == ["edits.safetensors"]  # no temp file left
+
+    fresh = Dashboard(evaluator)
+    fresh.load_scale_file(path)
+    assert fresh.state.table() == pytest.approx(dash.state.table())
+    assert shown(fresh) == shown(dash)
+
+    out = dash.merge(tmp_path / "merged")
+    reloaded = load_model(str(out))
+    ids = evaluator.encoded[LENGTHS[-1]][0].input_ids[None]
+    with torch.no_grad():
+        want = merged_model(organism, expected).model(ids).logits
+        got = reloaded.model(ids).logits
+    torch.testing.assert_close(got, want)
+    assert "merged" in dash.message.value
+    dash.merge(tmp_path / "merged")  # not empty any more: refused
+    assert "not empty" in dash.message.value
+
+
+def test_channel_button_without_a_locked_head(dash):
+    dash.channel_button.click()
+    assert "click a head first" in dash.message.value and dash.channels.children == ()
+
+
+@pytest.mark.parametrize(
+    "channels",
+    [pytest.param(None, marks=pytest.mark.slow), [0, 7, 30]],
+    ids=["all", "three"],
+)
+def test_channel_drill_down_equals_channel_sweep(organism, records, dash, channels):
+    dash.click((0, 3))
+    if channels is None:
+        dash.channel_button.click()
+    else:
+        dash.open_channels(channels)
+    table = dash.channel_results
+    ref = channel_sweep(organism, records, heads=[(0, 3)], channels=channels, options=_quiet())
+    n_channels = organism.spec.d_head if channels is None else len(channels)
+    merged = table.merge(ref, on=["layer", "head", "channel", "length", "metric"])
+    assert len(merged) == len(ref) == 2 * len(LENGTHS) * n_channels
+    np.testing.assert_allclose(merged.delta_x, merged.delta_y, atol=1e-4)
+    z = np.array(dash.channel_figure.data[-1].z, dtype=float)[0]
+    last = ref[(ref.metric == "exact_match") & (ref.length == LENGTHS[-1])].sort_values("channel")
+    np.testing.assert_allclose(z, last.delta, atol=1e-9)
+    assert dash.progress.value == dash.progress.max == n_channels
+
+
+def _quiet():
+    from interp_seal.analysis.sweeps import SweepOptions
+
+    return SweepOptions(progress=False)
+
+
+def test_state_rejects_bad_values():
+    spec = load_model("organism").spec
+    with pytest.raises(ValueError, match="does not exist"):
+        DashboardState(model="m", geometry=spec.as_dict(), edits=((0, spec.n_heads, 0.0),))
+    with pytest.raises(ValueError, match="finite"):
+        DashboardState(model="m", geometry=spec.as_dict(), edits=((0, 0, float("nan")),))
