@@ -138,7 +138,7 @@ def line_retrieval_pair(
             "so that the prompt ends right before the number"
         )
     rng = random.Random(seed)
-    key, value = sample.meta["random_idx"][0], int(sample.meta["expected_number"])
+    key, value = str(sample.meta["random_idx"][0]), int(sample.meta["expected_number"])
     cut = sample.prompt.index(_RECORD_END)
     record, question = sample.prompt[:cut], sample.prompt[cut:]
     if corrupt == "key":
