@@ -12,7 +12,16 @@ import argparse
 import importlib
 import sys
 
-GROUPS = ("tasks", "evaluate", "organism", "retrieval", "tune", "analysis", "attribution")
+GROUPS = (
+    "tasks",
+    "evaluate",
+    "organism",
+    "retrieval",
+    "tune",
+    "analysis",
+    "attribution",
+    "dashboard",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,10 +3,18 @@
 - ``teacher_forcing.py``: ``teacher_force`` scores answers in one forward per sample.
 - ``lengths.py``: ``evaluate_lengths`` / ``evaluate_line_retrieval``, accuracy per length.
 - ``niah.py``: ``niah_grid`` / ``evaluate_niah``, depth x context-length tables.
+- ``generation.py``: ``evaluate_generated``, generate-then-score beside teacher forcing.
 - ``scoring.py``: scoring generated text (LongEval last integer, LongBench QA token F1).
 - ``plots.py``: figures of the above.
 """
 
+from interp_seal.evaluation.generation import (
+    GENERATED_COLUMNS,
+    GeneratedEvaluation,
+    evaluate_generated,
+    generate_answers,
+    score_generated,
+)
 from interp_seal.evaluation.lengths import (
     ACCURACY_COLUMNS,
     evaluate_lengths,
@@ -20,16 +28,21 @@ from interp_seal.evaluation.teacher_forcing import AnswerScore, encode_samples, 
 
 __all__ = [
     "ACCURACY_COLUMNS",
+    "GENERATED_COLUMNS",
     "AnswerScore",
+    "GeneratedEvaluation",
     "accuracy_figure",
     "encode_samples",
+    "evaluate_generated",
     "evaluate_lengths",
     "evaluate_line_retrieval",
     "evaluate_niah",
+    "generate_answers",
     "niah_grid",
     "niah_heatmap",
     "normalize_answer",
     "qa_f1",
+    "score_generated",
     "score_records",
     "summarize",
     "teacher_force",
