@@ -2,6 +2,7 @@
 
 interp-seal organism train --out runs/organism --seed 0          # the shipped recipe
 interp-seal organism train --out /tmp/smoke --smoke               # CI-sized, seconds
+interp-seal organism train --v2 --out runs/organism-v2 --seed 0  # v2: continue v1 on 3 tasks
 interp-seal organism evaluate --samples 200                       # accuracy + pruning
 interp-seal organism evaluate --samples 200 --write-card          # ... into README.md
 """
@@ -28,6 +29,10 @@ def register(subparsers) -> None:
     train.add_argument("--resume", action="store_true", help="continue from OUT/state")
     train.add_argument("--smoke", action="store_true", help="tiny model, 6 steps (CI)")
     train.add_argument("--threads", type=int, help="torch threads (default: the recipe's, 1)")
+    train.add_argument(
+        "--v2", action="store_true", help="continue v1 on lines + needles + passages (v2 recipe)"
+    )
+    train.add_argument("--base", help="with --v2: the v1 checkpoint dir (default: the bundled)")
     train.set_defaults(func=run_train)
 
     evaluate = sub.add_parser("evaluate", help="accuracy vs length and per-head pruning")
@@ -44,6 +49,7 @@ def register(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from interp_seal.organism.mixture import MixtureConfig, train_v2
     from interp_seal.organism.train import OrganismConfig, train
 
     overrides = {"seed": args.seed}
@@ -51,8 +57,15 @@ def run_train(args: argparse.Namespace) -> int:
         overrides["steps"] = args.steps
     if args.threads is not None:
         overrides["threads"] = args.threads
-    cfg = OrganismConfig.smoke(**overrides) if args.smoke else OrganismConfig(**overrides)
-    out = train(cfg, args.out, resume=args.resume, max_minutes=args.max_minutes)
+    if args.base is not None and not args.v2:
+        raise SystemExit("--base only applies to --v2 (v1 trains from scratch); add --v2")
+    if args.v2:
+        overrides["base"] = args.base
+        config, run = MixtureConfig, train_v2
+    else:
+        config, run = OrganismConfig, train
+    cfg = config.smoke(**overrides) if args.smoke else config(**overrides)
+    out = run(cfg, args.out, resume=args.resume, max_minutes=args.max_minutes)
     print(f"wrote {out}")
     return 0
 

@@ -248,12 +248,24 @@ def _document(level: int, n_lines: int, n_questions: int, rng: random.Random):
 def line_batch(cfg: OrganismConfig, tokenizer, level: int, rng: random.Random) -> Batch:
     """Documents of one curriculum level, as many as fit ``tokens_per_step`` padded tokens."""
     lo, hi = cfg.full_lines if level == FULL_LEVEL else cfg.early_lines
+
+    def draw():
+        return _document(level, rng.randint(lo, hi), rng.randint(1, cfg.max_questions), rng)
+
+    return pack_documents(cfg, tokenizer, draw, f"level{level}")
+
+
+def pack_documents(cfg, tokenizer, draw, kind: str) -> Batch:
+    """Documents from ``draw()`` (``(segments, answer indices)``) packed into one batch.
+
+    Documents are drawn until the next one would push the padded batch past
+    ``cfg.tokens_per_step`` tokens (at least one is always kept); the answer segments' tokens
+    are supervised, their first token weighted ``cfg.first_digit_weight``.
+    """
     docs: list[tuple[list[int], list[list[int]]]] = []
     longest = 0
     while True:
-        segments, answers = _document(
-            level, rng.randint(lo, hi), rng.randint(1, cfg.max_questions), rng
-        )
+        segments, answers = draw()
         ids, spans = [tokenizer.bos_token_id], []
         for i, seg in enumerate(segments):
             piece = _encode(tokenizer, seg)
@@ -274,15 +286,19 @@ def line_batch(cfg: OrganismConfig, tokenizer, level: int, rng: random.Random) -
         cols += [pos - 1 for pos in span]
         first += [j == 0 for j in range(len(span))]
         answer_id += [a] * len(span)
-    return _batch(cfg, input_ids, rows, cols, first, answer_id, f"level{level}")
+    return _batch(cfg, input_ids, rows, cols, first, answer_id, kind)
 
 
-def repeat_batch(cfg: OrganismConfig, tokenizer, rng: random.Random) -> Batch:
-    """Random sequences of digit and key tokens repeated once; loss on the repeat."""
-    vocab = tokenizer.get_vocab()
-    pool = sorted({vocab[d] for d in "0123456789"} | {vocab[" " + d] for d in "0123456789"})
-    stride = len(KEYS) // cfg.repeat_keys if cfg.repeat_keys else 1
-    pool += [vocab[" " + k] for k in KEYS[::stride]]
+def repeat_batch(cfg: OrganismConfig, tokenizer, rng: random.Random, pool=None) -> Batch:
+    """Random sequences of digit and key tokens repeated once; loss on the repeat.
+
+    ``pool`` (token ids) replaces the digits-and-keys pool (the v2 mixture repeats any word).
+    """
+    if pool is None:
+        vocab = tokenizer.get_vocab()
+        pool = sorted({vocab[d] for d in "0123456789"} | {vocab[" " + d] for d in "0123456789"})
+        stride = len(KEYS) // cfg.repeat_keys if cfg.repeat_keys else 1
+        pool += [vocab[" " + k] for k in KEYS[::stride]]
     half = rng.randint(*cfg.repeat_len)
     n = max(1, cfg.tokens_per_step // (2 * half + 1))
     seqs = [[rng.choice(pool) for _ in range(half)] for _ in range(n)]
@@ -454,26 +470,50 @@ def train(
     torch.set_num_threads(cfg.threads)
     tokenizer = organism_tokenizer()
     model = build_model(cfg, len(tokenizer), tokenizer)
+    return run_loop(
+        cfg, out, model, tokenizer, Curriculum(), Curriculum.draw, resume=resume,
+        stop_at=stop_at, max_minutes=max_minutes, progress=progress,
+    )  # fmt: skip
+
+
+def run_loop(
+    cfg,
+    out: Path,
+    model,
+    tokenizer,
+    cur: Curriculum,
+    draw,
+    *,
+    resume: bool,
+    stop_at: int | None,
+    max_minutes: float | None,
+    progress: bool,
+    desc: str = "organism",
+) -> Path:
+    """The training loop shared by v1 (``train``) and the v2 mixture (``organism.mixture``).
+
+    Step ``s`` draws ``draw(cur, cfg, tokenizer, random.Random(f"{desc}/{cfg.seed}/{s}"))``,
+    takes one ``train_step`` and folds its accuracies into ``cur``; resumable state goes to
+    ``out/state`` (see ``train``), the final model and tokenizer to ``out``.
+    """
     optimizer = make_optimizer(model, cfg)
-    step, cur, seconds = 0, Curriculum(), 0.0
+    step, seconds = 0, 0.0
     if resume and (out / "state" / "trainer.json").exists():
         step, cur, seconds = load_state(out, model, optimizer, cfg)
     end = min(cfg.steps, stop_at or cfg.steps)
     start_time = time.monotonic() - seconds
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="organism")
+    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=desc)
     while step < end:
-        rng = random.Random(f"organism/{cfg.seed}/{step}")
-        batch = cur.draw(cfg, tokenizer, rng)
+        rng = random.Random(f"{desc}/{cfg.seed}/{step}")
+        batch = draw(cur, cfg, tokenizer, rng)
         loss, first_acc, exact = train_step(model, optimizer, cfg, batch, learning_rate(cfg, step))
         cur.update(cfg, batch.kind, first_acc, exact)
         step += 1
         bar.update(1)
         bar.set_postfix(
-            level=cur.level,
             loss=f"{loss:.3f}",
-            rep=f"{cur.exact.get('repeat', 0):.2f}",
-            first=f"{cur.first_acc.get(f'level{cur.level}', 0):.2f}",
-            em=f"{cur.exact.get(f'level{cur.level}', 0):.2f}",
+            **{k: f"{v:.2f}" for k, v in sorted(cur.exact.items()) if k.isalpha()},
+            **({"level": cur.level} if desc == "organism" else {}),
         )
         elapsed = time.monotonic() - start_time
         timed_out = max_minutes is not None and elapsed - seconds > 60 * max_minutes
