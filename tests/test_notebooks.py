@@ -1,19 +1,56 @@
-"""Notebooks run headless on a tiny checkpoint and show the same numbers as the package."""
+"""Notebooks run headless on the organism, small, and show the same numbers as the package.
+
+Each workflow notebook is executed with nbclient in a temporary directory with small sizes
+(environment variables it reads). A last cell, appended here and never saved, writes the
+kernel's results to files; the test then recomputes them through other routes of the library
+(teacher forcing with hooks instead of the batched sweep engine, a fresh training run, full
+attention matrices instead of row-wise capture, hand-made activation patches) and compares.
+Nothing here hard-codes the organism's numbers: only the library's own.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pandas as pd
+import torch
 from nbclient import NotebookClient
+from transformers import AutoModelForCausalLM
 
-from interp_seal.evaluation import evaluate_line_retrieval
-from interp_seal.interventions import ablate
+from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval
+from interp_seal.interventions import HeadIntervention, ablate, scale_table
 from interp_seal.models import load_model
+from interp_seal.tasks import LineRetrievalConfig
+from interp_seal.tasks.line_retrieval import generate
+from interp_seal.tuning.data import encode_samples, format_samples, pad_id_of
+from interp_seal.tuning.evaluate import accuracy_by_method
+from interp_seal.tuning.loop import TrainConfig, train
+from interp_seal.tuning.merge import merged_model
+from interp_seal.tuning.scales import load_scales
+from interp_seal.tuning.seal import SealTuner
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+CLOSE = {"rtol": 1e-4, "atol": 1e-4}  # float32 forwards through different code paths
+
+
+def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str) -> None:
+    """Execute ``notebooks/<name>.ipynb`` in ``cwd`` with ``env``, then the cell ``dump``."""
+    monkeypatch.undo()  # the kernel connects over loopback sockets
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import json\n" + dump))
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
+    client.execute(cwd=str(cwd))
+
+
+def saved_without_outputs(name: str) -> bool:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return all(not c.outputs and c.execution_count is None for c in code)
 
 
 def test_quickstart_matches_package(tmp_path, monkeypatch):
@@ -43,3 +80,124 @@ def test_quickstart_matches_package(tmp_path, monkeypatch):
     expected["delta"] = expected["pruned"] - expected["exact_match"]
     assert last.strip() == expected.to_string().strip()
     assert expected["exact_match"].iloc[0] > 0.9 and expected["delta"].iloc[1] < 0
+
+
+# -- SEAL: sweep -> quadrants -> channel map -> scaling -> SEAL-H/C -> merge --------------------
+SEAL_ENV = {
+    "INTERP_SEAL_MODEL": "organism",
+    "NOTEBOOK_LENGTHS": "20 40",
+    "NOTEBOOK_N": "4",
+    "NOTEBOOK_METRIC": "answer_logprob",  # four records: exact match barely moves
+    "NOTEBOOK_TRAIN_SAMPLES": "4",
+    "NOTEBOOK_OUT": "out",
+}
+SEAL_DUMP = """
+for _name in ("sweep", "channels", "scaled", "accuracy"):
+    globals()[_name].to_csv(f"{_name}.csv", index=False)
+Path("numbers.json").write_text(json.dumps({
+    "head": HEAD,
+    "table": [[*h, f] for h, f in tables[SCALING].items()],
+    "losses": losses,
+    "merge_gap": merge_gap,
+}))
+"""
+
+
+def _rows(table: pd.DataFrame, **where) -> pd.Series:
+    """The one row of ``table`` matching ``where``."""
+    mask = np.logical_and.reduce([table[k] == v for k, v in where.items()])
+    assert mask.sum() == 1, where
+    return table[mask].iloc[0]
+
+
+def test_seal_notebook_matches_package(tmp_path, monkeypatch):
+    run_notebook("seal", tmp_path, monkeypatch, SEAL_ENV, SEAL_DUMP)
+    numbers = json.loads((tmp_path / "numbers.json").read_text())
+    sweep, channels, scaled, accuracy = (
+        pd.read_csv(tmp_path / f"{name}.csv")
+        for name in ("sweep", "channels", "scaled", "accuracy")
+    )
+    handle = load_model("organism")
+    spec = handle.spec
+    mid, long = 20, 40
+    records = {n: generate(LineRetrievalConfig(num_lines=n), 4, seed=0) for n in (mid, long)}
+    metrics = ["exact_match", "answer_logprob"]
+
+    # 1. the sweep (batched engine) against teacher forcing with hooks, for the extreme heads
+    base = evaluate_lengths(handle, records, progress=False).set_index("length")
+    logprob = sweep[sweep.metric == "answer_logprob"]
+    deltas = logprob.pivot_table(index=["layer", "head"], columns="length", values="delta")
+    assert len(deltas) == spec.n_layers * spec.n_heads and deltas.abs().to_numpy().max() > 0.01
+    for layer, head in (deltas[long].idxmin(), deltas[long].idxmax()):
+        pruned = evaluate_lengths(
+            handle, records, intervention=ablate(spec, [(layer, head)]), progress=False
+        ).set_index("length")
+        for n in (mid, long):
+            for metric in metrics:
+                row = _rows(sweep, layer=layer, head=head, length=n, metric=metric)
+                np.testing.assert_allclose(row["value"], pruned.loc[n, metric], **CLOSE)
+                np.testing.assert_allclose(row["baseline"], base.loc[n, metric], **CLOSE)
+
+    # 2. quadrants and their scale table, by hand from the deltas
+    expected = {}
+    for (layer, head), d in deltas.iterrows():
+        if d[mid] > 0 and d[long] > 0:
+            expected[(layer, head)] = 0.9
+        elif d[mid] < 0 and d[long] < 0:
+            expected[(layer, head)] = 1.1
+    assert {(a, b): f for a, b, f in numbers["table"]} == expected and expected
+    assert tuple(numbers["head"]) == deltas[long].idxmin()
+
+    # 3. the channel map's extreme channels, by teacher forcing
+    layer, head = numbers["head"]
+    ch = channels[channels.metric == "answer_logprob"].set_index("channel")["value"]
+    assert len(ch) == spec.d_head
+    for channel in (ch.idxmin(), ch.idxmax()):
+        edited = evaluate_lengths(
+            handle,
+            {long: records[long]},
+            intervention=ablate(spec, [(layer, head, channel)]),
+            progress=False,
+        )
+        np.testing.assert_allclose(ch[channel], edited["answer_logprob"].iloc[0], **CLOSE)
+
+    # 4. the quadrant scaling across lengths
+    table = scale_table(spec, expected)
+    by_scaling = evaluate_lengths(handle, records, intervention=table, progress=False)
+    for n, row in by_scaling.set_index("length").iterrows():
+        for metric in metrics:
+            got = _rows(scaled, length=n, metric=metric)["value"]
+            np.testing.assert_allclose(got, row[metric], **CLOSE)
+
+    # 5. SEAL-H / SEAL-C: a fresh training run gives the notebook's scales and losses
+    train_samples = format_samples("line_retrieval", handle.tokenizer, 4, num_lines=long, seed=1000)
+    examples = encode_samples(train_samples, handle.tokenizer)
+    learned = {}
+    for method, granularity, lr in (("seal-h", "head", 1e-2), ("seal-c", "channel", 2e-2)):
+        tuner = SealTuner(handle, granularity)
+        run = train(tuner, examples, TrainConfig(lr=lr), pad_id=pad_id_of(handle.tokenizer))
+        learned[method] = tuner.scales.detach().cpu()
+        saved = load_scales(tmp_path / "out" / f"{method}.safetensors", spec)
+        torch.testing.assert_close(saved.scales, learned[method], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(numbers["losses"][method], run.losses, rtol=1e-5)
+        assert not torch.equal(learned[method], torch.ones_like(learned[method]))
+
+    # 6. the merged checkpoint: o_proj columns times the SEAL-C scales, nothing else changed
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "seal-c-merged")
+    base_state, merged_state = handle.model.state_dict(), plain.state_dict()
+    for name, weight in base_state.items():
+        if name.endswith("o_proj.weight"):
+            layer = int(name.split(".layers.")[1].split(".")[0])
+            weight = weight * learned["seal-c"][layer].reshape(1, -1)
+        torch.testing.assert_close(merged_state[name], weight, rtol=1e-6, atol=1e-7)
+    assert numbers["merge_gap"] < 1e-3
+
+    # 7. the final table: every variant on the same records
+    variants = {
+        "Q1 x 0.9, Q3 x 1.1": table,
+        "seal-h": HeadIntervention.from_scales(spec, learned["seal-h"]),
+        "seal-c (merged)": merged_model(handle, learned["seal-c"]),
+    }
+    again = accuracy_by_method(handle, variants, [mid, long], n=4, seed=0, progress=False)
+    pd.testing.assert_frame_equal(accuracy, again, check_dtype=False, **CLOSE)
+    assert saved_without_outputs("seal")

@@ -1,0 +1,71 @@
+"""Tuning figures carry exactly the numbers of the tables and tensors they draw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from interp_seal.viz import loss_curves, method_accuracy, scale_heatmap, target_head_scores
+
+
+def test_method_accuracy_one_line_per_method_sorted_by_length():
+    table = pd.DataFrame(
+        {
+            "method": ["base", "base", "seal-h", "seal-h"],
+            "length": [40, 20, 40, 20],
+            "exact_match": [0.5, 1.0, 0.75, 1.0],
+        }
+    )
+    fig = method_accuracy(table)
+    assert [t.name for t in fig.data] == ["base", "seal-h"]
+    assert list(fig.data[0].x) == [20, 40] and list(fig.data[0].y) == [1.0, 0.5]
+    assert list(fig.data[1].y) == [1.0, 0.75]
+    assert fig.data[0].line.dash == "dash"
+    with pytest.raises(ValueError, match="accuracy_by_method"):
+        method_accuracy(table.drop(columns="method"))
+
+
+def test_loss_curves_steps_from_one():
+    fig = loss_curves({"seal-h": [0.7, 0.5, 0.25], "seal-c": [0.6]})
+    assert list(fig.data[0].x) == [1, 2, 3] and list(fig.data[0].y) == [0.7, 0.5, 0.25]
+    assert list(fig.data[1].x) == [1] and fig.data[1].name == "seal-c"
+    with pytest.raises(ValueError, match="at least one step"):
+        loss_curves({"seal-h": []})
+
+
+def test_scale_heatmap_head_and_channel_layouts():
+    scales = torch.arange(2 * 3, dtype=torch.float32).reshape(2, 3, 1) / 10 + 0.8
+    fig = scale_heatmap(scales)
+    np.testing.assert_allclose(np.asarray(fig.data[0].z), scales[..., 0].numpy())
+    assert fig.data[0].zmid == 1.0 and list(fig.data[0].x) == ["0", "1", "2"]
+
+    channels = torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    fig = scale_heatmap(channels)
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (6, 4) and fig.data[0].y[4] == "L1H1"
+    np.testing.assert_allclose(z[4], channels[1, 1].numpy())  # row of layer 1, head 1
+    with pytest.raises(ValueError, match=r"\(L, H, 1\)"):
+        scale_heatmap(torch.ones(2, 3))
+
+
+def test_target_head_scores_bars_and_ranks():
+    table = pd.DataFrame(
+        {
+            "method": ["base", "base", "base", "mudaf", "mudaf", "mudaf"],
+            "layer": [3, 2, 0, 2, 3, 0],
+            "head": [4, 6, 1, 6, 4, 1],
+            "f1": [0.8, 0.1, 0.0, 0.3, 0.82, 0.0],
+            "em": [0.8, 0.1, 0.0, 0.3, 0.8, 0.0],
+            "rank": [1, 5, 32, 4, 1, 32],
+            "target": [True, True, False, True, True, False],
+        }
+    )
+    fig = target_head_scores(table)
+    assert [t.name for t in fig.data] == ["base", "mudaf"]
+    assert list(fig.data[0].x) == ["L3H4", "L2H6"] == list(fig.data[1].x)
+    assert list(fig.data[0].y) == [0.8, 0.1] and list(fig.data[1].y) == [0.82, 0.3]
+    assert list(fig.data[1].text) == ["#1", "#4"]
+    with pytest.raises(ValueError, match="no target heads"):
+        target_head_scores(table.assign(target=False))
