@@ -302,7 +302,7 @@ def test_sweep_refuses_other_arguments_on_same_output(handle, tmp_path):
     with pytest.raises(ValueError, match="different arguments.*samples"):
         head_sweep(handle, {3: samples[3]}, heads=[(0, 1)], options=options)
     fresh = SweepOptions(out=tmp_path, progress=False)
-    with pytest.raises(ValueError, match="already holds a sweep; pass resume=True"):
+    with pytest.raises(ValueError, match="already holds a run; pass resume=True"):
         head_sweep(handle, samples, heads=[(0, 1)], options=fresh)
 
 

@@ -38,11 +38,11 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from interp_seal.analysis.retrieval_scores import ResultLog, fingerprint
 from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import qa_f1, teacher_force
 from interp_seal.interventions import Head, HeadIntervention, ablate
 from interp_seal.models import ModelHandle
+from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks.sample import Sample
 
 MASK_MODES = ("zero", "uniform")
@@ -207,7 +207,7 @@ def masking_experiment(
     """
     if not samples:
         raise ValueError("no samples to evaluate")
-    log = ResultLog(results) if results is not None else None
+    log = RecordStore(results) if results is not None else None
     data = fingerprint(
         handle.name_or_path,
         [(s.prompt, s.answer) for s in samples],

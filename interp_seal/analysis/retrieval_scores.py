@@ -33,8 +33,6 @@ and skips samples already there on restart.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +49,10 @@ from interp_seal.analysis.attention_rows import (
     attention_row_hooks,
     capture_attention_rows,
 )
-from interp_seal.analysis.records import append_records, read_records
 from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
+from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks.sample import Encoded, Sample, Span, check_golden_ids
 
 # -- passage-level (MuDAF) -----------------------------------------------------------------
@@ -300,38 +298,6 @@ def copy_paste_score(
 # -- running over samples, resumably -----------------------------------------------------------
 
 
-class ResultLog:
-    """Per-sample (or per-condition) results appended to a JSONL file as they are computed.
-
-    Each record carries its key and a fingerprint of its inputs, so a restart skips finished
-    work and refuses results computed on other inputs. A last line cut short by a kill is
-    dropped on reading; every record is flushed to disk before ``add`` returns.
-    """
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.records = {record["key"]: record for record in read_records(self.path)}
-
-    def get(self, key: str, fingerprint: str) -> dict | None:
-        """The finished record of ``key``, or None; an error if its inputs differ."""
-        record = self.records.get(key)
-        if record is not None and record["fingerprint"] != fingerprint:
-            raise ValueError(
-                f"{self.path} holds a result for {key!r} computed on a different input or "
-                "setting (model, samples, options); write to a new output file or delete this one"
-            )
-        return record
-
-    def add(self, record: dict) -> None:
-        append_records(self.path, [record])
-        self.records[record["key"]] = record
-
-
-def fingerprint(*parts) -> str:
-    """A short stable hash of JSON-able ``parts``."""
-    return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def score_samples(
     samples: Sequence[Sample],
     compute: Callable[[Sample], dict],
@@ -346,7 +312,7 @@ def score_samples(
     ``setting`` (JSON-able: the model, options that change the result) enters each record's
     fingerprint with the sample's prompt, answer, spans and golden ids.
     """
-    log = ResultLog(results) if results is not None else None
+    log = RecordStore(results) if results is not None else None
     records = []
     for i, sample in enumerate(tqdm(samples, desc=desc, disable=not progress)):
         key = f"sample-{i}"

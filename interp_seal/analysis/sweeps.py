@@ -23,7 +23,7 @@ the residual stream; each edit starts at its first edited layer, edits with the 
 share a forward (one block of rows per edit), and the last layer and the unembedding run only at
 answer positions. Results equal a one-forward-per-edit loop of ``hf_logits``.
 
-Resumable (``interp_seal.analysis.resume``): with ``SweepOptions(out=...)`` every finished forward
+Resumable (``interp_seal.records``): with ``SweepOptions(out=...)`` every finished forward
 is appended to ``out/records.jsonl``; rerun with ``resume=True`` and the same arguments, the
 sweep skips what is on disk and ends with the same table.
 """
@@ -40,7 +40,6 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_seal.analysis.resume import SweepStore, sweep_manifest
 from interp_seal.engine import AnswerBatch, clean_run, pad_id_of, run_from_layer
 from interp_seal.evaluation.teacher_forcing import encode_samples
 from interp_seal.interventions import (
@@ -51,6 +50,7 @@ from interp_seal.interventions import (
     scale_table,
 )
 from interp_seal.models import ModelHandle
+from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks.sample import Encoded, Sample
 
 METRICS = ("exact_match", "answer_logprob")
@@ -154,8 +154,8 @@ def run_sweep(
             [u.labels for u in units],
             args or {},
         )
-        store = SweepStore.open(options.out, manifest, resume=options.resume)
-        done = store.load()
+        store = RecordStore.open(options.out, manifest, resume=options.resume)
+        done = {(rec["length"], rec["sample"], rec["unit"]): rec for rec in store.load()}
     starts = [min(u.intervention.active_layers(), default=handle.spec.n_layers) for u in units]
     steps = _plan(encoded, starts, done, options, handle.spec.n_layers)
     total = sum(1 + len(step.groups) for step in steps)
@@ -203,6 +203,34 @@ def run_sweep(
                 scored = batch.score(run_from_layer(handle, clean, start, ivs))
                 save(step.length, step.chunk, unit_ids, scored.exact, scored.logprob)
     return _summarise(done, encoded, units)
+
+
+def sweep_manifest(
+    handle: ModelHandle,
+    encoded: Mapping[int, Sequence[Encoded]],
+    interventions: Sequence[HeadIntervention],
+    labels: Sequence[Mapping],
+    args: Mapping,
+) -> dict:
+    """The identity of a sweep: same manifest, same results.
+
+    Batch sizes are not part of it: they change how work is grouped, not the results.
+    """
+    samples = {
+        str(length): f"{len(batch)} samples, "
+        + fingerprint([[enc.input_ids, enc.answer_start] for enc in batch])
+        for length, batch in encoded.items()
+    }
+    tables = [[iv.scale, iv.offset, iv.uniform] for iv in interventions]
+    return {
+        "model": handle.name_or_path,
+        "geometry": handle.spec.as_dict(),
+        "dtype": str(handle.dtype),
+        "samples": samples,
+        "units": f"{len(interventions)} interventions, "
+        + fingerprint([dict(x) for x in labels], tables),
+        "args": dict(args),
+    }
 
 
 def _plan(encoded, starts, done, options: SweepOptions, n_layers: int) -> list[_Step]:

@@ -23,7 +23,6 @@ that gradient checkpointing, which re-runs layers during backward, sees them too
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,7 +37,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from interp_seal.tuning.data import Batch, Example, collate
+from interp_seal.checkpoints import load_optimizer, save_optimizer
+from interp_seal.records import fingerprint
+from interp_seal.tuning.data import Batch, Example, check_window, collate
 
 
 class Tuner(nn.Module):
@@ -66,8 +67,8 @@ class Tuner(nn.Module):
         not require grad (frozen base, trained scales), and the recomputation runs the hooks
         that ``step_context`` keeps installed through the backward.
         """
-        self.model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False}
+        self.model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
         )
 
     def trainable_state(self) -> dict[str, Tensor]:
@@ -181,14 +182,16 @@ def _identity(tuner: Tuner, cfg: TrainConfig, examples: Sequence[Example], world
     """What must match for a checkpoint to resume this run: tuner, settings, data, processes."""
     run = asdict(cfg)
     run.pop("checkpoint_every")  # how often we save does not change the result
-    data = hashlib.sha256()
-    for e in examples:
-        data.update(e.encoded.input_ids.numpy().tobytes())
-        data.update(json.dumps([e.encoded.answer_start, e.encoded.passages, e.golden]).encode())
+    data = fingerprint(
+        [
+            [e.encoded.input_ids, e.encoded.answer_start, e.encoded.passages, e.golden]
+            for e in examples
+        ]
+    )
     identity = {
         "tuner": tuner.describe(),
         "config": run,
-        "examples": [len(examples), data.hexdigest()],
+        "examples": [len(examples), data],
         "world": world,
     }
     return json.loads(json.dumps(identity))  # as it reads back from state.json
@@ -203,7 +206,7 @@ def _save_checkpoint(
     tmp.mkdir(parents=True)
     state = {n: p.detach().to("cpu").contiguous() for n, p in tuner.trainable_state().items()}
     save_file(state, str(tmp / "trainable.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    save_optimizer(optimizer, tmp / "optimizer.safetensors")
     info = {"step": step, "losses": result.losses, "parts": result.parts, "identity": identity}
     (tmp / "state.json").write_text(json.dumps(info))
     shutil.rmtree(final, ignore_errors=True)
@@ -274,6 +277,8 @@ def train(
 
     if cfg.checkpoint_every and out_dir is None:
         raise ValueError("checkpoint_every needs an out_dir to write checkpoints to")
+    config = getattr(tuner.model, "config", None)
+    check_window(examples, getattr(config, "max_position_embeddings", None))
     accelerator = Accelerator(cpu=cfg.cpu)
     world, rank = accelerator.num_processes, accelerator.process_index
     steps = total_steps(len(examples), cfg, world)
@@ -291,7 +296,7 @@ def train(
     info = _load_checkpoint(checkpoint, tuner, identity) if checkpoint else None
     model, optimizer = accelerator.prepare(tuner, optimizer)
     if info is not None:
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+        load_optimizer(optimizer, checkpoint / "optimizer.safetensors")
         result.resumed_from = info["step"]
         result.losses, result.parts = info["losses"], info["parts"]
     out = Path(out_dir) if out_dir is not None else None

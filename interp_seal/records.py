@@ -1,0 +1,168 @@
+"""The one record store under every resumable run: append-only JSONL, a manifest, a fingerprint.
+
+Long runs (ablation sweeps, retrieval scores, masking conditions, figure data) append one JSON
+record per finished unit of work and flush it to disk before going on, so a killed run (even
+``kill -9``) loses at most the unit in flight. On restart the file is read back; a last line
+cut short by the kill is dropped (and truncated away); any other unreadable line is an error
+rather than a silent gap.
+
+What a run *is* (model, samples, arguments) is written once, atomically, to a manifest beside
+the records; a run restarted on the same directory must have the same manifest or it refuses
+rather than mix results of different runs. Records may also carry their own key and
+fingerprint (``get`` / ``add``): a restart skips finished keys and refuses a key whose inputs
+changed. ``fingerprint`` is the one hash of run identities across the library (sweeps, retrieval
+scores, masking, tuning checkpoints).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from interp_seal.outputs import write_text
+
+MANIFEST = "manifest.json"
+RECORDS = "records.jsonl"
+
+
+def fingerprint(*parts) -> str:
+    """A short stable hash (sha256, 16 hex digits) of ``parts``.
+
+    ``parts`` are JSON-able values, tensors or arrays (hashed by dtype, shape and bytes).
+    """
+    digest = hashlib.sha256()
+
+    def encode(value):
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().numpy()
+        if isinstance(value, np.ndarray):
+            digest.update(f"{value.dtype}{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
+            return "<array>"
+        raise TypeError(f"cannot fingerprint a {type(value).__name__}")
+
+    digest.update(json.dumps(parts, sort_keys=True, default=encode).encode())
+    return digest.hexdigest()[:16]
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The complete records of ``path`` (none if it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):  # interrupted write: keep the complete lines
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    records = []
+    for lineno, line in enumerate(data.decode().splitlines(), 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise ValueError(
+                f"{path}:{lineno} is not valid JSON; delete the file to start over"
+            ) from None
+    return records
+
+
+def append_records(path: str | Path, records: Iterable[dict]) -> None:
+    """Append ``records`` to ``path`` and flush them to disk before returning."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.writelines(json.dumps(rec) + "\n" for rec in records)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class RecordStore:
+    """The records of one run in a JSONL file, optionally under a manifest.
+
+    ``RecordStore.open(out, manifest, resume=...)`` keeps ``out/records.jsonl`` under
+    ``out/manifest.json``; ``RecordStore(path)`` is a bare record file whose records carry
+    their own ``key`` and ``fingerprint``.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._by_key: dict[str, dict] | None = None
+
+    @classmethod
+    def open(cls, out: str | Path, manifest: dict, *, resume: bool) -> RecordStore:
+        """Start a run in directory ``out``, or continue the one there (``resume``) if it is
+        the same run (equal manifests)."""
+        out = Path(out)
+        path = out / MANIFEST
+        manifest = json.loads(json.dumps(manifest, default=str))  # as it reads back
+        if path.exists():
+            try:
+                old = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                raise ValueError(
+                    f"{path} is not valid JSON (written by an older version or edited by hand); "
+                    "delete the directory to start over, or choose another output directory"
+                ) from None
+            if not resume:
+                raise ValueError(
+                    f"{out} already holds a run; pass resume=True (--resume) to continue it, "
+                    "or choose another output directory"
+                )
+            if old != manifest:
+                raise ValueError(
+                    f"{out} holds a run made with different arguments, refusing to mix "
+                    f"results ({_differences(old, manifest)}); use another output directory "
+                    "or delete this one to start over"
+                )
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            write_text(path, json.dumps(manifest, indent=1))
+        return cls(out / RECORDS)
+
+    def load(self) -> list[dict]:
+        """The finished records; drops a last line cut short by a kill."""
+        return read_records(self.path)
+
+    def append(self, records: Iterable[dict]) -> None:
+        """Append records and flush them to disk before returning."""
+        records = list(records)
+        append_records(self.path, records)
+        if self._by_key is not None:
+            self._by_key.update({rec["key"]: rec for rec in records})
+
+    def get(self, key: str, fingerprint: str) -> dict | None:
+        """The finished record of ``key``, or None; an error if its inputs differ."""
+        if self._by_key is None:
+            self._by_key = {rec["key"]: rec for rec in self.load()}
+        record = self._by_key.get(key)
+        if record is not None and record["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"{self.path} holds a result for {key!r} computed on a different input or "
+                "setting (model, samples, options); write to a new output file or delete this one"
+            )
+        return record
+
+    def add(self, record: dict) -> None:
+        """Append one keyed record (with ``key`` and ``fingerprint`` fields)."""
+        self.append([record])
+
+
+def _differences(old: dict, new: dict) -> str:
+    """``key: old -> new`` for the manifest entries that differ."""
+    parts = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if key == "args" and isinstance(a, dict) and isinstance(b, dict):
+            parts += [
+                f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            ]
+        elif a != b:
+            parts.append(f"{key}: {a!r} -> {b!r}")
+    return "; ".join(parts)
