@@ -286,8 +286,9 @@ def test_cli_lines(llama_checkpoint, llama, tmp_path, capsys):
     assert "plotly" in (out / "accuracy.html").read_text()[:5000].lower()
     printed = capsys.readouterr().out
     assert "heads 1.2 ablated (zero)" in printed and "exact_match" in printed
-    with pytest.raises(ValueError, match="LAYER.HEAD"):
+    with pytest.raises(SystemExit):  # argparse: status 2, the flag and the format named
         run_cli([*argv, "--ablate", "1-2"])
+    assert "argument --ablate: cannot read head '1-2'; write LAYER.HEAD" in capsys.readouterr().err
 
 
 def test_cli_generated(tmp_path, capsys):

@@ -3,7 +3,8 @@
 Each command group lives in its own module under ``interp_seal.cli`` and exposes
 ``register(subparsers)``, which adds its sub-commands; every sub-command sets ``func``, the
 function that runs it with the parsed arguments. ``main`` wires the groups listed in
-``GROUPS`` together.
+``GROUPS`` together, checks ``--out`` before the command runs (``common.check_outputs``) and
+turns bad input (ValueError, FileNotFoundError) into one ``error:`` line and exit status 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from interp_seal.cli.common import check_outputs
 
 GROUPS = (
     "tasks",
@@ -38,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_outputs(args)  # before any work: an unwritable --out must not cost a long run
         return args.func(args) or 0
     except (ValueError, FileNotFoundError) as err:
         print(f"interp-seal {args.command}: error: {err}", file=sys.stderr)

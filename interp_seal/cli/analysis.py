@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.evaluate import parse_heads
+from interp_seal.cli.common import head, nonnegative_int, positive_int
+from interp_seal.outputs import write_html, write_table
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 MODES = ("zero", "scale", "mean", "uniform")
@@ -31,7 +32,12 @@ def register(subparsers) -> None:
     heads = sub.add_parser("head-sweep", help="ablate one head at a time (SEAL Fig. 2b)")
     _sweep_arguments(heads)
     heads.add_argument(
-        "--heads", nargs="+", default=None, metavar="LAYER.HEAD", help="heads (default: all)"
+        "--heads",
+        type=head,
+        nargs="+",
+        default=None,
+        metavar="LAYER.HEAD",
+        help="heads (default: all)",
     )
     heads.set_defaults(func=run_head_sweep)
 
@@ -40,10 +46,15 @@ def register(subparsers) -> None:
     )
     _sweep_arguments(channels)
     channels.add_argument(
-        "--heads", nargs="+", required=True, metavar="LAYER.HEAD", help="heads to open, e.g. 1.3"
+        "--heads",
+        type=head,
+        nargs="+",
+        required=True,
+        metavar="LAYER.HEAD",
+        help="heads to open, e.g. 1.3",
     )
     channels.add_argument(
-        "--channels", type=int, nargs="+", default=None, help="channels (default: all)"
+        "--channels", type=nonnegative_int, nargs="+", default=None, help="channels (default: all)"
     )
     channels.set_defaults(func=run_channel_sweep)
 
@@ -52,8 +63,10 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
-    parser.add_argument("--lengths", type=int, nargs="+", default=[20, 40], help="lines per record")
-    parser.add_argument("--n", type=int, default=50, help="records per length")
+    parser.add_argument(
+        "--lengths", type=positive_int, nargs="+", default=[20, 40], help="lines per record"
+    )
+    parser.add_argument("--n", type=positive_int, default=50, help="records per length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
     parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
@@ -62,10 +75,17 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
     parser.add_argument("--format", choices=("csv", "parquet"), default="csv")
     parser.add_argument(
-        "--batch-rows", type=int, default=8, help="rows per edited forward (raise on a GPU)"
+        "--batch-rows",
+        type=positive_int,
+        default=8,
+        help="rows per edited forward (raise on a GPU)",
     )
-    parser.add_argument("--batch-samples", type=int, default=4, help="records per clean forward")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--batch-samples", type=positive_int, default=4, help="records per clean forward"
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
 
 
 def _setup(args: argparse.Namespace):
@@ -103,25 +123,26 @@ def run_head_sweep(args: argparse.Namespace) -> int:
     from interp_seal.viz.sweeps import head_delta_heatmap, quadrant_scatter
 
     handle, samples, mean_z, options = _setup(args)
-    heads = parse_heads(args.heads) if args.heads else None
     table = head_sweep(
         handle,
         samples,
-        heads=heads,
+        heads=args.heads,
         mode=args.mode,
         factor=args.factor,
         mean_z=mean_z,
         options=options,
     )
-    written = [_write_table(table, args.out, args.format)]
-    head_delta_heatmap(table).write_html(args.out / "head_deltas.html")
-    written.append(args.out / "head_deltas.html")
+    written = [
+        write_table(table, args.out / f"results.{args.format}"),
+        write_html(head_delta_heatmap(table), args.out / "head_deltas.html"),
+    ]
     lengths = sorted(args.lengths)
     if len(lengths) >= 2:
         quadrants = head_quadrants(table, mid=lengths[0], long=lengths[-1])
-        quadrants.heads.to_csv(args.out / "quadrants.csv", index=False)
-        quadrant_scatter(quadrants).write_html(args.out / "quadrants.html")
-        written += [args.out / "quadrants.csv", args.out / "quadrants.html"]
+        written += [
+            write_table(quadrants.heads, args.out / "quadrants.csv"),
+            write_html(quadrant_scatter(quadrants), args.out / "quadrants.html"),
+        ]
         print(
             f"quadrants (lengths {lengths[0]} vs {lengths[-1]}): {quadrants.counts()}, "
             f"Pearson r = {quadrants.pearson:.3f}"
@@ -138,27 +159,19 @@ def run_channel_sweep(args: argparse.Namespace) -> int:
     table = channel_sweep(
         handle,
         samples,
-        heads=parse_heads(args.heads),
+        heads=args.heads,
         channels=args.channels,
         mode=args.mode,
         factor=args.factor,
         mean_z=mean_z,
         options=options,
     )
-    written = [_write_table(table, args.out, args.format)]
-    channel_map(table).write_html(args.out / "channel_map.html")
-    written.append(args.out / "channel_map.html")
+    written = [
+        write_table(table, args.out / f"results.{args.format}"),
+        write_html(channel_map(table), args.out / "channel_map.html"),
+    ]
     _print_summary(table, written)
     return 0
-
-
-def _write_table(table, out: Path, fmt: str) -> Path:
-    path = out / f"results.{fmt}"
-    if fmt == "csv":
-        table.to_csv(path, index=False)
-    else:
-        table.to_parquet(path, index=False)
-    return path
 
 
 def _print_summary(table, written: list[Path]) -> None:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from interp_seal.analysis.logit_attribution import VARIANTS
 from interp_seal.analysis.patching import CORRUPTIONS
+from interp_seal.cli.common import nonnegative_int, positive_int
+from interp_seal.outputs import write_table, write_text
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 
@@ -43,9 +45,12 @@ def register(subparsers) -> None:
     _common(patch)
     patch.add_argument("--corrupt", choices=CORRUPTIONS, default="key")
     patch.add_argument(
-        "--last", type=int, default=8, help="by-position patching: last N positions (0: all)"
+        "--last",
+        type=nonnegative_int,
+        default=8,
+        help="by-position patching: last N positions (0: all)",
     )
-    patch.add_argument("--batch-size", type=int, default=16, help="patches per forward")
+    patch.add_argument("--batch-size", type=positive_int, default=16, help="patches per forward")
     patch.add_argument("--atp", action="store_true", help="also run attribution patching")
     patch.set_defaults(func=run_patch)
 
@@ -54,11 +59,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
-    parser.add_argument("--num-lines", type=int, default=20, help="lines in the record")
+    parser.add_argument("--num-lines", type=positive_int, default=20, help="lines in the record")
     parser.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sample", type=int, default=0, help="which record of the seed")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--sample", type=nonnegative_int, default=0, help="which record of the seed"
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
 
 
@@ -71,21 +80,18 @@ def _setup(args: argparse.Namespace):
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.sample < 0:
-        raise ValueError(f"--sample must be >= 0, got {args.sample}")
     cfg = LineRetrievalConfig(num_lines=args.num_lines, index_style=args.index_style)
     sample = generate(cfg, args.sample + 1, seed=args.seed)[args.sample]
-    args.out.mkdir(parents=True, exist_ok=True)
     return load_model(args.model), sample
 
 
 def write_html(path: Path, figures) -> None:
-    """Several plotly figures in one self-contained HTML page."""
+    """Several plotly figures in one self-contained HTML page (written atomically)."""
     parts = [
         fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
         for i, fig in enumerate(figures)
     ]
-    path.write_text("<html><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    write_text(path, "<html><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
 def run_dla(args: argparse.Namespace) -> int:
@@ -105,7 +111,7 @@ def run_dla(args: argparse.Namespace) -> int:
     single = logit_attribution(handle, ids, [correct, wrong], variant=args.variant)
     diff = logit_diff_attribution(handle, ids, correct, wrong, variant=args.variant)
     table = pd.concat([single.table, diff.table], ignore_index=True)
-    table.to_csv(args.out / "dla.csv", index=False)
+    write_table(table, args.out / "dla.csv")
     figures = [dla_figure(diff)] + [dla_figure(single, t) for t in single.logits]
     write_html(args.out / "dla.html", figures)
     print(f"{handle.name_or_path}: line retrieval, {args.num_lines} lines, seed {args.seed}")
@@ -132,8 +138,6 @@ def run_patch(args: argparse.Namespace) -> int:
     from interp_seal.analysis.patching import line_retrieval_pair, patch_heads, patch_residual
     from interp_seal.viz.attribution import attribution_scatter, patching_figure
 
-    if args.last < 0:
-        raise ValueError(f"--last must be >= 0, got {args.last}")
     handle, sample = _setup(args)
     pair = line_retrieval_pair(sample, handle.tokenizer, corrupt=args.corrupt, seed=args.seed)
     T = pair.clean_ids.shape[0]
@@ -149,7 +153,7 @@ def run_patch(args: argparse.Namespace) -> int:
         ],
         ignore_index=True,
     )
-    table.to_csv(args.out / "patching.csv", index=False)
+    write_table(table, args.out / "patching.csv")
     clean_ld, corrupted_ld = whole.attrs["clean_logit_diff"], whole.attrs["corrupted_logit_diff"]
     title = (
         f"Activation patching ({args.corrupt} corruption): clean LD {clean_ld:.3f}, "
@@ -163,7 +167,7 @@ def run_patch(args: argparse.Namespace) -> int:
     print(f"wrote {args.out / 'patching.csv'} and {args.out / 'patching.html'}")
     if args.atp:
         comparison = compare_with_exact(handle, pair, batch_size=args.batch_size)
-        comparison.table.to_csv(args.out / "atp.csv", index=False)
+        write_table(comparison.table, args.out / "atp.csv")
         write_html(
             args.out / "atp.html", [attribution_scatter(comparison.table, comparison.spearman)]
         )

@@ -15,9 +15,9 @@ and read from the ``pred`` field (LongBench's prediction files) unless ``--field
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from interp_seal.cli.common import head, head_label, positive_int
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 ABLATION_CHOICES = ("zero", "scale", "uniform")
@@ -34,18 +34,25 @@ def register(subparsers) -> None:
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
     lines.add_argument(
-        "--lengths", type=int, nargs="+", default=[10, 20, 40], help="lines per record"
+        "--lengths", type=positive_int, nargs="+", default=[10, 20, 40], help="lines per record"
     )
-    lines.add_argument("--n", type=int, default=50, help="records per length")
+    lines.add_argument("--n", type=positive_int, default=50, help="records per length")
     lines.add_argument("--seed", type=int, default=0)
     lines.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
-    lines.add_argument("--batch-size", type=int, default=8, help="records per forward")
+    lines.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
     lines.add_argument(
-        "--ablate", nargs="+", default=[], metavar="LAYER.HEAD", help="heads to ablate, e.g. 1.3"
+        "--ablate",
+        type=head,
+        nargs="+",
+        default=[],
+        metavar="LAYER.HEAD",
+        help="heads to ablate, e.g. 1.3",
     )
     lines.add_argument("--mode", choices=ABLATION_CHOICES, default="zero", help="ablation mode")
     lines.add_argument("--factor", type=float, help="multiplier for --mode scale")
-    lines.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    lines.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
     lines.add_argument("--out", type=Path, help="write accuracy.csv and accuracy.html here")
     lines.set_defaults(func=run_lines)
 
@@ -58,30 +65,21 @@ def register(subparsers) -> None:
     generated.set_defaults(func=run_generated)
 
 
-def parse_heads(entries: list[str]) -> list[tuple[int, int]]:
-    """``["1.3", "0.2"]`` -> ``[(1, 3), (0, 2)]``."""
-    heads = []
-    for entry in entries:
-        layer, dot, head = entry.partition(".")
-        if not (dot and layer.isdigit() and head.isdigit()):
-            raise ValueError(f"cannot read head {entry!r}; write LAYER.HEAD, e.g. 1.3")
-        heads.append((int(layer), int(head)))
-    return heads
-
-
 def run_lines(args: argparse.Namespace) -> int:
     import torch
 
-    from interp_seal.evaluation import accuracy_figure, evaluate_line_retrieval
+    from interp_seal.evaluation import evaluate_line_retrieval
+    from interp_seal.viz import accuracy_figure
     from interp_seal.interventions import ablate
     from interp_seal.models import load_model
+    from interp_seal.outputs import write_html, write_table
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     handle = load_model(args.model)
     intervention = None
     if args.ablate:
-        intervention = ablate(handle.spec, parse_heads(args.ablate), args.mode, factor=args.factor)
+        intervention = ablate(handle.spec, args.ablate, args.mode, factor=args.factor)
     table = evaluate_line_retrieval(
         handle,
         args.lengths,
@@ -91,35 +89,39 @@ def run_lines(args: argparse.Namespace) -> int:
         intervention=intervention,
         batch_size=args.batch_size,
     )
-    ablated = f", heads {' '.join(args.ablate)} ablated ({args.mode})" if args.ablate else ""
+    ablated = f", heads {head_label(args.ablate)} ablated ({args.mode})" if args.ablate else ""
     print(f"LongEval line retrieval, {handle.name_or_path}{ablated}, seed {args.seed}")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out / "accuracy.csv", index=False)
+        write_table(table, args.out / "accuracy.csv")
         title = f"LongEval line retrieval: {Path(handle.name_or_path).name}{ablated}"
-        accuracy_figure(table, title=title).write_html(args.out / "accuracy.html")
+        write_html(accuracy_figure(table, title=title), args.out / "accuracy.html")
         print(f"wrote {args.out / 'accuracy.csv'} and {args.out / 'accuracy.html'}")
     return 0
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of a JSONL file (blank lines skipped)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_nonempty(path: Path, what: str) -> list[dict]:
+    """The records of JSONL file ``path``; ValueError if it holds none."""
+    from interp_seal.tasks.jsonl import read_records
+
+    records = read_records(path)
+    if not records:
+        raise ValueError(
+            f"{what} file {path} holds no records (it is empty or has only blank lines); pass "
+            "a JSONL file with one JSON object per line"
+        )
+    return records
 
 
 def run_generated(args: argparse.Namespace) -> int:
     from interp_seal.evaluation import score_records
 
-    records = read_jsonl(args.tasks)
+    records = read_nonempty(args.tasks, "task")
     predictions = []
-    for i, row in enumerate(read_jsonl(args.predictions)):
+    for i, row in enumerate(read_nonempty(args.predictions, "--predictions")):
         if args.field not in row:
             raise ValueError(
-                f"{args.predictions} line {i + 1} has no {args.field!r} field (fields: "
+                f"{args.predictions} record {i + 1} has no {args.field!r} field (fields: "
                 f"{sorted(row)}); pass --field"
             )
         predictions.append(str(row[args.field]))

@@ -22,14 +22,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from interp_seal.cli.common import positive_int
+from interp_seal.outputs import write_html, write_table
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
     parser.add_argument("--samples", type=Path, required=True, help="task JSONL file")
-    parser.add_argument("--limit", type=int, help="use only the first N samples")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="output directory (resumable)")
 
 
@@ -53,7 +58,7 @@ def register(subparsers) -> None:
     _common(needle)
     needle.add_argument("--threshold", type=float, default=0.1, help="retrieval-head threshold")
     needle.add_argument(
-        "--max-new-tokens", type=int, help="greedy steps (default: the answer's length)"
+        "--max-new-tokens", type=positive_int, help="greedy steps (default: the answer's length)"
     )
     needle.set_defaults(func=run_needle_scores)
 
@@ -62,17 +67,19 @@ def register(subparsers) -> None:
     masking.add_argument("--golden", type=Path, help="golden passage ids of a LongBench file")
     masking.add_argument("--scores", type=Path, required=True, help="ranked head_scores.csv")
     masking.add_argument("--niah-scores", type=Path, help="copy-paste head_scores.csv")
-    masking.add_argument("--ks", type=int, nargs="+", default=[16], help="heads to mask")
+    masking.add_argument("--ks", type=positive_int, nargs="+", default=[16], help="heads to mask")
     masking.add_argument(
         "--modes", nargs="+", choices=("zero", "uniform"), default=["zero", "uniform"]
     )
     masking.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     masking.add_argument(
-        "--pool", type=int, help="draw the k masked heads from the top POOL (MuDAF Fig. 4: 50)"
+        "--pool",
+        type=positive_int,
+        help="draw the k masked heads from the top POOL (MuDAF Fig. 4: 50)",
     )
     masking.add_argument("--qa-f1", action="store_true", help="also greedy-decode and score QA F1")
-    masking.add_argument("--max-new-tokens", type=int, default=32)
-    masking.add_argument("--batch-size", type=int, default=1)
+    masking.add_argument("--max-new-tokens", type=positive_int, default=32)
+    masking.add_argument("--batch-size", type=positive_int, default=1)
     masking.set_defaults(func=run_masking)
 
 
@@ -89,7 +96,12 @@ def _setup(args: argparse.Namespace):
         raise FileNotFoundError(f"no such sample file: {args.samples}")
     golden = read_golden(args.golden) if getattr(args, "golden", None) else None
     samples = read_samples(args.samples, golden=golden)[: args.limit]
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not samples:
+        raise ValueError(
+            f"--samples {args.samples} holds no samples (it is empty); write one with "
+            "`interp-seal tasks generate`"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)  # the per-sample record file is appended to
     return load_model(args.model), samples
 
 
@@ -104,9 +116,9 @@ def _read_scores(path: Path):
 def _write_heads(out: Path, heads, per_sample, value: str, title: str) -> None:
     from interp_seal.viz.passages import head_score_heatmap
 
-    heads.to_csv(out / "head_scores.csv", index=False)
-    per_sample.to_csv(out / "per_sample_scores.csv", index=False)
-    head_score_heatmap(heads, value=value, title=title).write_html(out / "head_scores.html")
+    write_table(heads, out / "head_scores.csv")
+    write_table(per_sample, out / "per_sample_scores.csv")
+    write_html(head_score_heatmap(heads, value=value, title=title), out / "head_scores.html")
     print(heads.head(16).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {out / 'head_scores.csv'}, per_sample_scores.csv and head_scores.html")
 
@@ -124,7 +136,7 @@ def run_passage_scores(args: argparse.Namespace) -> int:
     )
     title = f"MuDAF retrieval score (F1, eps={args.eps}): {Path(handle.name_or_path).name}"
     _write_heads(args.out, scores.heads, scores.per_sample, "f1", title)
-    passage_heatmap(scores.attention[0]).write_html(args.out / "passage_attention.html")
+    write_html(passage_heatmap(scores.attention[0]), args.out / "passage_attention.html")
     return 0
 
 
@@ -159,9 +171,9 @@ def run_masking(args: argparse.Namespace) -> int:
     frame = masking_experiment(
         handle, samples, retrieval, niah=niah, config=config, results=args.out / "conditions.jsonl"
     )
-    frame.to_csv(args.out / "masking.csv", index=False)
+    write_table(frame, args.out / "masking.csv")
     metric = "qa_f1" if args.qa_f1 else "exact_match"
-    masking_bars(frame, metric=metric).write_html(args.out / "masking.html")
+    write_html(masking_bars(frame, metric=metric), args.out / "masking.html")
     print(frame.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {args.out / 'masking.csv'} and {args.out / 'masking.html'}")
     return 0

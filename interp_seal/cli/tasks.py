@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+from interp_seal.cli.common import nonnegative_int, positive_int
 from interp_seal.tasks import jsonl, line_retrieval, needle, passages
 
 NEEDLE_SETS = {"seal": needle.SEAL_NEEDLES, "san_francisco": (needle.SAN_FRANCISCO,)}
@@ -41,11 +42,13 @@ def register(subparsers) -> None:
     gen.add_argument("--task", required=True, choices=sorted(jsonl.FORMATS))
     gen.add_argument("--out", required=True, help="output .jsonl file")
     gen.add_argument(
-        "--n", type=int, help="samples (default 50); needle: per length x depth cell (default 1)"
+        "--n",
+        type=positive_int,
+        help="samples (default 50); needle: per length x depth cell (default 1)",
     )
     gen.add_argument("--seed", type=int, default=0)
     lines = gen.add_argument_group("line_retrieval")
-    lines.add_argument("--num-lines", type=int, default=200)
+    lines.add_argument("--num-lines", type=positive_int, default=200)
     lines.add_argument(
         "--index-style", default="adjective-noun", choices=line_retrieval.INDEX_STYLES
     )
@@ -57,11 +60,13 @@ def register(subparsers) -> None:
     niah.add_argument(
         "--haystack", help="haystack text file or directory of .txt (default: built-in)"
     )
-    niah.add_argument("--buffer", type=int, default=200, help="tokens kept for question + answer")
+    niah.add_argument(
+        "--buffer", type=nonnegative_int, default=200, help="tokens kept for question + answer"
+    )
     mdqa = gen.add_argument_group("passages")
-    mdqa.add_argument("--num-passages", type=int, default=10)
+    mdqa.add_argument("--num-passages", type=positive_int, default=10)
     mdqa.add_argument("--hops", type=int, default=1, choices=(1, 2))
-    gen.set_defaults(func=generate)
+    gen.set_defaults(func=generate, out_is_file=True)
 
     show = sub.add_parser("show", help="summarise a task file")
     show.add_argument("file")

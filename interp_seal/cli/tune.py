@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from interp_seal.cli.common import head, nonnegative_int, positive_int
+from interp_seal.outputs import write_table, write_text
 from interp_seal.tuning.data import TASKS
 
 DEFAULT_LR = {
@@ -53,7 +55,7 @@ def register(subparsers) -> None:
     for method, dora in (("lora", False), ("dora", True)):
         p = sub.add_parser(method, help=f"SEAL-{'D' if dora else 'L'}: {method.upper()} on q/k/v/o")
         _training_args(p, method)
-        p.add_argument("--rank", type=int, default=4, help="adapter rank (SEAL: 4)")
+        p.add_argument("--rank", type=positive_int, default=4, help="adapter rank (SEAL: 4)")
         p.add_argument("--alpha", type=float, default=8.0, help="LoRA alpha")
         p.set_defaults(func=run_peft, dora=dora)
 
@@ -70,9 +72,15 @@ def register(subparsers) -> None:
         p.set_defaults(func=run_mudaf, method=method)
         if method == "mudaf":
             pick = p.add_mutually_exclusive_group(required=True)
-            pick.add_argument("--heads", nargs="+", metavar="LAYER.HEAD", help="target heads")
-            pick.add_argument("--top-k", type=int, help="the k heads with the best --scores")
-            pick.add_argument("--sample-k", type=int, help="k heads drawn from softmax(R/tau)")
+            pick.add_argument(
+                "--heads", type=head, nargs="+", metavar="LAYER.HEAD", help="target heads"
+            )
+            pick.add_argument(
+                "--top-k", type=positive_int, help="the k heads with the best --scores"
+            )
+            pick.add_argument(
+                "--sample-k", type=positive_int, help="k heads drawn from softmax(R/tau)"
+            )
             p.add_argument(
                 "--scores", type=Path, help="head_scores.csv (retrieval) or retrieval.csv (tune)"
             )
@@ -85,11 +93,13 @@ def register(subparsers) -> None:
     ev.add_argument("--model", default="organism", help="the base model")
     ev.add_argument("--scales", nargs="+", default=[], metavar="NAME=FILE", help="scale files")
     ev.add_argument("--tuned", nargs="+", default=[], metavar="NAME=DIR", help="tuned checkpoints")
-    ev.add_argument("--lengths", type=int, nargs="+", required=True, help="lines per record")
-    ev.add_argument("--n", type=int, default=50, help="records per length")
+    ev.add_argument(
+        "--lengths", type=positive_int, nargs="+", required=True, help="lines per record"
+    )
+    ev.add_argument("--n", type=positive_int, default=50, help="records per length")
     ev.add_argument("--seed", type=int, default=0, help="evaluation records' seed")
-    ev.add_argument("--batch-size", type=int, default=8)
-    ev.add_argument("--threads", type=int, help="torch threads")
+    ev.add_argument("--batch-size", type=positive_int, default=8)
+    ev.add_argument("--threads", type=positive_int, help="torch threads")
     ev.add_argument("--out", type=Path, help="write accuracy.csv here")
     ev.set_defaults(func=run_evaluate)
 
@@ -98,11 +108,11 @@ def register(subparsers) -> None:
     rt.add_argument("--tuned", nargs="*", default=[], metavar="NAME=DIR", help="tuned models")
     rt.add_argument("--targets", type=Path, help="heads.json of the MuDAF run (marks targets)")
     rt.add_argument("--task", choices=("line_retrieval", "passages"), default="passages")
-    rt.add_argument("--num-lines", type=int, help="line retrieval: lines per record")
-    rt.add_argument("--num-passages", type=int, default=10, help="passages per sample")
-    rt.add_argument("--n", type=int, default=50, help="samples")
+    rt.add_argument("--num-lines", type=positive_int, help="line retrieval: lines per record")
+    rt.add_argument("--num-passages", type=positive_int, default=10, help="passages per sample")
+    rt.add_argument("--n", type=positive_int, default=50, help="samples")
     rt.add_argument("--seed", type=int, default=0, help="evaluation samples' seed")
-    rt.add_argument("--threads", type=int, help="torch threads")
+    rt.add_argument("--threads", type=positive_int, help="torch threads")
     rt.add_argument("--out", type=Path, help="write retrieval.csv here")
     rt.set_defaults(func=run_retrieval)
 
@@ -117,19 +127,27 @@ def register(subparsers) -> None:
 def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--task", choices=TASKS, default="line_retrieval", help="training format")
-    p.add_argument("--samples", type=int, default=50, help="generated training samples")
-    p.add_argument("--num-lines", type=int, help="line retrieval: lines per record")
-    p.add_argument("--tokens", type=int, help="prompt length in tokens (line retrieval, needle)")
-    p.add_argument("--num-passages", type=int, default=10, help="passages: passages per sample")
+    p.add_argument("--samples", type=positive_int, default=50, help="generated training samples")
+    p.add_argument("--num-lines", type=positive_int, help="line retrieval: lines per record")
+    p.add_argument(
+        "--tokens", type=positive_int, help="prompt length in tokens (line retrieval, needle)"
+    )
+    p.add_argument(
+        "--num-passages", type=positive_int, default=10, help="passages: passages per sample"
+    )
     p.add_argument("--data-seed", type=int, default=1000, help="seed of the generated samples")
     p.add_argument("--lr", type=float, default=DEFAULT_LR.get(method), help="AdamW lr (constant)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=1, help="samples per process per step")
+    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument(
+        "--batch-size", type=positive_int, default=1, help="samples per process per step"
+    )
     p.add_argument("--seed", type=int, default=0, help="sample order / initialisation seed")
-    p.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
+    p.add_argument(
+        "--checkpoint-every", type=nonnegative_int, default=10, help="steps between checkpoints"
+    )
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--cpu", action="store_true", help="train on CPU (gloo between processes)")
-    p.add_argument("--threads", type=int, help="torch threads per process")
+    p.add_argument("--threads", type=positive_int, help="torch threads per process")
     p.add_argument("--out", type=Path, required=True, help="output directory")
 
 
@@ -196,7 +214,7 @@ def _train(args, tuner, handle, samples, cfg):
             "losses": result.losses,
             "parts": result.parts,
         }
-        (args.out / "train_log.json").write_text(json.dumps(log, indent=1))
+        write_text(args.out / "train_log.json", json.dumps(log, indent=1))
     return result
 
 
@@ -239,9 +257,7 @@ def _target_heads(args, spec) -> tuple[tuple[int, int], ...]:
     from interp_seal.tuning.mudaf import sample_heads, score_matrix, top_k_heads
 
     if args.heads:
-        return tuple(tuple(int(x) for x in h.split(".")) for h in args.heads)
-    if args.scores is None:
-        raise ValueError("--top-k and --sample-k need --scores (a head_scores.csv)")
+        return tuple(args.heads)
     import pandas as pd
 
     table = pd.read_csv(args.scores)
@@ -258,6 +274,11 @@ def run_mudaf(args) -> None:
     from interp_seal.tuning.merge import save_checkpoint
     from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
 
+    if args.method == "mudaf" and not args.heads:
+        if args.scores is None:
+            raise ValueError("--top-k and --sample-k need --scores (a head_scores.csv)")
+        if not args.scores.is_file():
+            raise FileNotFoundError(f"--scores {args.scores}: no such file")
     handle, samples, cfg = _prepare(args)
     if args.task == "line_retrieval":  # each line is a passage, the queried line the golden one
         samples = [with_line_passages(s) for s in samples]
@@ -274,7 +295,7 @@ def run_mudaf(args) -> None:
     result = _train(args, tuner, handle, samples, cfg)
     if result.is_main_process:
         out = save_checkpoint(tuner.model, handle.tokenizer, args.out / "model")
-        (args.out / "heads.json").write_text(json.dumps([list(h) for h in tuner.heads]))
+        write_text(args.out / "heads.json", json.dumps([list(h) for h in tuner.heads]))
         print(f"{tuner.method}: {result.steps} steps, heads {list(tuner.heads)} -> {out}")
 
 
@@ -305,21 +326,21 @@ def run_evaluate(args) -> None:
     from interp_seal.tuning.evaluate import accuracy_by_method
     from interp_seal.tuning.scales import load_scales
 
+    scale_paths, tuned_paths = _named(args.scales), _named(args.tuned)
     if args.threads:
         torch.set_num_threads(args.threads)
     base = load_model(args.model)
     variants = {
         name: HeadIntervention.from_scales(base.spec, load_scales(path, base.spec).scales)
-        for name, path in _named(args.scales).items()
+        for name, path in scale_paths.items()
     }
-    variants |= {name: load_model(path) for name, path in _named(args.tuned).items()}
+    variants |= {name: load_model(path) for name, path in tuned_paths.items()}
     table = accuracy_by_method(
         base, variants, args.lengths, n=args.n, seed=args.seed, batch_size=args.batch_size
     )
     print(table.pivot(index="method", columns="length", values="exact_match").to_string())
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out / "accuracy.csv", index=False)
+        write_table(table, args.out / "accuracy.csv")
 
 
 def run_retrieval(args) -> None:
@@ -347,8 +368,7 @@ def run_retrieval(args) -> None:
     shown = table[table["target"]] if targets else table[table["rank"] <= 8]
     print(shown.pivot(index=["layer", "head"], columns="method", values="f1").to_string())
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out / "retrieval.csv", index=False)
+        write_table(table, args.out / "retrieval.csv")
 
 
 if __name__ == "__main__":  # `python -m interp_seal.cli.tune ...` == `interp-seal tune ...`

@@ -243,8 +243,9 @@ def _records(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
+                column = min(err.pos, len(line.rstrip("\r\n"))) + 1
                 raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({err.msg}, column {err.colno}); each "
+                    f"{path}:{lineno}: not valid JSON ({err.msg}, column {column}); each "
                     "line must hold one complete JSON object"
                 ) from None
             if not isinstance(record, dict):

@@ -80,6 +80,25 @@ def encode_samples(samples: Sequence[Sample], tokenizer) -> list[Example]:
     return [Example(encoded=s.encode(tokenizer), golden=s.golden) for s in samples]
 
 
+def check_window(examples: Sequence[Example], max_positions: int | None) -> None:
+    """Raise ValueError if an example is longer than the model's context window.
+
+    RoPE models see positions past ``max_position_embeddings`` only out of distribution; a
+    tuner trained there learns from garbage attention without any error. ``None`` (a model
+    without a declared window) checks nothing.
+    """
+    if max_positions is None:
+        return
+    for i, example in enumerate(examples):
+        if len(example.encoded) > max_positions:
+            raise ValueError(
+                f"training sample {i} is {len(example.encoded)} tokens long (prompt + answer), "
+                f"but the model's context window is {max_positions} positions "
+                "(max_position_embeddings). Use shorter samples (fewer --num-lines, a smaller "
+                "--tokens) or a model with a longer window."
+            )
+
+
 def collate(examples: Sequence[Example], pad_id: int) -> Batch:
     """Right-pad ``examples`` into one batch."""
     if not examples:

@@ -25,6 +25,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from interp_seal.models.handle import ModelHandle
+from interp_seal.outputs import atomic_dir
 from interp_seal.tuning.scales import check_scales
 
 MERGE_TARGETS = ("o_proj", "v_proj")
@@ -94,12 +95,16 @@ def save_merged(
 
 
 def save_checkpoint(model: nn.Module, tokenizer, out_dir: str | Path) -> Path:
-    """``save_pretrained`` for model and tokenizer, refusing non-finite weights."""
+    """``save_pretrained`` for model and tokenizer, refusing non-finite weights.
+
+    The files are written to a temporary directory and moved into ``out_dir`` when all are
+    complete, so an interrupted save leaves no half-written weight file.
+    """
     for name, param in model.state_dict().items():
         if param.is_floating_point() and not torch.isfinite(param).all():
             raise ValueError(f"weight {name} holds NaN or inf values; refusing to save")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return out_dir

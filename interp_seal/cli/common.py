@@ -1,0 +1,68 @@
+"""What every ``interp-seal`` command shares: argument types that reject bad values at parse time,
+and the output check that runs before any command starts working.
+
+Argument types (``type=`` of ``add_argument``) make argparse print ``argument --n: ...`` and
+exit with status 2, so the message always names the flag the user typed:
+
+- ``positive_int`` / ``nonnegative_int``: counts (``--n``, ``--lengths``, ``--samples``, ...);
+- ``head``: ``LAYER.HEAD`` (``1.3``) -> ``(1, 3)``.
+
+``check_outputs`` is called by ``interp_seal.cli.main`` for every command that has ``--out``:
+a directory by default, a file for commands that set ``out_is_file=True``. It uses
+``interp_seal.outputs``, which also writes every result file atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from interp_seal.outputs import check_output_dir, check_output_file
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (a count of samples, lines, steps, ...)."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text}")
+    return value
+
+
+def head(text: str) -> tuple[int, int]:
+    """``"1.3"`` -> ``(1, 3)``: head 3 of layer 1 (both counted from 0)."""
+    layer, dot, index = text.partition(".")
+    if not (dot and layer.isdigit() and index.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"cannot read head {text!r}; write LAYER.HEAD with both numbers counted from 0, e.g. 1.3"
+        )
+    return int(layer), int(index)
+
+
+def head_label(heads: list[tuple[int, int]]) -> str:
+    """``[(1, 3), (0, 2)]`` -> ``"1.3 0.2"`` (as typed on the command line)."""
+    return " ".join(f"{layer}.{index}" for layer, index in heads)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Raise ``OutputPathError`` if the command's ``--out`` cannot be written (nothing created)."""
+    out = getattr(args, "out", None)
+    if out is None:
+        return
+    if getattr(args, "out_is_file", False):
+        check_output_file(out)
+    else:
+        check_output_dir(out)
