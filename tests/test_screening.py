@@ -1,0 +1,170 @@
+"""Screened head sweeps: exact rows are the exact sweep's, estimated rows attribution patching's.
+
+The independent attribution estimate below differentiates the answer's log-probability with
+respect to a per-head interpolation weight ``a`` (``z' = z + a * (target - z)``, ``target`` the
+ablated output) at ``a = 0``, through the model's own full forward: no head-output gradients,
+no shared code with ``interp_seal.analysis.screening``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import build_checkpoint
+
+from interp_seal.analysis import screening
+from interp_seal.analysis.screening import attribution_estimates, screened_head_sweep, top_heads
+from interp_seal.analysis.sweeps import SweepOptions, head_sweep, mean_head_outputs
+from interp_seal.models import load_model
+from interp_seal.tasks import line_retrieval
+
+QUIET = SweepOptions(progress=False)
+
+
+@pytest.fixture(scope="module")
+def handle(tmp_path_factory):
+    path = build_checkpoint(tmp_path_factory.mktemp("screen"), "llama", n_layers=3, seed=4)
+    return load_model(path)
+
+
+@pytest.fixture(scope="module")
+def samples():
+    cfg = line_retrieval.LineRetrievalConfig
+    return {n: line_retrieval.generate(cfg(num_lines=n), 2, seed=1) for n in (3, 6)}
+
+
+def direct_estimates(handle, samples, target) -> dict[int, np.ndarray]:
+    """d answer_logprob / d a at a = 0 for z' = z + a[l, h] (target(l, z) - z), mean per length."""
+    L, H, D = handle.spec.shape
+    out = {}
+    for length, batch in samples.items():
+        total = np.zeros((L, H))
+        for sample in batch:
+            enc = sample.encode(handle.tokenizer)
+            a = torch.zeros(L, H, requires_grad=True)
+
+            def hook(layer):
+                def pre(_mod, args):
+                    z = args[0].view(*args[0].shape[:2], H, D)
+                    edited = z + a[layer][None, None, :, None] * (target(layer, z) - z)
+                    return (edited.reshape(args[0].shape),)
+
+                return pre
+
+            attn = [layer.self_attn.o_proj for layer in handle.model.model.layers]
+            hooks = [m.register_forward_pre_hook(hook(i)) for i, m in enumerate(attn)]
+            try:
+                logits = handle.model(enc.input_ids[None]).logits[0]
+            finally:
+                for h in hooks:
+                    h.remove()
+            logprobs = logits.log_softmax(-1)
+            metric = sum(
+                logprobs[t - 1, enc.input_ids[t]] for t in range(enc.answer_start, len(enc))
+            )
+            metric.backward()
+            total += a.grad.numpy()
+        out[length] = total / len(batch)
+    return out
+
+
+def test_exact_rows_are_the_sweeps_and_estimates_attribution(handle, samples):
+    screen = screened_head_sweep(handle, samples, top_k=3, options=QUIET)
+    full = head_sweep(handle, samples, options=QUIET)
+    direct = direct_estimates(handle, samples, lambda layer, z: torch.zeros_like(z))
+
+    # the screen ranks by the estimate averaged over lengths; top and bottom 3 are confirmed
+    mean = (direct[3] + direct[6]) / 2
+    order = sorted(((mean[l, h], l, h) for l in range(3) for h in range(4)))
+    assert list(screen.helpful) == [(l, h) for _, l, h in order[:3]]
+    assert list(screen.harmful) == [(l, h) for _, l, h in order[::-1][:3]]
+
+    table = screen.table
+    exact = table[table.source == "exact"]
+    assert set(zip(exact["layer"], exact["head"], strict=True)) == {
+        *screen.helpful,
+        *screen.harmful,
+    }
+    assert len(exact) == 6 * 2 * 2  # heads x lengths x metrics
+    merged = exact.merge(full, on=["layer", "head", "length", "metric"], suffixes=("", "_full"))
+    assert len(merged) == len(exact)
+    for column in ("value", "baseline", "delta"):
+        np.testing.assert_allclose(merged[column], merged[f"{column}_full"], atol=1e-5)
+
+    estimated = table[table.source == "estimate"]
+    assert set(estimated.metric) == {"answer_logprob"} and len(estimated) == 6 * 2
+    for row in estimated.itertuples():
+        assert row.delta == pytest.approx(direct[row.length][row.layer, row.head], abs=2e-4)
+        baseline = full[(full.length == row.length) & (full.metric == "answer_logprob")].baseline
+        assert row.baseline == pytest.approx(baseline.iloc[0], abs=1e-5)
+        assert row.value == pytest.approx(row.baseline + row.delta, abs=1e-9)
+    # every head once per length for answer_logprob
+    logprob = table[table.metric == "answer_logprob"]
+    assert len(logprob) == 12 * 2 and not logprob.duplicated(["layer", "head", "length"]).any()
+    # estimates: every head and length, the screen's rank and which heads were confirmed
+    est = screen.estimates
+    assert len(est) == 12 * 2 and est.confirmed.sum() == 6 * 2
+    for row in est.itertuples():
+        assert row.estimate == pytest.approx(direct[row.length][row.layer, row.head], abs=2e-4)
+
+
+@pytest.mark.parametrize("mode", ["scale", "mean"])
+def test_estimates_of_scale_and_mean_ablation(handle, samples, mode):
+    mean_z = mean_head_outputs(handle, samples[3]) if mode == "mean" else None
+    factor = 1.5 if mode == "scale" else None
+    est = attribution_estimates(
+        handle, samples, mode=mode, factor=factor, mean_z=mean_z, progress=False
+    )
+    if mode == "scale":
+        direct = direct_estimates(handle, samples, lambda layer, z: 1.5 * z)
+    else:
+        direct = direct_estimates(handle, samples, lambda layer, z: mean_z[layer].expand_as(z))
+    for row in est.itertuples():
+        assert row.estimate == pytest.approx(direct[row.length][row.layer, row.head], abs=2e-4)
+
+
+def test_resume_reads_the_estimates_back(handle, samples, tmp_path, monkeypatch):
+    first = screened_head_sweep(
+        handle, samples, top_k=2, options=SweepOptions(out=tmp_path, progress=False)
+    )
+    assert (tmp_path / "screen_estimates.json").exists() and (tmp_path / "exact").is_dir()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("resuming must not recompute the estimates")
+
+    monkeypatch.setattr(screening, "attribution_estimates", refuse)
+    again = screened_head_sweep(
+        handle, samples, top_k=2, options=SweepOptions(out=tmp_path, resume=True, progress=False)
+    )
+    pd.testing.assert_frame_equal(first.table, again.table)
+    other = {3: samples[3]}
+    with pytest.raises(ValueError, match="holds estimates for other inputs"):
+        screened_head_sweep(
+            handle, other, top_k=2, options=SweepOptions(out=tmp_path, resume=True, progress=False)
+        )
+
+
+def test_bad_input(handle, samples):
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        screened_head_sweep(handle, samples, top_k=0)
+    with pytest.raises(ValueError, match="uniform attention changes the attention itself"):
+        screened_head_sweep(handle, samples, top_k=2, mode="uniform")
+    with pytest.raises(ValueError, match="at least one sample for every length"):
+        screened_head_sweep(handle, {3: []}, top_k=2)
+
+
+def test_top_heads_hand_computed():
+    table = pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1] * 2,
+            "head": [0, 1, 0, 1] * 2,
+            "channel": pd.array([pd.NA] * 8, dtype="Int64"),
+            "length": [10] * 4 + [20] * 4,
+            "metric": "answer_logprob",
+            "delta": [-1.0, 0.5, 2.0, 0.0, -3.0, 0.5, 0.0, -0.5],
+        }
+    )
+    # mean deltas: (0,0) -2, (0,1) 0.5, (1,0) 1, (1,1) -0.25
+    assert top_heads(table, 2) == {"helpful": [(0, 0), (1, 1)], "harmful": [(1, 0), (0, 1)]}
