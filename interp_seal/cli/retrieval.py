@@ -101,8 +101,9 @@ def _setup(args: argparse.Namespace):
             f"--samples {args.samples} holds no samples (it is empty); write one with "
             "`interp-seal tasks generate`"
         )
+    handle = load_model(args.model)
     args.out.mkdir(parents=True, exist_ok=True)  # the per-sample record file is appended to
-    return load_model(args.model), samples
+    return handle, samples
 
 
 def _read_scores(path: Path):

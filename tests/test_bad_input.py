@@ -1,0 +1,551 @@
+"""Every bad input we know of, CLI and API: a clear error, a non-zero exit, nothing half-written.
+
+Each CLI case runs ``interp-seal`` in-process on files built once per session (a tiny random
+checkpoint, damaged copies of it and of a scale file, broken task files) and asserts the exit
+status, that stderr names the problem (a regex), and that the case's directory holds exactly the
+same files, byte for byte, afterwards. Cases marked ``early`` must fail before any model is
+loaded (``load_model`` is replaced by a function that fails the test). API cases assert the
+exception type and message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+import torch
+from conftest import build_checkpoint
+from safetensors.torch import save_file
+
+import interp_seal.models
+from interp_seal.cli import main
+from interp_seal.evaluation import evaluate_line_retrieval
+from interp_seal.models import load_model
+from interp_seal.models.checks import CheckpointError
+from interp_seal.models.load import ModelNotFoundError
+from interp_seal.outputs import (
+    OutputPathError,
+    atomic_dir,
+    atomic_path,
+    check_output_dir,
+    check_output_file,
+    write_text,
+)
+from interp_seal.tasks import jsonl, line_retrieval
+from interp_seal.tuning.scales import ScaleFile, init_scales, load_scales, save_scales
+
+WINDOW = 128  # the test model's max_position_embeddings: a 3-line record (~160 tokens) is longer
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """Good and damaged inputs, built once; cases only read them."""
+    root = tmp_path_factory.mktemp("bad_input")
+    ckpt = Path(build_checkpoint(root / "ckpt", "llama", max_positions=WINDOW))
+    weights = (ckpt / "model.safetensors").read_bytes()
+    damaged = {
+        "truncated": lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2]),
+        "garbage": lambda d: (d / "model.safetensors").write_bytes(bytes(range(256)) * 40),
+        "bad_config": lambda d: (d / "config.json").write_text('{"model_type": "llama", '),
+        "no_tokenizer": lambda d: (d / "tokenizer.json").unlink(),
+    }
+    paths = {"ckpt": ckpt}
+    for name, damage in damaged.items():
+        paths[name] = root / name
+        shutil.copytree(ckpt, paths[name])
+        damage(paths[name])
+
+    spec = load_model(ckpt).spec
+    scales = root / "scales.safetensors"
+    save_scales(
+        scales,
+        ScaleFile(
+            scales=init_scales(spec, "head"),
+            spec=spec,
+            model=str(ckpt),
+            granularity="head",
+            task="line_retrieval",
+        ),
+    )
+    data = scales.read_bytes()
+    paths["scales"] = scales
+    paths["scales_truncated"] = root / "scales_truncated.safetensors"
+    paths["scales_truncated"].write_bytes(data[: len(data) - 7])
+    paths["scales_garbage"] = root / "scales_garbage.safetensors"
+    paths["scales_garbage"].write_bytes(b"not a safetensors file at all\n" * 10)
+    paths["scales_no_metadata"] = root / "scales_no_metadata.safetensors"
+    save_file({"scales": init_scales(spec, "head")}, str(paths["scales_no_metadata"]))
+    paths["scales_no_geometry"] = root / "scales_no_geometry.safetensors"
+    with_format = {"format": "interp-seal/scales/v1", "model": "m", "granularity": "head"}
+    save_file({"scales": init_scales(spec, "head")}, str(paths["scales_no_geometry"]), with_format)
+    paths["scales_bad_json"] = root / "scales_bad_json.safetensors"
+    bad_json = with_format | {"geometry": "{", "task": "t", "hyperparameters": "{}"}
+    save_file({"scales": init_scales(spec, "head")}, str(paths["scales_bad_json"]), bad_json)
+
+    paths["tasks"] = root / "tasks.jsonl"
+    jsonl.write_samples(paths["tasks"], line_retrieval.generate(_cfg(3), 2))
+    paths["preds"] = root / "preds.jsonl"
+    paths["preds"].write_text('{"pred": "7"}\n{"pred": "8"}\n')
+    paths["broken"] = root / "broken.jsonl"
+    paths["broken"].write_text('{"pred": "7"}\n\n{"pred": \n')  # line 3 is cut short
+    paths["empty"] = root / "empty.jsonl"
+    paths["empty"].write_text("")
+    paths["blank"] = root / "blank.jsonl"
+    paths["blank"].write_text("\n  \n")
+    paths["binary"] = root / "binary.jsonl"
+    paths["binary"].write_bytes(b'{"pred": "7"}\n\xff\xfe\x00garbage\n')
+    paths["scores"] = root / "missing_scores.csv"
+    return paths
+
+
+def _cfg(num_lines: int) -> line_retrieval.LineRetrievalConfig:
+    return line_retrieval.LineRetrievalConfig(num_lines=num_lines)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One bad command line: ``{name}`` in ``argv`` becomes ``files[name]``; ``{tmp}`` a fresh
+    directory, ``{file}`` a plain file in it; ``early``: must fail before any model loads."""
+
+    argv: str
+    message: str
+    status: int = 2
+    early: bool = False
+    offline: bool = True
+
+
+SMALL = "--num-lines 3 --samples 2 --checkpoint-every 0 --cpu"
+CLI_CASES = {
+    # damaged checkpoints
+    "model-truncated": Case(
+        argv="evaluate lines --model {truncated} --lengths 3 --n 2 --out {tmp}/out",
+        message=r"model\.safetensors is truncated or corrupt.*save the checkpoint again",
+    ),
+    "model-garbage": Case(
+        argv="tune seal-h --model {garbage} " + SMALL + " --out {tmp}/out",
+        message=r"model\.safetensors is truncated or corrupt",
+    ),
+    "model-bad-config": Case(
+        argv="evaluate lines --model {bad_config} --lengths 3 --n 2",
+        message=r"config\.json is not valid JSON",
+    ),
+    "model-no-tokenizer": Case(
+        argv="analysis head-sweep --model {no_tokenizer} --lengths 3 --n 1 --out {tmp}/out",
+        message=r"has no tokenizer .*tokenizer\.save_pretrained",
+    ),
+    "model-unknown-offline": Case(
+        argv="evaluate lines --model someone/no-such-model --lengths 3 --n 2",
+        message=r"'someone/no-such-model' .*not in the Hugging Face cache.*HF_HUB_OFFLINE",
+    ),
+    "model-unknown-no-network": Case(
+        argv="evaluate lines --model someone/no-such-model --lengths 3 --n 2",
+        message=r"not in the Hugging Face cache, and the hub .* cannot be reached",
+        offline=False,
+    ),
+    # damaged scale files
+    "scales-truncated": Case(
+        argv="tune merge --model {ckpt} --scales {scales_truncated} --out {tmp}/merged",
+        message=r"scales_truncated\.safetensors is not a readable safetensors file .*truncated",
+    ),
+    "scales-garbage": Case(
+        argv="tune merge --model {ckpt} --scales {scales_garbage} --out {tmp}/merged",
+        message=r"scales_garbage\.safetensors is not a readable safetensors file",
+    ),
+    "scales-no-metadata": Case(
+        argv="tune evaluate --model {ckpt} --scales s={scales_no_metadata} --lengths 3 --n 1",
+        message=r"not an interp-seal scale file .*metadata keys \[\]",
+    ),
+    "scales-no-geometry": Case(
+        argv="tune merge --model {ckpt} --scales {scales_no_geometry} --out {tmp}/merged",
+        message=r"lacks the metadata \['geometry', 'task', 'hyperparameters'\]",
+    ),
+    "scales-missing": Case(
+        argv="tune merge --model {ckpt} --scales {tmp}/nope.safetensors --out {tmp}/merged",
+        message=r"no scale file at .*nope\.safetensors",
+    ),
+    # --out that cannot be written, found before any work
+    "out-is-file-evaluate": Case(
+        argv="evaluate lines --model {ckpt} --lengths 3 --n 2 --out {file}",
+        message=r"--out .* is a file, but a directory is needed",
+        early=True,
+    ),
+    "out-in-file-tune": Case(
+        argv="tune seal-c --model {ckpt} " + SMALL + " --out {file}/run",
+        message=r"--out .*/run lies inside .*, which is a file",
+        early=True,
+    ),
+    "out-is-file-sweep": Case(
+        argv="analysis head-sweep --model {ckpt} --lengths 3 --n 1 --out {file}",
+        message=r"--out .* is a file",
+        early=True,
+    ),
+    "out-is-file-channel-sweep": Case(
+        argv="analysis channel-sweep --model {ckpt} --heads 0.1 --lengths 3 --n 1 --out {file}",
+        message=r"--out .* is a file",
+        early=True,
+    ),
+    "out-is-file-merge": Case(
+        argv="tune merge --model {ckpt} --scales {scales} --out {file}",
+        message=r"--out .* is a file",
+        early=True,
+    ),
+    "out-is-file-dla": Case(
+        argv="attribution dla --model {ckpt} --num-lines 3 --out {file}",
+        message=r"--out .* is a file",
+        early=True,
+    ),
+    "out-is-file-passage-scores": Case(
+        argv="retrieval passage-scores --model {ckpt} --samples {tasks} --out {file}",
+        message=r"--out .* is a file",
+        early=True,
+    ),
+    "out-is-file-organism": Case(
+        argv="organism train --smoke --out {file}",
+        message=r"--out .* is a file",
+        early=True,
+    ),
+    "out-not-writable": Case(
+        argv="evaluate lines --model {ckpt} --lengths 3 --n 2 --out {readonly}/out",
+        message=r"--out .*: cannot write in .*\(Permission denied\)",
+        early=True,
+    ),
+    "out-is-dir-tasks": Case(
+        argv="tasks generate --task line_retrieval --num-lines 3 --out {tmp}",
+        message=r"--out .* is a directory, but a file name is needed",
+        early=True,
+    ),
+    # training past the model's window
+    "tune-longer-than-window": Case(
+        argv="tune seal-h --model {ckpt} " + SMALL + " --out {tmp}/run",
+        message=rf"training sample 0 is \d+ tokens long .*window is {WINDOW} positions",
+    ),
+    # task and prediction files
+    "generated-broken-predictions": Case(
+        argv="evaluate generated {tasks} --predictions {broken}",
+        message=r"broken\.jsonl:3: not valid JSON \(Expecting value, column 10\)",
+        early=True,
+    ),
+    "generated-broken-tasks": Case(
+        argv="evaluate generated {broken} --predictions {preds}",
+        message=r"broken\.jsonl:3: not valid JSON",
+        early=True,
+    ),
+    "generated-empty": Case(
+        argv="evaluate generated {empty} --predictions {preds}",
+        message=r"task file .*empty\.jsonl holds no records",
+        early=True,
+    ),
+    "generated-blank-predictions": Case(
+        argv="evaluate generated {tasks} --predictions {blank}",
+        message=r"--predictions file .*blank\.jsonl holds no records",
+        early=True,
+    ),
+    "generated-not-utf8": Case(
+        argv="evaluate generated {tasks} --predictions {binary}",
+        message=r"binary\.jsonl:2: not UTF-8 text",
+        early=True,
+    ),
+    "generated-missing-file": Case(
+        argv="evaluate generated {tmp}/none.jsonl --predictions {preds}",
+        message=r"no such file: .*none\.jsonl",
+        early=True,
+    ),
+    "passage-scores-broken-samples": Case(
+        argv="retrieval passage-scores --model {ckpt} --samples {broken} --out {tmp}/out",
+        message=r"broken\.jsonl:1: cannot tell the task",
+    ),
+    # arguments: argparse names the flag
+    "mudaf-heads-x.y": Case(
+        argv="tune mudaf --model {ckpt} " + SMALL + " --heads x.y --out {tmp}/run",
+        message=r"argument --heads: cannot read head 'x\.y'; write LAYER\.HEAD",
+        early=True,
+    ),
+    "mudaf-top-k-without-scores": Case(
+        argv="tune mudaf --model {ckpt} " + SMALL + " --top-k 2 --out {tmp}/run",
+        message=r"--top-k and --sample-k need --scores",
+        early=True,
+    ),
+    "mudaf-scores-missing": Case(
+        argv="tune mudaf --model {ckpt} " + SMALL + " --top-k 2 --scores {scores} --out {tmp}/r",
+        message=r"--scores .*missing_scores\.csv: no such file",
+        early=True,
+    ),
+    "head-sweep-n-0": Case(
+        argv="analysis head-sweep --model {ckpt} --lengths 3 --n 0 --out {tmp}/out",
+        message=r"argument --n: must be a whole number >= 1, got 0",
+        early=True,
+    ),
+    "evaluate-lengths-0": Case(
+        argv="evaluate lines --model {ckpt} --lengths 3 0 --n 2",
+        message=r"argument --lengths: must be a whole number >= 1, got 0",
+        early=True,
+    ),
+    "evaluate-n-word": Case(
+        argv="evaluate lines --model {ckpt} --lengths 3 --n ten",
+        message=r"argument --n: expected a whole number, got 'ten'",
+        early=True,
+    ),
+    "evaluate-ablate-format": Case(
+        argv="evaluate lines --model {ckpt} --lengths 3 --ablate 1",
+        message=r"argument --ablate: cannot read head '1'",
+        early=True,
+    ),
+    "channel-sweep-negative-channel": Case(
+        argv="analysis channel-sweep --model {ckpt} --heads 0.1 --channels -1 --out {tmp}/o",
+        message=r"argument --channels: must be a whole number >= 0, got -1",
+        early=True,
+    ),
+    "tune-samples-0": Case(
+        argv="tune seal-h --model {ckpt} --num-lines 3 --samples 0 --out {tmp}/run",
+        message=r"argument --samples: must be a whole number >= 1",
+        early=True,
+    ),
+    "tune-evaluate-named-pair": Case(
+        argv="tune evaluate --model {ckpt} --scales {scales} --lengths 3",
+        message=r"expected NAME=PATH",
+        early=True,
+    ),
+    "patch-last-negative": Case(
+        argv="attribution patch --model {ckpt} --num-lines 3 --last -1 --out {tmp}/out",
+        message=r"argument --last: must be a whole number >= 0, got -1",
+        early=True,
+    ),
+}
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and directory (None) under ``root``."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in root.rglob("*")
+    }
+
+
+@pytest.fixture
+def readonly(tmp_path):
+    """A directory this process cannot write in (root ignores permissions: /sys is read-only)."""
+    path = tmp_path / "readonly"
+    path.mkdir()
+    path.chmod(0o555)
+    for candidate in (path, Path("/sys")):
+        try:
+            tempfile.TemporaryFile(dir=candidate).close()
+        except OSError:
+            yield candidate
+            break
+    else:
+        pytest.skip("no directory here refuses writes (root on a writable /sys)")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("name", list(CLI_CASES))
+def test_cli_bad_input(name, files, tmp_path, request, monkeypatch, capsys):
+    case = CLI_CASES[name]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a_file").write_text("keep me\n")
+    names = {k: str(v) for k, v in files.items()} | {"tmp": str(work), "file": str(work / "a_file")}
+    if "{readonly}" in case.argv:
+        names["readonly"] = str(request.getfixturevalue("readonly"))
+    if case.early:
+
+        def no_work(*args, **kwargs):
+            raise AssertionError("the command started working before rejecting its input")
+
+        monkeypatch.setattr(interp_seal.models, "load_model", no_work)
+    if not case.offline:  # hub allowed but unreachable (conftest refuses every connection)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    before, inputs = _snapshot(work), _snapshot(files["ckpt"].parent)
+    start = time.perf_counter()
+    try:
+        status = main(case.argv.format(**names).split())
+    except SystemExit as exit_:
+        status = exit_.code
+    seconds = time.perf_counter() - start
+    err = capsys.readouterr().err
+    assert status == case.status, err
+    assert re.search(case.message, err), err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()[-1]) > 40  # one explanatory line, not a bare code
+    assert _snapshot(work) == before  # nothing written, not even an empty directory
+    assert _snapshot(files["ckpt"].parent) == inputs
+    if name.startswith("model-unknown"):
+        assert seconds < 5, f"took {seconds:.1f} s to say the model is unavailable"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiCase:
+    call: object  # (files, handle) -> anything; must raise
+    error: type[Exception]
+    message: str
+
+
+def _load_scales(name: str):
+    return lambda f, h: load_scales(f[name], h.spec)
+
+
+API_CASES = {
+    "evaluate-no-lengths": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, []),
+        error=ValueError,
+        message=r"lengths is empty",
+    ),
+    "evaluate-string-lengths": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, ["10"]),
+        error=TypeError,
+        message=r"lengths must be integers, got '10' \(str\)",
+    ),
+    "evaluate-lengths-string": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, "10"),
+        error=TypeError,
+        message=r"lengths must be a list of integers",
+    ),
+    "evaluate-length-0": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, [3, 0]),
+        error=ValueError,
+        message=r"every length must be >= 1, got 0",
+    ),
+    "evaluate-repeated-length": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, [3, 3]),
+        error=ValueError,
+        message=r"repeat a value",
+    ),
+    "evaluate-n-0": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, [3], n=0),
+        error=ValueError,
+        message=r"n \(records per length\) must be an integer >= 1, got 0",
+    ),
+    "evaluate-longer-than-window": ApiCase(
+        call=lambda f, h: evaluate_line_retrieval(h, [3], n=1, progress=False),
+        error=ValueError,
+        message=rf"length 3: .*\d+ tokens long .*{WINDOW} positions",
+    ),
+    "generate-negative": ApiCase(
+        call=lambda f, h: line_retrieval.generate(_cfg(3), -1),
+        error=ValueError,
+        message=r"n_samples must be a whole number of records >= 0, got -1",
+    ),
+    "generate-float": ApiCase(
+        call=lambda f, h: line_retrieval.generate(_cfg(3), 2.5),
+        error=ValueError,
+        message=r"n_samples .* got 2\.5",
+    ),
+    "scales-truncated": ApiCase(
+        call=_load_scales("scales_truncated"), error=ValueError, message=r"truncated or corrupt"
+    ),
+    "scales-garbage": ApiCase(
+        call=_load_scales("scales_garbage"), error=ValueError, message=r"not a readable"
+    ),
+    "scales-no-metadata": ApiCase(
+        call=_load_scales("scales_no_metadata"),
+        error=ValueError,
+        message=r"not an interp-seal scale file",
+    ),
+    "scales-no-geometry": ApiCase(
+        call=_load_scales("scales_no_geometry"),
+        error=ValueError,
+        message=r"lacks the metadata \['geometry'",
+    ),
+    "scales-bad-json": ApiCase(
+        call=_load_scales("scales_bad_json"),
+        error=ValueError,
+        message=r"metadata 'geometry' is not valid JSON",
+    ),
+    "load-truncated": ApiCase(
+        call=lambda f, h: load_model(f["truncated"]),
+        error=CheckpointError,
+        message=r"truncated/model\.safetensors is truncated or corrupt",
+    ),
+    "load-bad-config": ApiCase(
+        call=lambda f, h: load_model(f["bad_config"]),
+        error=CheckpointError,
+        message=r"config\.json is not valid JSON",
+    ),
+    "load-unknown": ApiCase(
+        call=lambda f, h: load_model("someone/no-such-model"),
+        error=ModelNotFoundError,
+        message=r"not in the Hugging Face cache",
+    ),
+    "read-samples-broken": ApiCase(
+        call=lambda f, h: jsonl.read_samples(f["broken"]),
+        error=ValueError,
+        message=r"broken\.jsonl:1: cannot tell the task",
+    ),
+    "read-records-broken": ApiCase(
+        call=lambda f, h: jsonl.read_records(f["broken"]),
+        error=ValueError,
+        message=r"broken\.jsonl:3: not valid JSON",
+    ),
+    "out-dir-is-file": ApiCase(
+        call=lambda f, h: check_output_dir(f["tasks"]),
+        error=OutputPathError,
+        message=r"is a file, but a directory is needed",
+    ),
+    "out-file-is-dir": ApiCase(
+        call=lambda f, h: check_output_file(f["ckpt"]),
+        error=OutputPathError,
+        message=r"is a directory, but a file name is needed",
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def handle(files):
+    return load_model(files["ckpt"])
+
+
+@pytest.mark.parametrize("name", list(API_CASES))
+def test_api_bad_input(name, files, handle):
+    case = API_CASES[name]
+    before = _snapshot(files["ckpt"].parent)
+    with pytest.raises(case.error, match=case.message):
+        case.call(files, handle)
+    assert _snapshot(files["ckpt"].parent) == before
+
+
+def test_the_checks_let_good_input_through(files, tmp_path):
+    """Controls: the same helpers accept what they should, and the CLI writes where asked."""
+    assert check_output_dir(tmp_path / "new" / "dir") == tmp_path / "new" / "dir"
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    out = tmp_path / "deep" / "tasks.jsonl"
+    assert (
+        main(f"tasks generate --task line_retrieval --num-lines 3 --n 2 --out {out}".split()) == 0
+    )
+    expected = line_retrieval.generate(_cfg(3), 2, 0)
+    assert [s.prompt for s in jsonl.read_samples(out)] == [s.prompt for s in expected]
+    assert jsonl.read_records(files["broken"].with_name("preds.jsonl")) == [
+        {"pred": "7"},
+        {"pred": "8"},
+    ]
+    assert line_retrieval.generate(_cfg(3), 0) == []
+
+
+def test_atomic_writes_leave_the_old_file_or_none(tmp_path):
+    """An exception while writing leaves the previous content and no temporary file."""
+    target = write_text(tmp_path / "log.json", json.dumps({"step": 1}))
+
+    class Killed(Exception):
+        pass
+
+    with pytest.raises(Killed), atomic_dir(tmp_path / "model") as tmp:
+        (tmp / "config.json").write_text("{}")
+        raise Killed
+    assert not (tmp_path / "model").exists()
+    with pytest.raises(Killed), atomic_path(target) as tmp:
+        tmp.write_text('{"step": ')  # half a file
+        raise Killed
+    assert json.loads(target.read_text()) == {"step": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.json"]
+    weights = torch.arange(3).numpy().tobytes()
+    with atomic_dir(tmp_path / "model") as tmp:
+        (tmp / "weights.bin").write_bytes(weights)
+    assert (tmp_path / "model" / "weights.bin").read_bytes() == weights
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.json", "model"]
