@@ -45,7 +45,7 @@ def direct_estimates(handle, samples, target) -> dict[int, np.ndarray]:
             enc = sample.encode(handle.tokenizer)
             a = torch.zeros(L, H, requires_grad=True)
 
-            def hook(layer):
+            def hook(layer, a=a):
                 def pre(_mod, args):
                     z = args[0].view(*args[0].shape[:2], H, D)
                     edited = z + a[layer][None, None, :, None] * (target(layer, z) - z)
@@ -77,9 +77,9 @@ def test_exact_rows_are_the_sweeps_and_estimates_attribution(handle, samples):
 
     # the screen ranks by the estimate averaged over lengths; top and bottom 3 are confirmed
     mean = (direct[3] + direct[6]) / 2
-    order = sorted(((mean[l, h], l, h) for l in range(3) for h in range(4)))
-    assert list(screen.helpful) == [(l, h) for _, l, h in order[:3]]
-    assert list(screen.harmful) == [(l, h) for _, l, h in order[::-1][:3]]
+    order = sorted((mean[lay, h], lay, h) for lay in range(3) for h in range(4))
+    assert list(screen.helpful) == [(lay, h) for _, lay, h in order[:3]]
+    assert list(screen.harmful) == [(lay, h) for _, lay, h in order[::-1][:3]]
 
     table = screen.table
     exact = table[table.source == "exact"]
