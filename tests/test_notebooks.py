@@ -21,15 +21,21 @@ import torch
 from nbclient import NotebookClient
 from transformers import AutoModelForCausalLM
 
-from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval
+from interp_seal.engine import pad_id_of
+from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, teacher_force
 from interp_seal.interventions import HeadIntervention, ablate, scale_table
 from interp_seal.models import load_model
 from interp_seal.tasks import LineRetrievalConfig
 from interp_seal.tasks.line_retrieval import generate
-from interp_seal.tuning.data import encode_samples, format_samples, pad_id_of
+from interp_seal.tuning.data import (
+    encode_examples,
+    format_samples,
+    with_line_passages,
+)
 from interp_seal.tuning.evaluate import accuracy_by_method
 from interp_seal.tuning.loop import TrainConfig, train
 from interp_seal.tuning.merge import merged_model
+from interp_seal.tuning.mudaf import MudafConfig, MudafTuner, sample_heads, score_matrix
 from interp_seal.tuning.scales import load_scales
 from interp_seal.tuning.seal import SealTuner
 
@@ -171,7 +177,7 @@ def test_seal_notebook_matches_package(tmp_path, monkeypatch):
 
     # 5. SEAL-H / SEAL-C: a fresh training run gives the notebook's scales and losses
     train_samples = format_samples("line_retrieval", handle.tokenizer, 4, num_lines=long, seed=1000)
-    examples = encode_samples(train_samples, handle.tokenizer)
+    examples = encode_examples(train_samples, handle.tokenizer)
     learned = {}
     for method, granularity, lr in (("seal-h", "head", 1e-2), ("seal-c", "channel", 2e-2)):
         tuner = SealTuner(handle, granularity)
@@ -201,3 +207,110 @@ def test_seal_notebook_matches_package(tmp_path, monkeypatch):
     again = accuracy_by_method(handle, variants, [mid, long], n=4, seed=0, progress=False)
     pd.testing.assert_frame_equal(accuracy, again, check_dtype=False, **CLOSE)
     assert saved_without_outputs("seal")
+
+
+# -- MuDAF: passage scores -> heatmaps -> masking -> tuning --------------------------------------
+MUDAF_ENV = {
+    "INTERP_SEAL_MODEL": "organism",
+    "NOTEBOOK_LINES": "12",
+    "NOTEBOOK_N": "4",
+    "NOTEBOOK_K": "2",
+    "NOTEBOOK_TRAIN_SAMPLES": "4",
+    "NOTEBOOK_OUT": "out",
+}
+MUDAF_DUMP = """
+for _name, _table in (("heads", scores.heads), ("masking", masking), ("retrieval", retrieval),
+                      ("accuracy", accuracy)):
+    _table.to_csv(f"{_name}.csv", index=False)
+Path("numbers.json").write_text(json.dumps({"targets": targets, "losses": losses}))
+"""
+
+
+def brute_passage_scores(model, tokenizer, samples, eps: float = 0.3) -> pd.DataFrame:
+    """MuDAF F1 / EM per head from full eager attention matrices, one head at a time.
+
+    The independent route: ``output_attentions`` of the HF eager implementation (T x T per
+    head), the last prompt token's row summed over each passage by a Python loop.
+    """
+    model.set_attn_implementation("eager")
+    rows = {}
+    for sample in samples:
+        enc = sample.encode(tokenizer)
+        with torch.no_grad():
+            attentions = model(enc.prompt_ids[None], output_attentions=True).attentions
+        golden = set(sample.golden)
+        for layer, pattern in enumerate(attentions):
+            for head in range(pattern.shape[1]):
+                row = pattern[0, head, -1].double()
+                mass = [float(row[a:b].sum()) for a, b in enc.passages]
+                attended = {p for p, m in enumerate(mass) if m > eps}
+                hits = len(attended & golden)
+                f1 = 2 * hits / (len(attended) + len(golden)) if hits else 0.0
+                top = sorted(range(len(mass)), key=lambda p: (-mass[p], p))[: len(golden)]
+                rows.setdefault((layer, head), []).append((f1, float(set(top) == golden)))
+    table = pd.DataFrame(
+        [(lay, h, *np.mean(v, axis=0)) for (lay, h), v in rows.items()],
+        columns=["layer", "head", "f1", "em"],
+    )
+    table = table.sort_values(["f1", "em", "layer", "head"], ascending=[False, False, True, True])
+    return table.assign(rank=np.arange(1, len(table) + 1)).reset_index(drop=True)
+
+
+def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
+    run_notebook("mudaf", tmp_path, monkeypatch, MUDAF_ENV, MUDAF_DUMP)
+    numbers = json.loads((tmp_path / "numbers.json").read_text())
+    heads, masking, retrieval, accuracy = (
+        pd.read_csv(tmp_path / f"{name}.csv")
+        for name in ("heads", "masking", "retrieval", "accuracy")
+    )
+    handle = load_model("organism")
+    spec, tok = handle.spec, handle.tokenizer
+    samples = [
+        with_line_passages(s) for s in generate(LineRetrievalConfig(num_lines=12), 4, seed=0)
+    ]
+
+    # 1. retrieval scores (row-wise capture) against full eager attention matrices
+    model = AutoModelForCausalLM.from_pretrained(handle.name_or_path)
+    brute = brute_passage_scores(model, tok, samples)
+    pd.testing.assert_frame_equal(heads, brute, check_dtype=False, **CLOSE)
+    assert brute["f1"].max() > 0.5  # the organism has retrieval heads
+
+    # 2. masking: the top-K heads, and zeroing them in the weights instead of by hooks
+    top = [tuple(x) for x in brute[["layer", "head"]].head(2).itertuples(index=False)]
+    for _, row in masking[masking.strategy != "none"].iterrows():
+        masked = {tuple(int(x) for x in name.split(".")) for name in row["heads"].split()}
+        assert len(masked) == 2
+        assert (masked == set(top)) == (row["strategy"] == "retrieval")
+    surgery = merged_model(handle, ablate(spec, top).scale)  # o_proj columns x 0
+    zeroed = teacher_force(surgery, samples)
+    row = masking[(masking.strategy == "retrieval") & (masking["mode"] == "zero")].iloc[0]
+    assert row["exact_match"] == np.mean([s.exact_match for s in zeroed])
+    np.testing.assert_allclose(
+        row["answer_logprob"], np.mean([s.answer_logprob for s in zeroed]), **CLOSE
+    )
+    baseline = masking[masking.strategy == "none"].iloc[0]["exact_match"]
+    assert baseline == np.mean([s.exact_match for s in teacher_force(handle, samples)])
+
+    # 3. tuning: the same targets, a fresh MuDAF / SFT run, scores by brute force
+    targets = sample_heads(score_matrix(brute, spec), 2, tau=0.05, seed=0)
+    assert [tuple(t) for t in numbers["targets"]] == list(targets)
+    train_samples = format_samples("line_retrieval", tok, 4, num_lines=12, seed=1000)
+    examples = encode_examples([with_line_passages(s) for s in train_samples], tok)
+    tables, tuned = [brute.assign(method="base")], {}
+    for method, alpha in (("mudaf", 0.5), ("sft", 0.0)):
+        copy = load_model("organism")
+        tuner = MudafTuner(copy, MudafConfig(heads=targets if alpha else (), alpha=alpha))
+        run = train(tuner, examples, TrainConfig(lr=1e-4), pad_id=pad_id_of(tok))
+        np.testing.assert_allclose(numbers["losses"][method], run.losses, rtol=1e-5)
+        tuned[method] = copy
+        tables.append(brute_passage_scores(copy.model, tok, samples).assign(method=method))
+    expected = pd.concat(tables, ignore_index=True)
+    pairs = zip(expected["layer"], expected["head"], strict=True)
+    expected["target"] = [pair in targets for pair in pairs]
+    expected = expected[["method", "layer", "head", "f1", "em", "rank", "target"]]
+    pd.testing.assert_frame_equal(retrieval, expected, check_dtype=False, **CLOSE)
+    for copy in tuned.values():
+        copy.model.set_attn_implementation("sdpa")
+    again = accuracy_by_method(handle, tuned, [12], n=4, seed=0, progress=False)
+    pd.testing.assert_frame_equal(accuracy, again, check_dtype=False, **CLOSE)
+    assert saved_without_outputs("mudaf")
