@@ -24,6 +24,7 @@ GROUPS = (
     "analysis",
     "attribution",
     "dashboard",
+    "figures",
 )
 
 

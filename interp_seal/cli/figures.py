@@ -1,0 +1,43 @@
+"""``interp-seal figures``: regenerate every SEAL / MuDAF figure and table for one model.
+
+    interp-seal figures --model organism --out figures/organism          # the committed gallery
+    interp-seal figures --model organism --out /tmp/g --quick            # CI-sized
+    interp-seal figures --model organism --out figures/organism --only seal_table1_methods
+
+Resumable: rerun the same command after an interruption; with all data present it only redraws.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("figures", help="regenerate the SEAL / MuDAF figures and gallery")
+    p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
+    p.add_argument("--out", type=Path, required=True, help="gallery directory")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="figures to (re)generate")
+    p.add_argument("--quick", action="store_true", help="CI-sized experiments")
+    p.add_argument("--no-png", action="store_true", help="write data and HTML only")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--list", action="store_true", help="list the figures and exit")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    import torch
+
+    from interp_seal.figures import FIGURES, regenerate
+
+    if args.list:
+        for spec in FIGURES:
+            print(f"{spec.name:28s} {spec.paper}")
+        return
+    torch.set_num_threads(args.threads)
+    command = "interp-seal " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["figures"] else None
+    result = regenerate(args.model, args.out, only=args.only, quick=args.quick,
+                        png=not args.no_png, command=command)  # fmt: skip
+    print(f"figures: computed {len(result.computed)}, reused {len(result.reused)} -> "
+          f"{result.out / 'README.md'}")  # fmt: skip

@@ -1,0 +1,25 @@
+"""Paper figure regeneration: every SEAL / MuDAF figure and table for one model, and a gallery.
+
+- ``registry.py``: the figures (``FIGURES``), each computed in ``seal.py`` / ``mudaf.py`` and
+  drawn through ``interp_seal.viz``, with the papers' numbers;
+- ``run.py``: the model and the resumable shared steps; ``sizes.py``: default and quick sizes;
+- ``driver.py``: ``regenerate`` (data, HTML, PNG per figure); ``export.py``: kaleido PNGs;
+- ``claims.py``: the claims table's computed verdicts; ``gallery.py``: the README page.
+
+Command: ``interp-seal figures --model organism --out figures/organism``.
+"""
+
+from interp_seal.figures.driver import GalleryResult, load_tables, regenerate
+from interp_seal.figures.registry import FIGURES, FigureSpec
+from interp_seal.figures.sizes import DEFAULT, QUICK, FigureSizes
+
+__all__ = [
+    "DEFAULT",
+    "FIGURES",
+    "QUICK",
+    "FigureSizes",
+    "FigureSpec",
+    "GalleryResult",
+    "load_tables",
+    "regenerate",
+]

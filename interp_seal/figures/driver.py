@@ -1,0 +1,136 @@
+"""``regenerate``: every SEAL / MuDAF figure for one model, resumable, then the gallery page.
+
+For each figure of ``interp_seal.figures.registry.FIGURES`` (or the ``only`` ones):
+
+1. if ``<out>/data/<name>.json`` exists, its tables are loaded (nothing is recomputed);
+   otherwise ``compute`` runs the analyses (their own steps resume from ``<out>/work/``) and
+   the tables are written as CSV files and as that JSON, the JSON last and atomically: it is
+   the mark that the figure's data is complete, so a kill at any moment loses at most the step
+   in flight;
+2. ``draw`` turns the loaded tables into a figure: ``<out>/<name>.html`` (plotly, standalone
+   JS from the CDN) and ``<out>/<name>.png`` (kaleido; skipped with a message if no browser);
+3. the gallery page ``<out>/README.md`` and ``<out>/claims.csv`` are written from all the data.
+
+A directory holds one model at one size: ``<out>/run.json`` records them, and a run with other
+arguments is refused rather than mixing results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from interp_seal.figures.export import PngExporter
+from interp_seal.figures.registry import FigureSpec, select
+from interp_seal.figures.run import FigureRun
+from interp_seal.figures.sizes import DEFAULT, QUICK
+
+
+@dataclass(kw_only=True)
+class GalleryResult:
+    """What a regeneration produced: per figure its files, tables and whether it was computed."""
+
+    out: Path
+    computed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    png: bool = True
+    png_problem: str | None = None
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def load_tables(path: Path) -> tuple[dict[str, pd.DataFrame], dict]:
+    """A figure's tables (and its JSON's other fields) from ``data/<name>.json``."""
+    doc = json.loads(path.read_text())
+    tables = {k: pd.DataFrame(v) for k, v in doc.pop("tables").items()}
+    return tables, doc
+
+
+def _check_run(out: Path, identity: dict) -> None:
+    path = out / "run.json"
+    identity = json.loads(json.dumps(identity))
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old != identity:
+            flat_old = {"model": old.get("model"), **old.get("sizes", {})}
+            flat_new = {"model": identity["model"], **identity["sizes"]}
+            diff = {
+                k: f"{flat_old.get(k)} -> {v}" for k, v in flat_new.items() if flat_old.get(k) != v
+            }
+            raise ValueError(
+                f"{out} holds a gallery made with other arguments ({diff}); use another --out "
+                "directory, or delete this one to start over"
+            )
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(path, identity)
+
+
+def regenerate(
+    model: str = "organism",
+    out: str | Path = "figures/organism",
+    *,
+    only: list[str] | None = None,
+    quick: bool = False,
+    png: bool = True,
+    progress: bool = True,
+    command: str | None = None,
+) -> GalleryResult:
+    """Regenerate the figures of ``model`` into ``out`` (see the module docstring)."""
+    specs = select(only)  # unknown names fail before any work
+    sizes = QUICK if quick else DEFAULT
+    out = Path(out)
+    _check_run(out, {"model": model, "sizes": sizes.as_dict()})
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    run = FigureRun(model, sizes, out, progress=progress)
+    result = GalleryResult(out=out)
+    with PngExporter(enabled=png) as exporter:
+        for spec in tqdm(specs, desc="figures", disable=not progress):
+            tables = _data(spec, run, result)
+            fig = spec.draw(tables)
+            fig.write_html(out / f"{spec.name}.html", include_plotlyjs="cdn")
+            exporter.write(fig, out / f"{spec.name}.png")
+        result.png, result.png_problem = exporter.available, exporter.problem
+    from interp_seal.figures.gallery import write_gallery
+
+    write_gallery(out, command=command or _command(model, out, quick), png=result.png,
+                  png_problem=result.png_problem)  # fmt: skip
+    return result
+
+
+def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, pd.DataFrame]:
+    path = run.out / "data" / f"{spec.name}.json"
+    if path.exists():
+        result.reused.append(spec.name)
+        return load_tables(path)[0]
+    cpu, wall = time.process_time(), time.perf_counter()
+    tables = spec.compute(run)
+    folder = run.out / "data" / spec.name
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        table.to_csv(folder / f"{name}.csv", index=False)
+    doc = {
+        "figure": spec.name,
+        "paper": spec.paper,
+        "model": run.model,
+        "cpu_seconds": round(time.process_time() - cpu, 1),
+        "wall_seconds": round(time.perf_counter() - wall, 1),
+        "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
+    }
+    _write_json(path, doc)
+    result.computed.append(spec.name)
+    return load_tables(path)[0]  # draw from what is on disk, as a later run will
+
+
+def _command(model: str, out: Path, quick: bool) -> str:
+    return f"interp-seal figures --model {model} --out {out}" + (" --quick" if quick else "")

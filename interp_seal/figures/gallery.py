@@ -1,0 +1,103 @@
+"""The gallery page ``<out>/README.md``: every figure, its reading, the papers' numbers, claims.
+
+Written only from what is on disk (``run.json``, ``data/<name>.json``), so it can be rebuilt
+at any time and always matches the data beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from interp_seal.figures.claims import claims_table
+from interp_seal.figures.driver import load_tables
+from interp_seal.figures.registry import FIGURES
+
+ORGANISM_NOTE = (
+    "The organism v1 was trained on line retrieval only (2-48 lines). Needle-in-a-haystack and "
+    "the MuDAF experiments use tasks it never learned (needles) or line records read as passages, "
+    "so their numbers are weak by construction; the claims table's verdicts say what these "
+    "numbers can and cannot show. Regenerate with the same command after a new organism lands."
+)
+
+
+def write_gallery(out: str | Path, *, command: str, png: bool = True, png_problem=None) -> Path:
+    """Write ``README.md`` and ``claims.csv`` in ``out`` from its data files."""
+    out = Path(out)
+    run = json.loads((out / "run.json").read_text())
+    data, docs = {"_sizes": run["sizes"]}, {}
+    for spec in FIGURES:
+        path = out / "data" / f"{spec.name}.json"
+        if path.exists():
+            data[spec.name], docs[spec.name] = load_tables(path)
+    claims = claims_table(data)
+    claims.to_csv(out / "claims.csv", index=False)
+    cpu = sum(d["cpu_seconds"] for d in docs.values())
+    wall = sum(d["wall_seconds"] for d in docs.values())
+    lines = [
+        f"# Paper figures regenerated on `{run['model']}`",
+        "",
+        "Regenerate (resumable; with the data present it only redraws):",
+        "",
+        "```bash",
+        f"OMP_NUM_THREADS=1 {command}",
+        "```",
+        "",
+        f"Compute time of the data on disk: **{cpu / 60:.1f} min CPU** ({wall / 60:.1f} min wall "
+        "clock), one torch thread, summed over the figures (a figure that first needs a shared "
+        "step, e.g. a tuned model, carries its cost).",
+        "",
+    ]
+    if run["model"] == "organism":
+        lines += [ORGANISM_NOTE, ""]
+    if not png:
+        lines += [f"PNG images were not written: {png_problem}", ""]
+    sizes = ", ".join(f"{k}={v}" for k, v in run["sizes"].items())
+    lines += [f"Sizes (`interp_seal/figures/sizes.py`): {sizes}.", ""]
+    lines += ["## Claims", "", _claims_markdown(claims), ""]
+    for spec in FIGURES:
+        if spec.name not in docs:
+            continue
+        tables = data[spec.name]
+        image = (
+            f"![{spec.title}]({spec.name}.png)" if png else f"[{spec.name}.html]({spec.name}.html)"
+        )
+        csvs = ", ".join(f"[{t}.csv](data/{spec.name}/{t}.csv)" for t in tables)
+        lines += [
+            f"## {spec.title} ({spec.paper})",
+            "",
+            image,
+            "",
+            f"**Ours:** {spec.read(tables)}",
+            "",
+            f"Interactive: [{spec.name}.html]({spec.name}.html). Data: {csvs}. "
+            f"Compute: {docs[spec.name]['cpu_seconds']:.0f} s CPU.",
+            "",
+            f"**Paper ({spec.paper}):**",
+            "",
+            spec.paper_numbers,
+            "",
+        ]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _claims_markdown(claims: pd.DataFrame) -> str:
+    if claims.empty:
+        return "(no claim has its figures in this directory)"
+    rows = [
+        "Verdicts are computed (`interp_seal/figures/claims.py`): *supported* when the measured "
+        "difference exceeds two standard errors in the claimed direction, *contradicted* when it "
+        "exceeds them the other way, *not shown* otherwise.",
+        "",
+        "| claim | paper | measured | difference | se | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows += [
+        f"| {r.claim} | {r.paper} | {r.measured} | {r.difference:+.3f} | {r.se:.3f} | **{r.verdict}** |"
+        for r in claims.itertuples()
+    ]
+    return "\n".join(rows)

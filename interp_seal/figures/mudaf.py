@@ -1,0 +1,268 @@
+"""MuDAF's figures and tables (Liu et al., 2025), each computed through the library.
+
+Same shape as ``interp_seal.figures.seal``: ``compute(run)`` -> named tables, ``draw(tables)``
+-> plotly figure, ``read(tables)`` -> one line. Multi-document data is LongEval records with
+every line a passage and the queried line the golden one (``tuning.data.with_line_passages``),
+which the line-retrieval organism can read; a model with a QA skill can be given LongBench-style
+passages the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from interp_seal.analysis.masking import MaskingConfig, masking_experiment
+from interp_seal.analysis.retrieval_scores import (
+    PassageScoreConfig,
+    needle_retrieval_scores,
+    passage_retrieval_scores,
+)
+from interp_seal.figures.run import FigureRun
+from interp_seal.figures.seal import evaluate
+from interp_seal.tasks import LineRetrievalConfig, NeedleConfig, line_retrieval, needle
+from interp_seal.tuning.data import with_line_passages
+from interp_seal.tuning.evaluate import retrieval_by_method
+from interp_seal.tuning.mudaf import sample_heads, score_matrix
+from interp_seal.viz import paper_figures as pv
+from interp_seal.viz.passages import head_score_heatmap, masking_bars, ranked_score_curve
+from interp_seal.viz.tuning import target_head_scores
+
+Tables = dict[str, pd.DataFrame]
+WEAK = 0.1  # MuDAF Sec. 4.4: heads with R_h < 0.1 are weak
+
+
+def passage_samples(run: FigureRun, lines: int, n: int):
+    records = line_retrieval.generate(LineRetrievalConfig(num_lines=lines), n, 0)
+    return [with_line_passages(s) for s in records]
+
+
+def base_scores(run: FigureRun) -> pd.DataFrame:
+    """Every head's MuDAF retrieval score (F1, EM, rank) on the base model (resumable)."""
+    s = run.sizes
+    samples = passage_samples(run, s.retrieval_lines, s.retrieval_n)
+    return passage_retrieval_scores(run.handle, samples, PassageScoreConfig(),
+                                    results=run.work("retrieval_base", "log.jsonl"),
+                                    progress=run.progress).heads  # fmt: skip
+
+
+def target_sets(run: FigureRun) -> dict[str, tuple]:
+    """MuDAF's targets (drawn with P ~ softmax(R_h / 0.05), Sec. 4.2) and weak heads (R_h < 0.1)."""
+    heads = base_scores(run)
+    scores = score_matrix(heads, run.handle.spec)
+    k = run.sizes.mudaf_k
+    weak = heads[heads.f1 < WEAK].sort_values(["layer", "head"])
+    rng = np.random.default_rng(0)
+    pick = rng.choice(len(weak), size=min(k, len(weak)), replace=False)
+    weak_heads = tuple(
+        sorted((int(a), int(b)) for a, b in weak.iloc[pick][["layer", "head"]].values)
+    )
+    return {"mudaf": sample_heads(scores, k, seed=0), "mudaf-weak": weak_heads}
+
+
+# -- Fig. 3: every head's retrieval score ----------------------------------------------------
+def fig3_compute(run: FigureRun) -> Tables:
+    return {"heads": base_scores(run)}
+
+
+def fig3_draw(t: Tables):
+    return ranked_score_curve(t["heads"], title="MuDAF Fig. 3: retrieval scores of all heads")
+
+
+def fig3_read(t: Tables) -> str:
+    h = t["heads"].sort_values("rank")
+    top = ", ".join(f"L{r.layer}H{r['head']} {r.f1:.2f}" for _, r in h.head(4).iterrows())
+    return (f"Top heads by F1 retrieval score: {top}; {int((h.f1 >= WEAK).sum())} of {len(h)} "
+            f"heads score >= {WEAK}.")  # fmt: skip
+
+
+# -- Fig. 5-6 and 9: target heads before / after MuDAF vs Vanilla SFT ------------------------
+def fig5_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    sets = target_sets(run)
+    handles = {"base": run.handle, "sft": run.tuned_model("sft")}
+    handles |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
+    samples = passage_samples(run, s.retrieval_lines, s.retrieval_n)
+
+    def one(key):
+        table = retrieval_by_method(
+            {key["method"]: handles[key["method"]]}, samples, progress=False
+        )
+        return {"heads": table.drop(columns=["method", "target"]).to_dict("records")}
+
+    rows = run.rows("mudaf_fig5", [{"method": m} for m in handles], one)
+    table = pd.DataFrame([dict(method=r.method, **h) for r in rows.itertuples() for h in r.heads])
+    targets = pd.DataFrame(
+        [{"group": g, "layer": a, "head": b} for g, hs in sets.items() for a, b in hs]
+    )
+    return {"scores": table, "targets": targets}
+
+
+def fig5_draw(t: Tables):
+    targets = set(zip(t["targets"].layer, t["targets"]["head"], strict=True))
+    table = t["scores"].assign(
+        target=[
+            (a, b) in targets for a, b in zip(t["scores"].layer, t["scores"]["head"], strict=True)
+        ]
+    )
+    return target_head_scores(
+        table, title="MuDAF Fig. 5-6: target and weak heads' retrieval scores (labels: rank)"
+    )
+
+
+def target_gain(t: Tables, group: str = "mudaf") -> dict[str, float]:
+    """Mean F1 of ``group``'s target heads per method."""
+    heads = t["targets"][t["targets"].group == group]
+    keys = set(zip(heads.layer, heads["head"], strict=True))
+    sc = t["scores"]
+    mask = [(a, b) in keys for a, b in zip(sc.layer, sc["head"], strict=True)]
+    return sc[mask].groupby("method").f1.mean().to_dict()
+
+
+def fig5_read(t: Tables) -> str:
+    g, w = target_gain(t), target_gain(t, "mudaf-weak")
+    return (f"Mean F1 of MuDAF's targets: base {g.get('base', 0):.2f}, SFT {g.get('sft', 0):.2f}, "
+            f"MuDAF {g.get('mudaf', 0):.2f}; weak heads: base {w.get('base', 0):.2f}, "
+            f"MuDAF-weak {w.get('mudaf-weak', 0):.2f}.")  # fmt: skip
+
+
+def fig9_compute(run: FigureRun) -> Tables:
+    sc = fig5_compute(run)["scores"]
+    wide = sc.pivot_table(index=["layer", "head"], columns="method", values="f1").reset_index()
+    wide["diff"] = wide["mudaf"] - wide["sft"]
+    return {"diff": wide[["layer", "head", "mudaf", "sft", "diff"]]}
+
+
+def fig9_draw(t: Tables):
+    return head_score_heatmap(t["diff"], value="diff",
+                              title="MuDAF Fig. 9: retrieval score, MuDAF minus Vanilla SFT")  # fmt: skip
+
+
+def fig9_read(t: Tables) -> str:
+    d = t["diff"]
+    top = d.loc[d["diff"].idxmax()]
+    return (f"Largest gain over SFT: L{int(top.layer)}H{int(top['head'])} {top['diff']:+.2f}; "
+            f"mean over all heads {d['diff'].mean():+.3f}.")  # fmt: skip
+
+
+# -- Fig. 7 / Table 4: number of selected heads; Table 2: task score by method ---------------
+def fig7_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    scores = score_matrix(base_scores(run), run.handle.spec)
+    samples = passage_samples(run, s.retrieval_lines, s.retrieval_n)
+
+    def one(key):
+        heads = sample_heads(scores, key["k"], seed=0) if key["k"] else ()
+        model = run.tuned_model("mudaf", heads=heads) if heads else run.tuned_model("sft")
+        table = retrieval_by_method({"m": model}, samples, targets=heads, progress=False)
+        acc = evaluate(run, model, s.retrieval_lines, s.n)
+        tf1 = float(table[table.target].f1.mean()) if heads else float("nan")
+        return {"target_f1": tf1, "mean_f1": float(table.f1.mean()), **acc}
+
+    return {"heads": run.rows("mudaf_fig7", [{"k": k} for k in (0, *s.head_counts)], one)}
+
+
+def fig7_draw(t: Tables):
+    import plotly.graph_objects as go
+
+    h = t["heads"]
+    fig = go.Figure([go.Scatter(x=h.k, y=h[c], name=c, mode="lines+markers")
+                     for c in ("exact_match", "target_f1", "mean_f1")])  # fmt: skip
+    fig.update_layout(title="MuDAF Fig. 7: number of selected heads (0 = Vanilla SFT)",
+                      xaxis_title="selected heads", template="plotly_white")  # fmt: skip
+    return fig
+
+
+def fig7_read(t: Tables) -> str:
+    h = t["heads"]
+    return (
+        "Exact match by number of heads: "
+        + ", ".join(f"{int(r.k)}: {r.exact_match:.2f}" for _, r in h.iterrows())
+        + f" (n={int(h.n.iloc[0])})."
+    )
+
+
+def table2_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    sets = target_sets(run)
+    models = {"base": None, "sft": run.tuned_model("sft")}
+    models |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
+    keys = [{"method": m} for m in models]
+    return {"accuracy": run.rows("mudaf_table2", keys,
+                                 lambda k: evaluate(run, models[k["method"]], s.retrieval_lines, s.n))}  # fmt: skip
+
+
+def table2_draw(t: Tables):
+    import plotly.graph_objects as go
+
+    a = t["accuracy"]
+    fig = go.Figure(go.Bar(x=a.method, y=a.exact_match, text=a.exact_match.round(2)))
+    fig.update_layout(title="MuDAF Table 2 (organism stand-in): line retrieval by method",
+                      yaxis_title="exact match", template="plotly_white")  # fmt: skip
+    return fig
+
+
+def table2_read(t: Tables) -> str:
+    a = t["accuracy"]
+    return (
+        "Exact match: "
+        + ", ".join(f"{r.method} {r.exact_match:.2f}" for _, r in a.iterrows())
+        + "."
+    )
+
+
+# -- Fig. 4: masking retrieval heads vs random vs NIAH heads ---------------------------------
+def fig4_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    cfg = NeedleConfig(context_lengths=s.needle_lengths, depths=s.needle_depths)
+    niah = needle_retrieval_scores(run.handle, needle.generate(cfg, run.handle.tokenizer, 1, 0),
+                                   results=run.work("needle_scores", "log.jsonl"),
+                                   progress=run.progress).heads  # fmt: skip
+    samples = line_retrieval.generate(LineRetrievalConfig(num_lines=s.long), s.n, 0)
+    mcfg = MaskingConfig(ks=(s.mask_k,), modes=("zero", "uniform"), seeds=s.mask_seeds)
+    frame = masking_experiment(run.handle, samples, base_scores(run), niah=niah, config=mcfg,
+                               results=run.work("masking", "log.jsonl"), progress=run.progress)  # fmt: skip
+    return {"masking": frame.assign(heads=frame.heads.astype(str)), "niah": niah}
+
+
+def fig4_draw(t: Tables):
+    return masking_bars(t["masking"], title="MuDAF Fig. 4: masking retrieval / random / NIAH heads")
+
+
+def fig4_read(t: Tables) -> str:
+    m = t["masking"]
+    z = m[m["mode"] == "zero"].groupby("strategy").exact_match.mean()
+    return "Exact match with heads zeroed: " + ", ".join(f"{k} {v:.2f}" for k, v in z.items()) + "."
+
+
+# -- Fig. 10: passage-level attention heatmaps ------------------------------------------------
+def fig10_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    sample = passage_samples(run, s.heatmap_lines, 1)
+    models = {
+        "base": run.handle,
+        "mudaf": run.tuned_model("mudaf", heads=target_sets(run)["mudaf"]),
+    }
+    layers = list(range(run.handle.spec.n_layers))[-3:]
+    rows = []
+    for name, handle in models.items():
+        att = passage_retrieval_scores(handle, sample, progress=False).attention[0]
+        for layer in layers:
+            for head in range(att.attention.shape[1]):
+                vals = [att.prefix[layer, head], *att.attention[layer, head]]
+                rows += [{"model": name, "layer": layer, "head": head, "passage": p,
+                          "attention": float(v)} for p, v in enumerate(vals)]  # fmt: skip
+    golden = pd.DataFrame({"passage": [g + 1 for g in att.golden]})
+    return {"attention": pd.DataFrame(rows), "golden": golden}
+
+
+def fig10_draw(t: Tables):
+    return pv.passage_grid(t["attention"], list(t["golden"].passage))
+
+
+def fig10_read(t: Tables) -> str:
+    a = t["attention"]
+    g = set(t["golden"].passage)
+    on = a[a.passage.isin(g)].groupby("model").attention.sum() / a.groupby("model").attention.sum()
+    return ("Share of the shown heads' attention on the golden passage: "
+            + ", ".join(f"{m} {v:.2f}" for m, v in on.items()) + ".")  # fmt: skip

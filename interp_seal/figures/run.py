@@ -1,0 +1,157 @@
+"""``FigureRun``: the model, the sizes and the resumable work shared by the figures.
+
+Several figures need the same expensive steps (SEAL-H / SEAL-C scales, LoRA / DoRA and MuDAF /
+SFT models, the head sweep, the base model's retrieval scores). Each step runs once per output
+directory and is kept under ``<out>/work/``:
+
+- trainings go through ``interp_seal.tuning.loop.train`` with an ``out_dir``, so a killed run
+  resumes from its last checkpoint; the result (a scale file or a checkpoint) is written last;
+- per-point evaluations go through ``FigureRun.rows``: one JSON record per finished point is
+  appended to a ``records.jsonl`` (``interp_seal.records``) and reused on restart;
+- sweeps use the sweep engine's own store (``SweepOptions(out=..., resume=True)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from interp_seal.figures.sizes import FigureSizes
+from interp_seal.interventions import HeadIntervention
+from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
+from interp_seal.records import append_records, read_records
+
+DATA_SEED = 1000  # tuning data; evaluation records use seed 0 (as `interp-seal tune`)
+DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2, "seal-l": 2e-4, "seal-d": 2e-4}
+
+
+class FigureRun:
+    """One regeneration: ``model`` loaded once, ``sizes``, work files under ``out / "work"``."""
+
+    def __init__(self, model: str, sizes: FigureSizes, out: str | Path, *, progress: bool = True):
+        self.model = model
+        self.sizes = sizes
+        self.out = Path(out)
+        self.progress = progress
+        self.handle = load_model(model)
+        self._memo: dict[str, object] = {}
+
+    def work(self, *parts: str) -> Path:
+        path = self.out.joinpath("work", *parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # -- records ---------------------------------------------------------------------------
+    def rows(
+        self, name: str, keys: Iterable[Mapping], compute: Callable[[Mapping], Mapping]
+    ) -> pd.DataFrame:
+        """One row per key: stored rows are reused, missing ones computed and appended at once.
+
+        ``compute(key)`` returns the row's values; the table has the key's columns first.
+        """
+        path = self.work(name, "records.jsonl")
+        done = {json.dumps(rec["key"], sort_keys=True): rec for rec in read_records(path)}
+        rows = []
+        keys = [dict(k) for k in keys]
+        for key in tqdm(keys, desc=name, leave=False, disable=not self.progress):
+            tag = json.dumps(key, sort_keys=True)
+            if tag not in done:
+                done[tag] = {"key": key, "values": dict(compute(key))}
+                append_records(path, [done[tag]])
+            rows.append({**key, **done[tag]["values"]})
+        return pd.DataFrame(rows)
+
+    # -- tuned variants --------------------------------------------------------------------
+    def fresh_handle(self) -> ModelHandle:
+        """A new copy of the model (tuners that edit weights in place get their own)."""
+        return load_model(self.model)
+
+    def tuning_samples(self, *, n: int | None = None, lines: int | None = None, passages=False):
+        from interp_seal.tuning.data import format_samples, with_line_passages
+
+        samples = format_samples(
+            "line_retrieval",
+            self.handle.tokenizer,
+            n or self.sizes.tune_n,
+            num_lines=lines or self.sizes.tune_lines,
+            seed=DATA_SEED,
+        )
+        return [with_line_passages(s) for s in samples] if passages else samples
+
+    def _train(self, tuner, samples, name: str, *, lr: float, epochs: int = 1, ctx=None) -> None:
+        from interp_seal.engine import pad_id_of
+        from interp_seal.tuning.data import encode_examples
+        from interp_seal.tuning.loop import TrainConfig, train
+
+        cfg = TrainConfig(lr=lr, epochs=epochs, checkpoint_every=10, cpu=True)
+        examples = encode_examples(samples, self.handle.tokenizer)
+        with ctx or nullcontext():
+            train(tuner, examples, cfg, pad_id=pad_id_of(self.handle.tokenizer),
+                  out_dir=self.work(name, "train"))  # fmt: skip
+
+    def seal_scales(
+        self,
+        granularity: str,
+        *,
+        lr: float | None = None,
+        n: int | None = None,
+        epochs: int = 1,
+        lines: int | None = None,
+        extension: ContextExtension | None = None,
+    ) -> HeadIntervention:
+        """SEAL-H (``"head"``) or SEAL-C (``"channel"``) scales tuned on this run's data."""
+        from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
+        from interp_seal.tuning.seal import SEAL_METHODS, SealTuner
+
+        method = SEAL_METHODS[granularity]
+        lr = lr or DEFAULT_LR[method]
+        n = n or self.sizes.tune_n
+        lines = lines or self.sizes.tune_lines
+        ext = extension.label.replace(" ", "") if extension else "none"
+        name = f"{method}_lr{lr:g}_n{n}_e{epochs}_lines{lines}_ext{ext}"
+        path = self.work(name, "scales.safetensors")
+        if not path.exists():
+            tuner = SealTuner(self.handle, granularity)
+            ctx = extend_context(self.handle, extension) if extension else None
+            self._train(tuner, self.tuning_samples(n=n, lines=lines), name, lr=lr,
+                        epochs=epochs, ctx=ctx)  # fmt: skip
+            hyper = {"lr": lr, "samples": n, "epochs": epochs, "num_lines": lines, "ext": ext}
+            save_scales(path, ScaleFile(scales=tuner.scales.detach().cpu(), spec=self.handle.spec,
+                        model=self.handle.name_or_path, granularity=granularity,
+                        task="line_retrieval", hyperparameters=hyper))  # fmt: skip
+        scales = load_scales(path, self.handle.spec).scales
+        return HeadIntervention.from_scales(self.handle.spec, scales)
+
+    def tuned_model(self, method: str, *, heads: tuple = (), alpha: float = 0.5) -> ModelHandle:
+        """A fine-tuned copy: ``"seal-l"`` / ``"seal-d"`` (LoRA / DoRA, merged), ``"mudaf"`` on
+        ``heads`` or ``"sft"`` (MuDAF with alpha 0), saved once under ``work/``."""
+        from interp_seal.tuning.merge import save_checkpoint
+
+        tag = method + ("_" + "-".join(f"{a}.{b}" for a, b in heads) if heads else "")
+        if tag in self._memo:
+            return self._memo[tag]
+        ckpt = self.work(tag, "model")
+        if not (ckpt / "config.json").exists():
+            handle = self.fresh_handle()
+            if method in ("seal-l", "seal-d"):
+                from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
+
+                tuner = PeftTuner(handle, PeftBaselineConfig(dora=method == "seal-d"))
+                self._train(tuner, self.tuning_samples(), tag, lr=DEFAULT_LR[method])
+                model = tuner.merge_and_unload()
+            else:
+                from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
+
+                cfg = MudafConfig(heads=heads, alpha=alpha if heads else 0.0)
+                tuner = MudafTuner(handle, cfg)
+                samples = self.tuning_samples(passages=True)
+                self._train(tuner, samples, tag, lr=self.sizes.mudaf_lr)
+                model = tuner.model
+            save_checkpoint(model, handle.tokenizer, ckpt)
+        self._memo[tag] = load_model(ckpt)
+        return self._memo[tag]

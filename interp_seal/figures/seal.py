@@ -1,0 +1,333 @@
+"""SEAL's figures and tables (arXiv 2501.15225), each computed through the library.
+
+Every figure is three small functions: ``compute(run)`` returns named tidy tables (the data
+written to disk), ``draw(tables)`` turns exactly those tables into a plotly figure through
+``interp_seal.viz``, ``read(tables)`` writes the one-line reading for the gallery. The
+registry (``interp_seal.figures.registry``) lists them with the paper's numbers.
+
+Lengths are numbers of LongEval lines; evaluation records are ``line_retrieval.generate``'s
+seed 0, the same records for every method, and tuning data uses another seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+
+from interp_seal.analysis.logit_attribution import logit_diff_attribution
+from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
+from interp_seal.analysis.sweeps import SweepOptions, channel_sweep, head_sweep, scale_table_sweep
+from interp_seal.evaluation import encode_samples, evaluate_line_retrieval, evaluate_niah
+from interp_seal.figures.run import FigureRun
+from interp_seal.models import ContextExtension, extend_context
+from interp_seal.tasks import LineRetrievalConfig, NeedleConfig, line_retrieval, needle
+from interp_seal.tuning.counts import parameter_count
+from interp_seal.tuning.merge import merged_model
+from interp_seal.viz import niah_heatmap
+from interp_seal.viz import paper_figures as pv
+from interp_seal.viz.sweeps import channel_map, quadrant_scatter, scale_table_curves
+
+Tables = dict[str, pd.DataFrame]
+SEAL_METHODS = ("base", "seal-h", "seal-c", "seal-l", "seal-d")
+
+
+def _records(run: FigureRun, lengths, n: int) -> dict[int, list]:
+    return {L: line_retrieval.generate(LineRetrievalConfig(num_lines=L), n, 0) for L in lengths}
+
+
+def _sweep_options(run: FigureRun, name: str) -> SweepOptions:
+    return SweepOptions(out=run.work(name, "x").parent, resume=True, progress=run.progress)
+
+
+def head_sweep_table(run: FigureRun) -> pd.DataFrame:
+    s = run.sizes
+    return head_sweep(run.handle, _records(run, (s.mid, s.long), s.sweep_n),
+                      options=_sweep_options(run, "head_sweep"))  # fmt: skip
+
+
+def _quadrants(table: pd.DataFrame):
+    lengths = sorted(table.length.unique())
+    return head_quadrants(table, mid=int(lengths[0]), long=int(lengths[-1]))
+
+
+# -- Fig. 2b: head quadrants -----------------------------------------------------------------
+def fig2b_compute(run: FigureRun) -> Tables:
+    return {"sweep": head_sweep_table(run)}
+
+
+def fig2b_draw(t: Tables):
+    return quadrant_scatter(_quadrants(t["sweep"]))
+
+
+def fig2b_read(t: Tables) -> str:
+    q = _quadrants(t["sweep"])
+    c = q.counts()
+    return (f"Pruning one head at a time: {c['Q1']} heads help at both {q.mid} and {q.long} lines "
+            f"(Q1), {c['Q3']} hurt at both (Q3), {c['Q2'] + c['Q4']} mixed; Pearson r of the "
+            f"two deltas {q.pearson:.2f}.")  # fmt: skip
+
+
+# -- Fig. 2c: channel pruning in the strongest heads -----------------------------------------
+def strongest_heads(run: FigureRun) -> list[tuple[int, int]]:
+    """The heads whose pruning hurts exact match most at the long length."""
+    q = _quadrants(head_sweep_table(run)).heads.sort_values(["delta_long", "layer", "head"])
+    return [(int(a), int(b)) for a, b in zip(q.layer, q["head"], strict=True)][
+        : run.sizes.channel_heads
+    ]
+
+
+def fig2c_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    table = channel_sweep(run.handle, _records(run, (s.long,), s.sweep_n),
+                          heads=strongest_heads(run), options=_sweep_options(run, "channel_sweep"))  # fmt: skip
+    return {"sweep": table}
+
+
+def fig2c_draw(t: Tables):
+    return channel_map(t["sweep"])
+
+
+def fig2c_read(t: Tables) -> str:
+    rows = t["sweep"][t["sweep"].metric == "exact_match"]
+    worst = rows.nsmallest(3, "delta")
+    best = rows.nlargest(1, "delta").iloc[0]
+    parts = ", ".join(
+        f"L{r.layer}H{r['head']} ch{r.channel} {r.delta:+.2f}" for _, r in worst.iterrows()
+    )
+    return (f"Zeroing single channels at {int(rows.length.iloc[0])} lines: largest drops {parts}; "
+            f"largest gain L{best.layer}H{best['head']} ch{best.channel} {best.delta:+.2f} "
+            f"(baseline {rows.baseline.iloc[0]:.2f}).")  # fmt: skip
+
+
+# -- Fig. 2d: multi-head scaling across lengths ----------------------------------------------
+SCALINGS = {"Q1 x 0.9 + Q3 x 1.1": {"Q1": 0.9, "Q3": 1.1}, "Q1 x 0.9": {"Q1": 0.9},
+            "Q3 x 1.1": {"Q3": 1.1}}  # fmt: skip
+
+
+def fig2d_compute(run: FigureRun) -> Tables:
+    q = _quadrants(head_sweep_table(run))
+    tables = {name: quadrant_scale_table(q, f) for name, f in SCALINGS.items()}
+    tables = {k: v for k, v in tables.items() if v}
+    table = scale_table_sweep(run.handle, _records(run, run.sizes.lengths, run.sizes.n), tables,
+                              options=_sweep_options(run, "scale_sweep"))  # fmt: skip
+    return {"sweep": table}
+
+
+def fig2d_draw(t: Tables):
+    return scale_table_curves(t["sweep"])
+
+
+def fig2d_read(t: Tables) -> str:
+    rows = t["sweep"][t["sweep"].metric == "exact_match"]
+    L = rows.length.max()
+    at = rows[rows.length == L]
+    parts = ", ".join(f"{r.table} {r.value:.2f}" for _, r in at.iterrows())
+    return f"At {L} lines the baseline scores {at.baseline.iloc[0]:.2f}; {parts}."
+
+
+# -- Table 1: five methods by length, with parameter counts ----------------------------------
+def variants(run: FigureRun) -> dict[str, object]:
+    """The five SEAL methods as what ``evaluate_line_retrieval`` takes (None: the base model)."""
+    return {"base": None, "seal-h": run.seal_scales("head"), "seal-c": run.seal_scales("channel"),
+            "seal-l": run.tuned_model("seal-l"), "seal-d": run.tuned_model("seal-d")}  # fmt: skip
+
+
+def evaluate(run: FigureRun, variant, length: int, n: int, ext: ContextExtension | None = None):
+    """One point: ``evaluate_line_retrieval``'s row for ``variant`` at ``length`` lines."""
+    handle, iv = (run.handle, variant) if not hasattr(variant, "model") else (variant, None)
+    if ext is not None:
+        with extend_context(handle, ext):
+            return evaluate(run, variant, length, n)
+    row = evaluate_line_retrieval(handle, [length], n=n, seed=0, intervention=iv,
+                                  progress=False).iloc[0]  # fmt: skip
+    return {k: float(row[k]) for k in ("n", "n_tokens", "exact_match", "first_token")}
+
+
+def table1_compute(run: FigureRun) -> Tables:
+    vs = variants(run)
+    keys = [{"method": m, "length": L} for m in vs for L in run.sizes.lengths]
+    acc = run.rows(
+        "table1", keys, lambda k: evaluate(run, vs[k["method"]], k["length"], run.sizes.n)
+    )
+    from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
+    from interp_seal.tuning.seal import SealTuner
+
+    tuners = {"seal-h": SealTuner(run.handle, "head"), "seal-c": SealTuner(run.handle, "channel"),
+              "seal-l": PeftTuner(run.fresh_handle(), PeftBaselineConfig()),
+              "seal-d": PeftTuner(run.fresh_handle(), PeftBaselineConfig(dora=True))}  # fmt: skip
+    counts = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "trainable": parameter_count(t).trainable,
+                "base": parameter_count(t).base,
+                "percent": parameter_count(t).percent,
+            }
+            for m, t in tuners.items()
+        ]  # fmt: skip
+    )
+    return {"accuracy": acc, "params": counts}
+
+
+def table1_draw(t: Tables):
+    return pv.method_curves(t["accuracy"], title="SEAL Table 1: line retrieval by method")
+
+
+def table1_read(t: Tables) -> str:
+    a = t["accuracy"]
+    L = a.length.max()
+    at = a[a.length == L].set_index("method").exact_match
+    p = t["params"].set_index("method").trainable
+    return (f"At {L} lines: " + ", ".join(f"{m} {v:.2f}" for m, v in at.items())
+            + f" (n={int(a.n.iloc[0])} each); SEAL-H tunes {p['seal-h']} parameters, LoRA "
+            f"{p['seal-l']} ({p['seal-l'] / p['seal-h']:.0f}x more).")  # fmt: skip
+
+
+# -- Fig. 4: direct logit attribution on one record ------------------------------------------
+def fig4_compute(run: FigureRun) -> Tables:
+    """Base, SEAL-H and SEAL-C (scales merged into ``o_proj``, exact) on the first long record
+    the base model gets wrong at the first answer token (else the first record)."""
+    s = run.sizes
+    records = line_retrieval.generate(LineRetrievalConfig(num_lines=s.long), s.n, 0)
+    encoded = encode_samples(run.handle, records)
+    import torch
+
+    chosen, wrong = encoded[0], None
+    for enc in encoded:
+        with torch.no_grad():
+            logits = run.handle.model(enc.input_ids[None, : enc.answer_start]).logits[0, -1]
+        target = int(enc.input_ids[enc.answer_start])
+        top = logits.clone()
+        top[target] = -float("inf")
+        if wrong is None or int(logits.argmax()) != target:
+            chosen, wrong = enc, int(top.argmax())
+            if int(logits.argmax()) != target:
+                break
+    ids, correct = (
+        chosen.input_ids[: chosen.answer_start],
+        int(chosen.input_ids[chosen.answer_start]),
+    )
+    handles = {"base": run.handle}
+    for name, g in (("seal-h", "head"), ("seal-c", "channel")):
+        handles[name] = merged_model(run.handle, run.seal_scales(g).scale)
+    tables, logits = [], []
+    for name, h in handles.items():
+        res = logit_diff_attribution(h, ids, correct, wrong)
+        tables.append(res.table.assign(method=name))
+        logits += [{"method": name, "target": k, "logit": v} for k, v in res.logits.items()]
+    return {"attribution": pd.concat(tables, ignore_index=True), "logits": pd.DataFrame(logits)}
+
+
+def fig4_draw(t: Tables):
+    return pv.dla_comparison(t["attribution"], t["logits"])
+
+
+def fig4_read(t: Tables) -> str:
+    lg = t["logits"].set_index("method").logit
+    return ("Logit of the correct minus the wrong first answer token on one record: "
+            + ", ".join(f"{m} {v:+.2f}" for m, v in lg.items()) + ".")  # fmt: skip
+
+
+# -- Fig. 5: needle in a haystack for the five methods ---------------------------------------
+def fig5_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    cfg = NeedleConfig(context_lengths=s.needle_lengths, depths=s.needle_depths)
+    samples = needle.generate(cfg, run.handle.tokenizer, 1, seed=0)
+    # niah_grid reads meta["depth"]; the needle generator writes "depth_percent" (reported)
+    samples = [replace(s, meta={**s.meta, "depth": s.meta["depth_percent"]}) for s in samples]
+    vs = variants(run)
+
+    def one(key):
+        v = vs[key["method"]]
+        handle, iv = (v, None) if hasattr(v, "model") else (run.handle, v)
+        grid = evaluate_niah(handle, samples, intervention=iv, progress=False)
+        return {"grid": grid.stack().rename("exact_match").reset_index().to_dict("records")}
+
+    rows = run.rows("fig5", [{"method": m} for m in vs], one)
+    tidy = [dict(method=r.method, **cell) for r in rows.itertuples() for cell in r.grid]
+    return {"grid": pd.DataFrame(tidy)}
+
+
+def fig5_draw(t: Tables):
+    return pv.niah_panels(t["grid"], niah_heatmap)
+
+
+def fig5_read(t: Tables) -> str:
+    g = t["grid"].groupby("method", sort=False).exact_match.mean()
+    return (
+        "Mean needle exact match over the grid: "
+        + ", ".join(f"{m} {v:.2f}" for m, v in g.items())
+        + "."
+    )
+
+
+# -- Table 4 + Fig. 7: learning rate x samples; fewer samples, more epochs -------------------
+def table4_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    grid = [{"lr": lr, "samples": n, "epochs": 1} for lr in s.lrs for n in s.sample_counts]
+    few = [{"lr": 1e-2, "samples": max(1, s.tune_n // 2), "epochs": 2},
+           {"lr": 1e-2, "samples": max(1, s.tune_n // 5), "epochs": 5}]  # fmt: skip
+
+    def one(key):
+        iv = run.seal_scales("head", lr=key["lr"], n=key["samples"], epochs=key["epochs"])
+        return evaluate(run, iv, key.get("length", s.long), s.n)
+
+    table = run.rows("table4", grid, one)
+    keys = [{**k, "length": L} for k in [{"lr": 1e-2, "samples": s.tune_n, "epochs": 1}, *few]
+            for L in s.lengths]  # fmt: skip
+    curves = run.rows("fig7", keys, one)
+    return {"grid": table, "curves": curves}
+
+
+def table4_draw(t: Tables):
+    return pv.lr_samples(t["grid"], t["curves"])
+
+
+def table4_read(t: Tables) -> str:
+    g = t["grid"]
+    best = g.loc[g.exact_match.idxmax()]
+    return (
+        f"SEAL-H at the long length: best lr {best.lr:g} with {int(best.samples)} samples "
+        f"({best.exact_match:.2f}); range {g.exact_match.min():.2f}-{g.exact_match.max():.2f}."
+    )
+
+
+# -- Table 2 + Fig. 6: context extension without training ------------------------------------
+def extensions(run: FigureRun) -> dict[str, ContextExtension]:
+    s = run.sizes
+    return {"NTK": ContextExtension(ntk_factor=s.ntk_factor),
+            "Self-Extend": ContextExtension(group_size=s.se_group, window=s.se_window)}  # fmt: skip
+
+
+def table2_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    tune_at = s.extension_lengths[0]
+    methods = {"base": (None, None)}
+    for name, ext in extensions(run).items():
+        methods[name] = (None, ext)
+        methods[f"{name} + SEAL-C"] = (
+            run.seal_scales("channel", lines=tune_at, extension=ext),
+            ext,
+        )
+    methods["SEAL-C"] = (run.seal_scales("channel"), None)
+    keys = [{"method": m, "length": L} for m in methods for L in s.extension_lengths]
+    acc = run.rows("table2", keys,
+                   lambda k: evaluate(run, methods[k["method"]][0], k["length"], s.n,
+                                      methods[k["method"]][1]))  # fmt: skip
+    return {"accuracy": acc}
+
+
+def table2_draw(t: Tables):
+    return pv.method_curves(t["accuracy"], title="SEAL Table 2: training-free context extension")
+
+
+def table2_read(t: Tables) -> str:
+    a = t["accuracy"]
+    L = a.length.max()
+    at = a[a.length == L].set_index("method").exact_match
+    return (
+        f"At {L} lines (beyond the trained 48): "
+        + ", ".join(f"{m} {v:.2f}" for m, v in at.items())
+        + "."
+    )
