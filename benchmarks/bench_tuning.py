@@ -34,8 +34,9 @@ import time
 import torch
 from common import benchmark_model
 
+from interp_seal.engine import pad_id_of
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
-from interp_seal.tuning.data import answer_loss, collate, encode_samples, pad_id_of
+from interp_seal.tuning.data import answer_loss, collate, encode_examples
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.seal import SealTuner
 
@@ -65,7 +66,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         handle, name = benchmark_model(tmp)
         sample = generate(LineRetrievalConfig(num_lines=args.lines), 1, seed=0)
-        batch = collate(encode_samples(sample, handle.tokenizer), pad_id_of(handle.tokenizer))
+        batch = collate(encode_examples(sample, handle.tokenizer), pad_id_of(handle.tokenizer))
         ids = batch.input_ids
         print(f"model: {name}; {ids.shape[1]} tokens; {args.threads} thread(s); {args.reps} reps")
 

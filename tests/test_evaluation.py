@@ -18,12 +18,10 @@ import torch
 from interp_seal.cli import evaluate as evaluate_cli
 from interp_seal.evaluation import (
     ACCURACY_COLUMNS,
-    accuracy_figure,
     evaluate_lengths,
     evaluate_line_retrieval,
     evaluate_niah,
     niah_grid,
-    niah_heatmap,
     normalize_answer,
     qa_f1,
     score_records,
@@ -34,6 +32,7 @@ from interp_seal.interventions import HeadIntervention, ablate, hf_hooks
 from interp_seal.models import load_model
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Encoded, Sample
+from interp_seal.viz import accuracy_figure, niah_heatmap
 
 
 @pytest.fixture(scope="module")

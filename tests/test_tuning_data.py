@@ -6,14 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from interp_seal.engine import pad_id_of
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.data import (
     answer_loss,
     collate,
-    encode_samples,
+    encode_examples,
     format_samples,
-    pad_id_of,
     with_line_passages,
 )
 
@@ -22,7 +22,7 @@ def test_answer_loss_is_the_mean_of_per_sample_answer_token_losses(llama_checkpo
     """Padded batch loss == mean over samples of each one's mean answer-token CE, run alone."""
     handle = load_model(llama_checkpoint)
     samples = generate(LineRetrievalConfig(num_lines=3), 3, seed=7)
-    examples = encode_samples(samples, handle.tokenizer)
+    examples = encode_examples(samples, handle.tokenizer)
     assert len({len(e.encoded) for e in examples}) > 1, "the batch needs padding"
     expected = []
     with torch.no_grad():

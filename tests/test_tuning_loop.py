@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from interp_seal.engine import pad_id_of
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
-from interp_seal.tuning.data import collate, encode_samples, pad_id_of
+from interp_seal.tuning.data import collate, encode_examples
 from interp_seal.tuning.loop import TrainConfig, _batches, latest_checkpoint, train
 from interp_seal.tuning.scales import load_scales
 from interp_seal.tuning.seal import SealTuner
@@ -29,7 +30,7 @@ class Interrupt(Exception):
 def _setup(checkpoint, n=6):
     handle = load_model(checkpoint)
     samples = generate(LineRetrievalConfig(num_lines=4), n, seed=1)
-    return handle, encode_samples(samples, handle.tokenizer), pad_id_of(handle.tokenizer)
+    return handle, encode_examples(samples, handle.tokenizer), pad_id_of(handle.tokenizer)
 
 
 def test_resume_ends_where_an_uninterrupted_run_ends(llama_checkpoint, tmp_path):
@@ -83,7 +84,7 @@ def test_resume_refuses_a_different_run(llama_checkpoint, tmp_path):
             pad_id=pad,
             out_dir=tmp_path,
         )
-    other_data = encode_samples(
+    other_data = encode_examples(
         generate(LineRetrievalConfig(num_lines=4), 6, seed=9), handle.tokenizer
     )
     with pytest.raises(ValueError, match="different run"):

@@ -9,14 +9,14 @@ import pytest
 import torch
 import transformers
 
+from interp_seal.engine import pad_id_of
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.data import (
     answer_loss,
     collate,
-    encode_samples,
+    encode_examples,
     format_samples,
-    pad_id_of,
     with_line_passages,
 )
 from interp_seal.tuning.loop import TrainConfig, train
@@ -89,7 +89,7 @@ def _line_batch(handle, n=1, seed=0):
     samples = [
         with_line_passages(s) for s in generate(LineRetrievalConfig(num_lines=5), n, seed=seed)
     ]
-    return samples, collate(encode_samples(samples, handle.tokenizer), pad_id_of(handle.tokenizer))
+    return samples, collate(encode_examples(samples, handle.tokenizer), pad_id_of(handle.tokenizer))
 
 
 def test_captured_queries_and_keys_give_the_models_attention(family_checkpoint):
@@ -177,7 +177,7 @@ def test_attention_only_training_touches_only_the_chosen_layers(llama_checkpoint
 def test_mudaf_training_raises_the_golden_similarity_and_sft_ignores_heads(llama_checkpoint):
     handle = load_model(llama_checkpoint)
     samples = [with_line_passages(s) for s in generate(LineRetrievalConfig(num_lines=5), 8, seed=5)]
-    examples = encode_samples(samples, handle.tokenizer)
+    examples = encode_examples(samples, handle.tokenizer)
     batch = collate(examples, pad_id_of(handle.tokenizer))
     cfg = MudafConfig(heads=((1, 0), (1, 1)), alpha=0.9, trainable="attention")
     tuner = MudafTuner(handle, cfg)
@@ -204,7 +204,7 @@ def test_mudaf_training_raises_the_golden_similarity_and_sft_ignores_heads(llama
 def test_passages_samples_feed_the_contrastive_loss(llama_checkpoint):
     handle = load_model(llama_checkpoint)
     samples = format_samples("passages", handle.tokenizer, 2, num_passages=4, seed=0)
-    batch = collate(encode_samples(samples, handle.tokenizer), pad_id_of(handle.tokenizer))
+    batch = collate(encode_examples(samples, handle.tokenizer), pad_id_of(handle.tokenizer))
     tuner = MudafTuner(handle, MudafConfig(heads=((0, 0),)))
     with tuner.step_context():
         out = tuner(batch)

@@ -6,11 +6,12 @@ import pytest
 import torch
 import transformers
 
+from interp_seal.engine import pad_id_of
 from interp_seal.interventions.hf import hf_logits
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.counts import ParameterCount, parameter_count
-from interp_seal.tuning.data import encode_samples, pad_id_of
+from interp_seal.tuning.data import encode_examples
 from interp_seal.tuning.loop import TrainConfig, train
 from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
 from interp_seal.tuning.seal import SealTuner
@@ -65,7 +66,7 @@ def test_peft_tuner_starts_as_identity_trains_and_unloads(llama_checkpoint, tmp_
     with torch.no_grad():
         torch.testing.assert_close(tuner.model(ids).logits, base, rtol=0, atol=1e-6)
 
-    examples = encode_samples(samples, handle.tokenizer)
+    examples = encode_examples(samples, handle.tokenizer)
     result = train(
         tuner, examples, TrainConfig(lr=1e-2, cpu=True), pad_id=pad_id_of(handle.tokenizer)
     )

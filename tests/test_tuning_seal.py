@@ -9,10 +9,11 @@ import torch
 from conftest import build_checkpoint
 from safetensors.torch import save_file
 
+from interp_seal.engine import pad_id_of
 from interp_seal.interventions.hf import hf_logits
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
-from interp_seal.tuning.data import answer_loss, collate, encode_samples, pad_id_of
+from interp_seal.tuning.data import answer_loss, collate, encode_examples
 from interp_seal.tuning.loop import TrainConfig, train
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.scales import FORMAT, ScaleFile, load_scales, save_scales
@@ -21,7 +22,7 @@ from interp_seal.tuning.seal import SealTuner
 
 def _examples(handle, n=4, num_lines=4, seed=0):
     samples = generate(LineRetrievalConfig(num_lines=num_lines), n, seed=seed)
-    return encode_samples(samples, handle.tokenizer)
+    return encode_examples(samples, handle.tokenizer)
 
 
 @pytest.mark.parametrize("granularity", ["head", "channel"])

@@ -196,10 +196,11 @@ def _hyperparameters(args, cfg) -> dict:
 
 def _train(args, tuner, handle, samples, cfg):
     """Run the loop and write ``train_log.json`` (main process); returns the ``TrainResult``."""
-    from interp_seal.tuning.data import encode_samples, pad_id_of
+    from interp_seal.engine import pad_id_of
+    from interp_seal.tuning.data import encode_examples
     from interp_seal.tuning.loop import train
 
-    examples = encode_samples(samples, handle.tokenizer)
+    examples = encode_examples(samples, handle.tokenizer)
     result = train(tuner, examples, cfg, pad_id=pad_id_of(handle.tokenizer), out_dir=args.out)
     if result.is_main_process:
         log = {

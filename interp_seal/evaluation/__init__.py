@@ -5,7 +5,6 @@
 - ``niah.py``: ``niah_grid`` / ``evaluate_niah``, depth x context-length tables.
 - ``generation.py``: ``evaluate_generated``, generate-then-score beside teacher forcing.
 - ``scoring.py``: scoring generated text (LongEval last integer, LongBench QA token F1).
-- ``plots.py``: figures of the above.
 """
 
 from interp_seal.evaluation.generation import (
@@ -22,7 +21,6 @@ from interp_seal.evaluation.lengths import (
     summarize,
 )
 from interp_seal.evaluation.niah import evaluate_niah, niah_grid
-from interp_seal.evaluation.plots import accuracy_figure, niah_heatmap
 from interp_seal.evaluation.scoring import normalize_answer, qa_f1, score_records, token_f1
 from interp_seal.evaluation.teacher_forcing import AnswerScore, encode_samples, teacher_force
 
@@ -31,7 +29,6 @@ __all__ = [
     "GENERATED_COLUMNS",
     "AnswerScore",
     "GeneratedEvaluation",
-    "accuracy_figure",
     "encode_samples",
     "evaluate_generated",
     "evaluate_lengths",
@@ -39,7 +36,6 @@ __all__ = [
     "evaluate_niah",
     "generate_answers",
     "niah_grid",
-    "niah_heatmap",
     "normalize_answer",
     "qa_f1",
     "score_generated",

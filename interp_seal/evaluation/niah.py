@@ -3,7 +3,7 @@
 A NIAH run places the needle at each depth (percent of the context, 0 = start, 100 = end)
 for each context length, and judges every (depth, length) cell. The result is the familiar
 heatmap: depth on the y axis, context length on the x axis, mean exact match in each cell
-(``interp_seal.evaluation.plots.niah_heatmap`` draws it). Needle samples carry
+(``interp_seal.viz.niah_heatmap`` draws it). Needle samples carry
 ``meta["depth"]`` and ``meta["context_length"]``.
 """
 

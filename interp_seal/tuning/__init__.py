@@ -10,3 +10,32 @@
 - ``data.py``: format samples, batches and the answer loss; ``loop.py``: the one training loop
   (accelerate, resumable, multi-process); ``evaluate.py``: before/after tables.
 """
+
+from interp_seal.tuning.counts import ParameterCount, parameter_count
+from interp_seal.tuning.data import format_samples
+from interp_seal.tuning.loop import TrainConfig, TrainResult, train
+from interp_seal.tuning.merge import merge_into, merged_model, save_merged
+from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
+from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
+from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
+from interp_seal.tuning.seal import SealTuner
+
+__all__ = [
+    "MudafConfig",
+    "MudafTuner",
+    "ParameterCount",
+    "PeftBaselineConfig",
+    "PeftTuner",
+    "ScaleFile",
+    "SealTuner",
+    "TrainConfig",
+    "TrainResult",
+    "format_samples",
+    "load_scales",
+    "merge_into",
+    "merged_model",
+    "parameter_count",
+    "save_merged",
+    "save_scales",
+    "train",
+]

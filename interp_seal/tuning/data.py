@@ -33,7 +33,7 @@ Span = tuple[int, int]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Batch:
+class TrainingBatch:
     """Right-padded training examples.
 
     Attributes:
@@ -52,7 +52,7 @@ class Batch:
     passages: tuple[tuple[Span, ...], ...]
     golden: tuple[tuple[int, ...], ...]
 
-    def to(self, device: torch.device | str) -> Batch:
+    def to(self, device: torch.device | str) -> TrainingBatch:
         return replace(
             self,
             input_ids=self.input_ids.to(device),
@@ -75,7 +75,7 @@ class Example:
     golden: tuple[int, ...] = ()
 
 
-def encode_samples(samples: Sequence[Sample], tokenizer) -> list[Example]:
+def encode_examples(samples: Sequence[Sample], tokenizer) -> list[Example]:
     """Tokenise ``samples`` once (prompt ids + answer ids, passage token spans)."""
     return [Example(encoded=s.encode(tokenizer), golden=s.golden) for s in samples]
 
@@ -99,7 +99,7 @@ def check_window(examples: Sequence[Example], max_positions: int | None) -> None
             )
 
 
-def collate(examples: Sequence[Example], pad_id: int) -> Batch:
+def collate(examples: Sequence[Example], pad_id: int) -> TrainingBatch:
     """Right-pad ``examples`` into one batch."""
     if not examples:
         raise ValueError("cannot build a batch from zero examples")
@@ -109,7 +109,7 @@ def collate(examples: Sequence[Example], pad_id: int) -> Batch:
     for row, (e, n) in enumerate(zip(examples, lengths, strict=True)):
         input_ids[row, :n] = e.encoded.input_ids
         attention_mask[row, :n] = 1
-    return Batch(
+    return TrainingBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
         answer_start=torch.tensor([e.encoded.answer_start for e in examples]),
@@ -119,17 +119,7 @@ def collate(examples: Sequence[Example], pad_id: int) -> Batch:
     )
 
 
-def pad_id_of(tokenizer) -> int:
-    """The tokenizer's pad id, falling back to EOS (padding is masked out everywhere)."""
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ValueError(
-            "the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token"
-        )
-    return int(pad)
-
-
-def answer_loss(model: nn.Module, batch: Batch) -> Tensor:
+def answer_loss(model: nn.Module, batch: TrainingBatch) -> Tensor:
     """Mean over samples of the mean cross-entropy on each sample's answer tokens.
 
     The token at position ``t`` is predicted by the logits at ``t - 1``; only the last

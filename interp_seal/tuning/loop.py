@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from interp_seal.checkpoints import load_optimizer, save_optimizer
 from interp_seal.records import fingerprint
-from interp_seal.tuning.data import Batch, Example, check_window, collate
+from interp_seal.tuning.data import Example, TrainingBatch, check_window, collate
 
 
 class Tuner(nn.Module):
@@ -154,7 +154,7 @@ def _order(n: int, seed: int, epoch: int) -> list[int]:
 
 def _batches(
     examples: Sequence[Example], cfg: TrainConfig, rank: int, world: int, start: int, pad_id: int
-) -> Iterator[tuple[int, Batch]]:
+) -> Iterator[tuple[int, TrainingBatch]]:
     """``(step, this process's batch)`` from global step ``start`` to the end of the run."""
     per_step = cfg.batch_size * world
     steps_per_epoch = len(examples) // per_step
@@ -266,7 +266,7 @@ def train(
 
     Args:
         tuner: the module to train (its ``requires_grad`` parameters are optimised).
-        examples: encoded samples (``interp_seal.tuning.data.encode_samples``).
+        examples: encoded samples (``interp_seal.tuning.data.encode_examples``).
         cfg: optimiser, schedule and checkpoint settings.
         pad_id: token id used for right padding.
         out_dir: where checkpoints go; a run restarted with the same ``out_dir`` and settings

@@ -40,7 +40,7 @@ from interp_seal.analysis.attention_rows import post_rope_qk_hooks
 from interp_seal.interventions import Head
 from interp_seal.models.handle import ModelHandle
 from interp_seal.models.spec import ModelSpec
-from interp_seal.tuning.data import Batch, answer_loss
+from interp_seal.tuning.data import TrainingBatch, answer_loss
 from interp_seal.tuning.loop import Tuner
 
 TRAINABLE = ("all", "attention")
@@ -258,7 +258,7 @@ class MudafTuner(Tuner):
             finally:
                 self._captured = None
 
-    def forward(self, batch: Batch) -> dict:
+    def forward(self, batch: TrainingBatch) -> dict:
         """The loss parts (call inside ``step_context``)."""
         if self.cfg.alpha == 0:
             return {"loss": answer_loss(self.model, batch)}
@@ -270,7 +270,7 @@ class MudafTuner(Tuner):
         loss = self.cfg.alpha * con + (1 - self.cfg.alpha) * lm
         return {"loss": loss, "lm": lm.detach(), "contrastive": con.detach()}
 
-    def _contrastive(self, captured, batch: Batch, row: int) -> Tensor:
+    def _contrastive(self, captured, batch: TrainingBatch, row: int) -> Tensor:
         if not batch.passages[row] or not batch.golden[row]:
             raise ValueError(
                 "MuDAF's contrastive loss needs samples with passages and golden ids "

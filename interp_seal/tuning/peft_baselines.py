@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from interp_seal.models.handle import ModelHandle
-from interp_seal.tuning.data import Batch, answer_loss
+from interp_seal.tuning.data import TrainingBatch, answer_loss
 from interp_seal.tuning.loop import Tuner
 
 PEFT_METHODS = {False: "seal-l", True: "seal-d"}
@@ -82,7 +82,7 @@ class PeftTuner(Tuner):
         self.method = PEFT_METHODS[cfg.dora]
         self.cfg = cfg
 
-    def forward(self, batch: Batch) -> dict:
+    def forward(self, batch: TrainingBatch) -> dict:
         return {"loss": answer_loss(self.model, batch)}
 
     def merge_and_unload(self) -> nn.Module:

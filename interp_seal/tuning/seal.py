@@ -24,7 +24,7 @@ from torch import nn
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.interventions.hf import hf_hooks
 from interp_seal.models.handle import ModelHandle
-from interp_seal.tuning.data import Batch, answer_loss
+from interp_seal.tuning.data import TrainingBatch, answer_loss
 from interp_seal.tuning.loop import Tuner
 from interp_seal.tuning.scales import init_scales
 
@@ -62,7 +62,7 @@ class SealTuner(Tuner):
             finally:
                 self._hooked = False
 
-    def forward(self, batch: Batch) -> dict:
+    def forward(self, batch: TrainingBatch) -> dict:
         """The answer loss of the scaled model (call inside ``step_context``)."""
         if not self._hooked:
             raise RuntimeError("SealTuner.forward runs inside `with tuner.step_context():`")

@@ -1,5 +1,19 @@
-"""Pure functions from analysis results to plotly figures."""
+"""Pure functions from analysis results to plotly figures (``analysis`` returns data, ``viz``
+draws it, ``widgets`` composes figures into interactive views).
 
+- ``evaluation.py``: accuracy vs context length, needle-in-a-haystack heatmaps (SEAL Fig. 5);
+- ``sweeps.py``: head-pruning heatmaps, channel maps, head quadrants, scale-table curves
+  (SEAL Fig. 2b-d);
+- ``attribution.py``: direct logit attribution (SEAL Fig. 4), patching results;
+- ``passages.py``: passage-level attention and retrieval-score heatmaps, masking (MuDAF Fig.
+  3, 4, 10);
+- ``tuning.py``: loss curves, scale heatmaps, accuracy by method, target-head scores;
+- ``dashboard.py``: the dashboard's edit grid, accuracy curves and quadrant map;
+- ``paper_figures.py``: the multi-panel figures of the regenerated gallery.
+"""
+
+from interp_seal.viz.attribution import attribution_scatter, dla_figure, patching_figure
+from interp_seal.viz.evaluation import accuracy_figure, niah_heatmap
 from interp_seal.viz.paper_figures import (
     dla_comparison,
     lr_samples,
@@ -7,16 +21,41 @@ from interp_seal.viz.paper_figures import (
     niah_panels,
     passage_grid,
 )
+from interp_seal.viz.passages import (
+    head_score_heatmap,
+    masking_bars,
+    passage_heatmap,
+    ranked_score_curve,
+)
+from interp_seal.viz.sweeps import (
+    channel_map,
+    head_delta_heatmap,
+    quadrant_scatter,
+    scale_table_curves,
+)
 from interp_seal.viz.tuning import loss_curves, method_accuracy, scale_heatmap, target_head_scores
 
 __all__ = [
+    "accuracy_figure",
+    "attribution_scatter",
+    "channel_map",
     "dla_comparison",
+    "dla_figure",
+    "head_delta_heatmap",
+    "head_score_heatmap",
     "loss_curves",
     "lr_samples",
+    "masking_bars",
     "method_accuracy",
     "method_curves",
+    "niah_heatmap",
     "niah_panels",
     "passage_grid",
+    "passage_heatmap",
+    "patching_figure",
+    "quadrant_scatter",
+    "ranked_score_curve",
     "scale_heatmap",
+    "scale_table_curves",
     "target_head_scores",
 ]

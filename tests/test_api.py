@@ -1,0 +1,43 @@
+"""The public API: every exported name resolves, and the top-level names are the subpackages'."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import interp_seal
+
+SUBPACKAGES = (
+    "analysis",
+    "engine",
+    "evaluation",
+    "interventions",
+    "models",
+    "tasks",
+    "tuning",
+    "viz",
+)
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_every_exported_name_exists(name):
+    module = importlib.import_module(f"interp_seal.{name}")
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert missing == []
+    assert len(module.__all__) == len(set(module.__all__)) >= 5
+
+
+def test_top_level_names_are_the_subpackages_objects():
+    for name in interp_seal.__all__:
+        found = getattr(interp_seal, name)
+        owner = importlib.import_module(f"interp_seal.{interp_seal._WHERE[name]}")
+        assert found is getattr(owner, name)
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        interp_seal.not_a_name  # noqa: B018
+
+
+def test_notebook_nouns_import_from_their_subpackage():
+    from interp_seal.analysis import head_sweep, passage_retrieval_scores, patch_heads  # noqa: F401
+    from interp_seal.interventions import ablate  # noqa: F401
+    from interp_seal.models import load_model  # noqa: F401
