@@ -2,6 +2,8 @@
 
     interp-seal evaluate lines --model organism --lengths 10 20 40 --n 50 --seed 0 --out runs/acc
     interp-seal evaluate lines --lengths 40 --ablate 1.3 0.2 --out runs/acc_pruned
+    interp-seal evaluate lines --model smollm2 --chat-template tokenizer --generate --out runs/smol
+    interp-seal evaluate generate tasks.jsonl --model smollm2 --chat-template tokenizer
     interp-seal evaluate generated tasks.jsonl --predictions preds.jsonl
 
 ``lines`` measures greedy exact match on LongEval line retrieval by teacher forcing (one
@@ -18,6 +20,7 @@ import argparse
 from pathlib import Path
 
 from interp_seal.cli.common import head, head_label, positive_int
+from interp_seal.tasks.chat import TEMPLATES
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 ABLATION_CHOICES = ("zero", "scale", "uniform")
@@ -49,12 +52,29 @@ def register(subparsers) -> None:
         help="heads to ablate, e.g. 1.3",
     )
     lines.add_argument("--mode", choices=ABLATION_CHOICES, default="zero", help="ablation mode")
+    _chat_arguments(lines)
+    lines.add_argument(
+        "--generate",
+        action="store_true",
+        help="also generate and score (LongChat's protocol) and report agreement",
+    )
     lines.add_argument("--factor", type=float, help="multiplier for --mode scale")
     lines.add_argument(
         "--threads", type=positive_int, help="torch threads (default: torch's choice)"
     )
     lines.add_argument("--out", type=Path, help="write accuracy.csv and accuracy.html here")
     lines.set_defaults(func=run_lines)
+
+    gen = sub.add_parser(
+        "generate", help="generate-then-score a task file beside teacher forcing (agreement)"
+    )
+    gen.add_argument("tasks", type=Path, help="task JSONL (any task, e.g. LongChat's files)")
+    gen.add_argument("--model", default="organism", help="'organism', 'smollm2', a dir or hub name")
+    _chat_arguments(gen)
+    gen.add_argument("--batch-size", type=int, default=8, help="records per teacher-forced forward")
+    gen.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    gen.add_argument("--out", type=Path, help="write generated.csv and generated_records.csv here")
+    gen.set_defaults(func=run_generate)
 
     generated = sub.add_parser("generated", help="score generated outputs against a task file")
     generated.add_argument("tasks", type=Path, help="task JSONL (LongChat or LongBench fields)")
@@ -88,6 +108,7 @@ def run_lines(args: argparse.Namespace) -> int:
         index_style=args.index_style,
         intervention=intervention,
         batch_size=args.batch_size,
+        chat_template=args.chat_template,
     )
     ablated = f", heads {head_label(args.ablate)} ablated ({args.mode})" if args.ablate else ""
     print(f"LongEval line retrieval, {handle.name_or_path}{ablated}, seed {args.seed}")
@@ -97,6 +118,73 @@ def run_lines(args: argparse.Namespace) -> int:
         title = f"LongEval line retrieval: {Path(handle.name_or_path).name}{ablated}"
         write_html(accuracy_figure(table, title=title), args.out / "accuracy.html")
         print(f"wrote {args.out / 'accuracy.csv'} and {args.out / 'accuracy.html'}")
+    if args.generate:
+        from interp_seal.evaluation import line_retrieval_samples
+
+        samples = line_retrieval_samples(
+            handle.tokenizer,
+            args.lengths,
+            n=args.n,
+            seed=args.seed,
+            index_style=args.index_style,
+            chat_template=args.chat_template,
+        )
+        flat = [s for group in samples.values() for s in group]
+        _generate_and_report(args, handle, flat, intervention)
+    return 0
+
+
+def _chat_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chat-template",
+        choices=TEMPLATES,
+        default="none",
+        help="wrap prompts in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=100, help="generation budget (LongChat: 100)"
+    )
+
+
+def _generate_and_report(args, handle, samples, intervention) -> None:
+    """Generate-then-score ``samples``; print the summary, write ``generated*.csv`` to --out."""
+    from interp_seal.evaluation import evaluate_generated
+    from interp_seal.outputs import write_table
+
+    result = evaluate_generated(
+        handle,
+        samples,
+        max_new_tokens=args.max_new_tokens,
+        intervention=intervention,
+        batch_size=args.batch_size,
+    )
+    print(
+        f"generate-then-score ({args.max_new_tokens} new tokens, chat template "
+        f"{args.chat_template!r}) beside teacher forcing:"
+    )
+    print(result.summary.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.out is not None:
+        write_table(result.summary, args.out / "generated.csv")
+        write_table(result.records, args.out / "generated_records.csv")
+        print(f"wrote {args.out / 'generated.csv'} and {args.out / 'generated_records.csv'}")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from interp_seal.models import load_model
+    from interp_seal.tasks.chat import wrap_samples
+    from interp_seal.tasks.jsonl import read_samples
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    samples = read_samples(args.tasks)
+    if not samples:
+        raise ValueError(f"task file {args.tasks} holds no records")
+    handle = load_model(args.model)
+    samples = wrap_samples(samples, args.chat_template, handle.tokenizer)
+    print(f"{args.tasks}: {len(samples)} {samples[0].task} records, {handle.name_or_path}")
+    _generate_and_report(args, handle, samples, None)
     return 0
 
 

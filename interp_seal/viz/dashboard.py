@@ -72,6 +72,8 @@ def edit_grid(
         yaxis={"title": "layer", "dtick": 1, "autorange": "reversed"},
         dragmode=False,  # heatmap cells fire no clicks in select mode
         template="plotly_white",
+        width=160 + 44 * n_heads,
+        height=140 + 44 * n_layers,
         margin={"t": 50, "b": 40},
     )
     return fig

@@ -1,0 +1,59 @@
+"""``interp-seal dashboard``: the head-pruning dashboard as a web page.
+
+    interp-seal dashboard --model organism
+    interp-seal dashboard --model path/to/checkpoint --lengths 20 40 80 --n 20 --port 8765
+
+Serves the dashboard with Voila on 127.0.0.1 and prints its URL; ``--port 0`` (the default)
+picks a free port. Each browser tab runs its own kernel: it loads the model, teacher-forces
+``--n`` seeded LongEval records per number of lines (the clean run every edit starts from) and
+shows the widgets (``interp_seal.widgets.app``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("dashboard", help="serve the head-pruning dashboard page")
+    parser.add_argument(
+        "--model", default="organism", help="'organism', checkpoint dir or hub name"
+    )
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=[20, 40, 60, 80], help="lines per record"
+    )
+    parser.add_argument("--n", type=int, default=20, help="records per length")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.set_defaults(func=run_dashboard)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    if args.n < 1 or not 0 <= args.port < 65536 or not args.lengths:
+        raise ValueError(
+            f"--n must be >= 1, --port in 0..65535 and --lengths non-empty (got {args.n}, "
+            f"{args.port}, {args.lengths})"
+        )
+    from interp_seal.models.load import resolve
+    from interp_seal.widgets.app import serve
+
+    resolve(args.model)  # a missing model fails here, not in the page
+    port = args.port or free_port()
+    serve(
+        model=args.model,
+        lengths=args.lengths,
+        n=args.n,
+        seed=args.seed,
+        port=port,
+        threads=args.threads,
+    )
+    return 0
