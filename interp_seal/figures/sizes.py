@@ -38,7 +38,7 @@ class FigureSizes:
     lengths: tuple[int, ...] = (20, 40, 60, 80, 100)
     mid: int = 40
     long: int = 80
-    sweep_n: int = 40
+    sweep_n: int = 30
     channel_heads: int = 2
     tune_n: int = 50
     tune_lines: int = 80
