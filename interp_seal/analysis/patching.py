@@ -42,9 +42,7 @@ Sites (``Patch.site``):
 
 from __future__ import annotations
 
-import dataclasses
 import random
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -57,14 +55,12 @@ from tqdm.auto import tqdm
 
 from interp_seal.engine import WHOLE_PROMPT, LayerInputs, SharedPrefix, mlp_half, run_layers
 from interp_seal.models.handle import ModelHandle
-from interp_seal.tasks.line_retrieval import FOOTER
+from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Sample
 
 SITES = ("head", "resid")
-CORRUPTIONS = ("key", "value")
+CORRUPTIONS = line_retrieval.CORRUPTIONS
 COLUMNS = ["site", "layer", "head", "position", "logit_diff", "value"]
-_RECORD_END = FOOTER.split("{", 1)[0]
-_LINE_RE = re.compile(r"line (\S+): REGISTER_CONTENT is <(\d+)>")  # tasks.line_retrieval.LINE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,32 +133,10 @@ def line_retrieval_pair(
             "line_retrieval_pair needs a line-retrieval sample generated with force_prefix=True, "
             "so that the prompt ends right before the number"
         )
-    rng = random.Random(seed)
-    key, value = str(sample.meta["random_idx"][0]), int(sample.meta["expected_number"])
-    cut = sample.prompt.index(_RECORD_END)
-    record, question = sample.prompt[:cut], sample.prompt[cut:]
-    if corrupt == "key":
-        others = [(k, int(v)) for k, v in _LINE_RE.findall(record) if k != key and int(v) != value]
-        rng.shuffle(others)
-        candidates = [(record + question.replace(f"line {key}", f"line {k}"), v) for k, v in others]
-    elif corrupt == "value":
-        digits = str(value)
-        firsts = [d for d in "123456789" if d != digits[0]]
-        rng.shuffle(firsts)
-        line = f"line {key}: REGISTER_CONTENT is <{value}>"
-        candidates = []
-        for d in firsts:
-            new = int(d + digits[1:])
-            candidates.append(
-                (record.replace(line, line.replace(f"<{value}>", f"<{new}>")) + question, new)
-            )
-    else:
-        raise ValueError(f"unknown corruption {corrupt!r}; choose one of {CORRUPTIONS}")
+    candidates = line_retrieval.corruptions(sample, corrupt, random.Random(seed))
     clean = sample.encode(tokenizer)
-    for prompt, new_value in candidates:
-        other = dataclasses.replace(
-            sample, prompt=prompt, answer=sample.answer.replace(str(value), str(new_value))
-        ).encode(tokenizer)
+    for candidate in candidates:
+        other = candidate.encode(tokenizer)
         if len(other.prompt_ids) == len(clean.prompt_ids):
             return _pair_at_divergence(clean, other)
     raise ValueError(

@@ -89,7 +89,6 @@ def _line_to_record(sample: Sample) -> dict:
     return record | ({"index_style": m["index_style"]} if "index_style" in m else {})
 
 
-_LONGEVAL_LINE = re.compile(r"^line (.+): REGISTER_CONTENT is <\d+>$", re.MULTILINE)
 _QUESTION = re.compile(r"Tell me what is the <REGISTER_CONTENT> in line (.+)\? I need the number")
 
 
@@ -107,7 +106,9 @@ def _check_line_record(record: dict) -> None:
             f"field 'correct_line': {record['correct_line']!r:.80} is not {expected!r:.80}, the "
             "line that random_idx and expected_number give"
         )
-    lines = [m.group(0) for m in _LONGEVAL_LINE.finditer(record["prompt"])]
+    lines = [
+        record["prompt"][x.start : x.end] for x in line_retrieval.parse_record(record["prompt"])
+    ]
     if len(lines) != n:
         raise ValueError(
             f"field 'num_lines': {n}, but the prompt has {len(lines)} 'line <index>: "

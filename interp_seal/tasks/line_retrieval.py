@@ -40,6 +40,7 @@ import json
 import random
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -171,13 +172,27 @@ def make_sample(cfg: LineRetrievalConfig, rng: random.Random) -> Sample:
     """
     indices = _indices(cfg, rng)
     values = [rng.randint(*VALUE_RANGE) for _ in indices]
-    lines = [LINE.format(idx=i, value=v) for i, v in zip(indices, values, strict=True)]
     target = rng.randrange(cfg.num_lines)  # the same draw as LongChat's randint(1, n) - 1
+    return render(
+        indices, values, target, index_style=cfg.index_style, force_prefix=cfg.force_prefix
+    )
+
+
+def render(
+    indices: Sequence[str | int],
+    values: Sequence[int],
+    target: int,
+    *,
+    index_style: str = "adjective-noun",
+    force_prefix: bool = True,
+) -> Sample:
+    """The record of ``indices`` and ``values`` asking for line ``target`` (0-based)."""
+    lines = [LINE.format(idx=i, value=v) for i, v in zip(indices, values, strict=True)]
     idx, value = indices[target], values[target]
     prompt = HEADER + "".join(lines) + FOOTER.format(idx=idx)
     prefix = ANSWER_PREFIX.format(idx=idx)
     answer = ANSWER.format(value=value)
-    if cfg.force_prefix:
+    if force_prefix:
         prompt, answer = prompt + prefix, answer
     else:
         answer = prefix.lstrip("\n") + answer
@@ -188,12 +203,73 @@ def make_sample(cfg: LineRetrievalConfig, rng: random.Random) -> Sample:
         meta={
             "random_idx": [idx, target],
             "expected_number": value,
-            "num_lines": cfg.num_lines,
+            "num_lines": len(lines),
             "correct_line": lines[target].rstrip("\n"),
-            "index_style": cfg.index_style,
-            "force_prefix": cfg.force_prefix,
+            "index_style": index_style,
+            "force_prefix": force_prefix,
         },
     )
+
+
+# -- reading records back --------------------------------------------------------------------
+RECORD_LINE = re.compile(r"^line (.+): REGISTER_CONTENT is <(\d+)>$", re.MULTILINE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordLine:
+    """One line of a record: its index, its value and its character span in the prompt
+    (``prompt[start:end]`` is the line without its newline)."""
+
+    index: str
+    value: int
+    start: int
+    end: int
+
+
+def parse_record(prompt: str) -> list[RecordLine]:
+    """The record lines of a LongEval prompt, in order (the one parser of the format)."""
+    return [
+        RecordLine(index=m.group(1), value=int(m.group(2)), start=m.start(), end=m.end())
+        for m in RECORD_LINE.finditer(prompt)
+    ]
+
+
+CORRUPTIONS = ("key", "value")
+
+
+def corruptions(sample: Sample, corrupt: str, rng: random.Random) -> list[Sample]:
+    """Records that differ from ``sample`` in one detail, in ``rng``'s order (for activation
+    patching's corrupted runs).
+
+    ``"key"``: the same record asking for another line (one whose value differs);
+    ``"value"``: the same question, the queried line's number with another first digit.
+    Each is rendered from the parsed record, so only that detail changes.
+    """
+    if sample.task != "line_retrieval":
+        raise ValueError(f"expected a line_retrieval sample, got task {sample.task!r}")
+    lines = parse_record(sample.prompt)
+    target = int(sample.meta["random_idx"][1])
+    style = sample.meta.get("index_style", "adjective-noun")
+    indices = [int(x.index) if style == "integers" else x.index for x in lines]
+    values = [x.value for x in lines]
+    if not 0 <= target < len(lines) or values[target] != int(sample.meta["expected_number"]):
+        raise ValueError("the sample's meta does not match its record; regenerate the sample")
+    keep = {"index_style": style, "force_prefix": bool(sample.meta.get("force_prefix", True))}
+    if corrupt == "key":
+        others = [i for i, v in enumerate(values) if v != values[target]]
+        rng.shuffle(others)
+        return [render(indices, values, i, **keep) for i in others]
+    if corrupt == "value":
+        digits = str(values[target])
+        firsts = [d for d in "123456789" if d != digits[0]]
+        rng.shuffle(firsts)
+        out = []
+        for d in firsts:
+            changed = list(values)
+            changed[target] = int(d + digits[1:])
+            out.append(render(indices, changed, target, **keep))
+        return out
+    raise ValueError(f"unknown corruption {corrupt!r}; choose one of {CORRUPTIONS}")
 
 
 def generate(cfg: LineRetrievalConfig, n_samples: int, seed: int = 0) -> list[Sample]:

@@ -18,7 +18,6 @@ prompt never materialises ``T x vocab`` logits.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Int
 from torch import Tensor, nn
 
+from interp_seal.tasks.line_retrieval import parse_record
 from interp_seal.tasks.sample import Encoded, Sample
 
 Span = tuple[int, int]
@@ -139,9 +139,6 @@ def answer_loss(model: nn.Module, batch: TrainingBatch) -> Tensor:
     return per_sample.mean()
 
 
-_LINE = re.compile(r"^line [^\n]*\n", re.MULTILINE)
-
-
 def with_line_passages(sample: Sample) -> Sample:
     """A line-retrieval sample whose lines are its passages and the queried line the golden one.
 
@@ -150,9 +147,9 @@ def with_line_passages(sample: Sample) -> Sample:
     """
     if sample.task != "line_retrieval":
         raise ValueError(f"expected a line_retrieval sample, got task {sample.task!r}")
-    spans = tuple((m.start(), m.end() - 1) for m in _LINE.finditer(sample.prompt))
-    lines = [sample.prompt[a:b] for a, b in spans]
-    golden = lines.index(sample.meta["correct_line"])
+    lines = parse_record(sample.prompt)
+    spans = tuple((line.start, line.end) for line in lines)
+    golden = int(sample.meta["random_idx"][1])
     return replace(sample, passages=spans, golden=(golden,))
 
 
