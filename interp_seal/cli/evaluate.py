@@ -71,8 +71,10 @@ def register(subparsers) -> None:
     gen.add_argument("tasks", type=Path, help="task JSONL (any task, e.g. LongChat's files)")
     gen.add_argument("--model", default="organism", help="'organism', 'smollm2', a dir or hub name")
     _chat_arguments(gen)
-    gen.add_argument("--batch-size", type=int, default=8, help="records per teacher-forced forward")
-    gen.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    gen.add_argument(
+        "--batch-size", type=positive_int, default=8, help="records per teacher-forced forward"
+    )
+    gen.add_argument("--threads", type=positive_int, help="torch threads (default: torch's choice)")
     gen.add_argument("--out", type=Path, help="write generated.csv and generated_records.csv here")
     gen.set_defaults(func=run_generate)
 
@@ -89,10 +91,10 @@ def run_lines(args: argparse.Namespace) -> int:
     import torch
 
     from interp_seal.evaluation import evaluate_line_retrieval
-    from interp_seal.viz import accuracy_figure
     from interp_seal.interventions import ablate
     from interp_seal.models import load_model
     from interp_seal.outputs import write_html, write_table
+    from interp_seal.viz import accuracy_figure
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -142,7 +144,7 @@ def _chat_arguments(parser: argparse.ArgumentParser) -> None:
         help="wrap prompts in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
     )
     parser.add_argument(
-        "--max-new-tokens", type=int, default=100, help="generation budget (LongChat: 100)"
+        "--max-new-tokens", type=positive_int, default=100, help="generation budget (LongChat: 100)"
     )
 
 

@@ -18,6 +18,7 @@ from interp_seal.evaluation.lengths import (
     ACCURACY_COLUMNS,
     evaluate_lengths,
     evaluate_line_retrieval,
+    line_retrieval_samples,
     summarize,
 )
 from interp_seal.evaluation.niah import evaluate_niah, niah_grid
@@ -35,6 +36,7 @@ __all__ = [
     "evaluate_line_retrieval",
     "evaluate_niah",
     "generate_answers",
+    "line_retrieval_samples",
     "niah_grid",
     "normalize_answer",
     "qa_f1",

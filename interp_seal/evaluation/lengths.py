@@ -103,6 +103,40 @@ def evaluate_lengths(
     return pd.DataFrame(rows, columns=list(ACCURACY_COLUMNS))
 
 
+def line_retrieval_samples(
+    tokenizer,
+    lengths: Iterable[int],
+    *,
+    n: int = 50,
+    seed: int = 0,
+    index_style: str = "adjective-noun",
+    chat_template: str = "none",
+) -> dict[int, list[Sample]]:
+    """``n`` LongEval records per number of lines in ``lengths``, wrapped in ``chat_template``.
+
+    Records come from ``line_retrieval.generate`` with ``seed``, so the same call gives the
+    same records every time. ``chat_template`` wraps each record in a conversation
+    (``interp_seal.tasks.chat``: ``"none"``, ``"tokenizer"`` for the model's own template, or
+    ``"vicuna"``, LongChat's).
+    """
+    check_template(chat_template, tokenizer)
+    lengths = check_lengths(lengths)
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n (records per length) must be an integer >= 1, got {n!r}")
+    return {
+        num_lines: wrap_samples(
+            line_retrieval.generate(
+                line_retrieval.LineRetrievalConfig(num_lines=num_lines, index_style=index_style),
+                n,
+                seed,
+            ),
+            chat_template,
+            tokenizer,
+        )
+        for num_lines in lengths
+    }
+
+
 def evaluate_line_retrieval(
     handle: ModelHandle,
     lengths: Iterable[int],
@@ -117,27 +151,17 @@ def evaluate_line_retrieval(
 ) -> pd.DataFrame:
     """LongEval accuracy per number of lines: ``n`` records per entry of ``lengths``.
 
-    Records come from ``line_retrieval.generate`` with ``seed``, so the same call gives the
-    same records (and the same table) every time; ``length`` is the number of lines.
-    ``chat_template`` wraps each record in a conversation (``interp_seal.tasks.chat``: ``"none"``,
-    ``"tokenizer"`` for the model's own template, or ``"vicuna"``, LongChat's).
+    The records are ``line_retrieval_samples(handle.tokenizer, lengths, ...)``, so the same call
+    gives the same table every time; ``length`` is the number of lines.
     """
-    check_template(chat_template, handle.tokenizer)
-    lengths = check_lengths(lengths)
-    if not _is_int(n) or n < 1:
-        raise ValueError(f"n (records per length) must be an integer >= 1, got {n!r}")
-    samples = {
-        num_lines: wrap_samples(
-            line_retrieval.generate(
-                line_retrieval.LineRetrievalConfig(num_lines=num_lines, index_style=index_style),
-                n,
-                seed,
-            ),
-            chat_template,
-            handle.tokenizer,
-        )
-        for num_lines in lengths
-    }
+    samples = line_retrieval_samples(
+        handle.tokenizer,
+        lengths,
+        n=n,
+        seed=seed,
+        index_style=index_style,
+        chat_template=chat_template,
+    )
     return evaluate_lengths(
         handle, samples, intervention=intervention, batch_size=batch_size, progress=progress
     )
