@@ -1,8 +1,9 @@
 """Checks ``load_model`` runs before any weight is read: fail at once, and say how to fix it.
 
 - **A local checkpoint directory** (``check_checkpoint_dir``): ``config.json`` must be a JSON
-  object, a tokenizer file must be there, and every ``*.safetensors`` file must have a complete
-  header that covers the whole file. A copy cut short or overwritten with other bytes fails
+  object and every ``*.safetensors`` file must have a complete header that covers the whole
+  file; once the config names a supported family, a tokenizer file must be there
+  (``check_tokenizer_files``). A copy cut short or overwritten with other bytes fails
   here, naming the file, instead of as a ``SafetensorError`` traceback from deep inside
   ``from_pretrained``. Reading a header costs microseconds (safetensors maps the file).
 - **A hub name** (``check_hub_name``): a model in the local Hugging Face cache loads as usual;
@@ -48,11 +49,6 @@ def check_checkpoint_dir(directory: str | Path) -> None:
         ) from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory / 'config.json'} is not a JSON object; {resave}.")
-    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
-        raise CheckpointError(
-            f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it "
-            "next to the weights with tokenizer.save_pretrained(dir)."
-        )
     for file in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(str(file), framework="pt"):
@@ -62,6 +58,16 @@ def check_checkpoint_dir(directory: str | Path) -> None:
                 f"{file} is truncated or corrupt (safetensors: {err}), so the model's weights "
                 f"cannot be read; {resave}."
             ) from None
+
+
+def check_tokenizer_files(directory: str | Path) -> None:
+    """Raise ``CheckpointError`` if checkpoint ``directory`` holds no tokenizer file."""
+    directory = Path(directory)
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointError(
+            f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it "
+            "next to the weights with tokenizer.save_pretrained(dir)."
+        )
 
 
 def hub_offline() -> bool:
@@ -100,13 +106,14 @@ def check_hub_name(name: str) -> None:
         return
     if hub_offline():
         raise FileNotFoundError(
-            f"model {name!r} is not a local checkpoint directory and not in the Hugging Face "
-            f"cache, and the hub is switched off (HF_HUB_OFFLINE). Check the name, {where}, or "
-            "unset HF_HUB_OFFLINE on a machine with network access to download it."
+            f"model {name!r} not found: it is not a local checkpoint directory and not in the "
+            "Hugging Face cache, and the hub is switched off (offline: HF_HUB_OFFLINE is set). "
+            f"Check the name, {where}, or unset HF_HUB_OFFLINE on a machine with network "
+            "access to download it."
         )
     if not hub_reachable():
         raise FileNotFoundError(
-            f"model {name!r} is not a local checkpoint directory and not in the Hugging Face "
-            f"cache, and the hub ({constants.ENDPOINT}) cannot be reached (no network?). Check "
-            f"the name, {where}, or download it on a machine with network access."
+            f"model {name!r} not found: it is not a local checkpoint directory and not in the "
+            f"Hugging Face cache, and the hub ({constants.ENDPOINT}) cannot be reached (offline?). "
+            f"Check the name, {where}, or download it on a machine with network access."
         )

@@ -25,8 +25,8 @@ import torch
 import transformers
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
+from interp_seal.models.checks import check_checkpoint_dir, check_hub_name, check_tokenizer_files
 from interp_seal.models.gguf import gguf_target
-from interp_seal.models.checks import check_checkpoint_dir, check_hub_name
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.rope_extension import ContextExtension, install
 from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
@@ -102,6 +102,8 @@ def load_tokenizer(target: str, *, trust_remote_code: bool = False):
     exactly its ``tokenizer.json``: transformers 5's ``AutoTokenizer`` would otherwise swap in
     the family's tokenizer class (e.g. ``Qwen2Tokenizer``), which re-tokenises differently.
     """
+    if Path(target).is_dir():
+        check_tokenizer_files(target)
     declared = get_tokenizer_config(target).get("tokenizer_class")
     if declared in GENERIC_TOKENIZERS:
         return transformers.PreTrainedTokenizerFast.from_pretrained(target)
