@@ -206,3 +206,30 @@ def test_list_names_every_figure(tmp_path, capsys):
     assert main(["figures", "--out", str(tmp_path), "--list"]) == 0
     listed = capsys.readouterr().out
     assert all(f.name in listed for f in FIGURES)
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_gives_the_same_gallery(gallery, tmp_path):
+    """A real SIGKILL part-way through ``--quick``; the rerun completes with identical data."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "interp_seal.cli", "figures", "--out", str(out), "--quick",
+           "--no-png"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not (out / "work" / "seal-l").exists() and time.time() < deadline:  # mid-way
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
+    reference, _ = gallery
+    for spec in FIGURES:
+        for name, table in tables(out, spec.name).items():
+            pd.testing.assert_frame_equal(table, tables(reference, spec.name)[name],
+                                          check_exact=False, rtol=1e-5)  # fmt: skip
