@@ -8,6 +8,7 @@ card (seed 0 prefixes), so the asserted margins are wide enough for float noise 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import torch
@@ -18,7 +19,23 @@ from interp_seal.evaluation import evaluate_line_retrieval
 from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 from interp_seal.models.load import ORGANISM_DIR
-from interp_seal.organism.train import OrganismConfig, train
+from interp_seal.organism.mixture import (
+    V1_DIR,
+    MixtureConfig,
+    grow_embeddings,
+    lines_document,
+    needle_document,
+    passages_document,
+    train_v2,
+    v2_tokenizer,
+)
+from interp_seal.organism.train import OrganismConfig, organism_tokenizer, train
+from interp_seal.tasks import passages
+from interp_seal.tasks.line_retrieval import LineRetrievalConfig, make_sample
+from interp_seal.tasks.needle import SAN_FRANCISCO, SEAL_NEEDLES, NeedleConfig, read_haystack
+from interp_seal.tasks.needle import generate as needle_generate
+from interp_seal.tasks.passages import PassagesConfig
+from interp_seal.tasks.training_needles import make_haystack, make_needle
 
 SHORT, LONG = 10, 80  # lines; the card's pruning length is LONG
 
@@ -111,3 +128,80 @@ def test_cli_smoke_trains_a_loadable_checkpoint(tmp_path):
     assert main(["organism", "train", "--out", str(tmp_path), "--smoke"]) == 0
     handle = load_model(tmp_path)
     assert handle.spec.n_kv_heads < handle.spec.n_heads
+
+
+# ------------------------------------------------------------------------------ v2 recipe
+
+
+@pytest.fixture(scope="module")
+def v2_tok():
+    return v2_tokenizer()
+
+
+def test_v2_tokenizer_keeps_v1_ids_and_round_trips_every_format(v2_tok):
+    v1 = organism_tokenizer().get_vocab()
+    grown = v2_tok.get_vocab()
+    assert all(grown[piece] == i for piece, i in v1.items())
+    rng = random.Random(0)
+    cfg = MixtureConfig()
+    texts = [
+        "".join(lines_document(cfg, rng)[0]),
+        "".join(needle_document(cfg, v2_tok, rng, reach=0.1)[0]),
+        "".join(passages_document(cfg, rng)[0]),
+    ]
+    niah = NeedleConfig(context_lengths=(600,), needles=(*SEAL_NEEDLES, SAN_FRANCISCO))
+    texts += [s.prompt + s.answer for s in needle_generate(niah, v2_tok, 1, seed=0)]
+    texts += [s.prompt + s.answer for s in passages.generate(PassagesConfig(hops=2), 3, seed=0)]
+    for text in texts:
+        ids = v2_tok(text)["input_ids"]
+        assert v2_tok.unk_token_id not in ids
+        assert v2_tok.decode(ids, skip_special_tokens=True) == text
+    # real words are one token; a made-up name splits into its syllables
+    assert len(v2_tok(" chandelier", add_special_tokens=False)["input_ids"]) == 1
+    names = v2_tok.convert_ids_to_tokens(v2_tok(" Kalomi", add_special_tokens=False)["input_ids"])
+    assert names == [" Ka", "##lo", "##mi"]
+
+
+def test_training_needles_are_never_the_evaluation_ones():
+    rng = random.Random(0)
+    generated = [make_needle(rng) for _ in range(2000)]
+    seal = {n.text for n in (*SEAL_NEEDLES, SAN_FRANCISCO)}
+    questions = {n.question for n in (*SEAL_NEEDLES, SAN_FRANCISCO)}
+    assert not seal & {n.text for n in generated}
+    assert not questions & {n.question for n in generated}
+    assert len({n.text for n in generated}) > 1900  # hundreds of thousands of combinations
+    # no 6-word run of the shipped haystack appears in a generated haystack
+    words = read_haystack().split()
+    runs = {" ".join(words[i : i + 6]) for i in range(len(words) - 5)}
+    hay = make_haystack(rng, n_words=3000, avoid=generated[0]).split()
+    assert not runs & {" ".join(hay[i : i + 6]) for i in range(len(hay) - 5)}
+    # distractors never ask the needle's question
+    for _ in range(50):
+        assert make_needle(rng, avoid=generated[0]).question != generated[0].question
+
+
+def test_grown_model_scores_old_tokens_exactly_as_v1(v2_tok):
+    """New embedding rows change nothing for text made of v1's tokens."""
+    from transformers import LlamaForCausalLM
+
+    v1 = LlamaForCausalLM.from_pretrained(V1_DIR)
+    grown = grow_embeddings(LlamaForCausalLM.from_pretrained(V1_DIR), len(v2_tok), seed=0)
+    sample = make_sample(LineRetrievalConfig(num_lines=5), random.Random(0))
+    ids = v2_tok(sample.prompt, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        old, new = v1(ids).logits, grown(ids).logits
+    assert new.shape[-1] == len(v2_tok) > old.shape[-1]
+    torch.testing.assert_close(new[..., : old.shape[-1]], old, rtol=0, atol=0)
+
+
+def test_v2_training_resumes_to_the_same_model(tmp_path):
+    torch.set_num_threads(1)
+    cfg = MixtureConfig.smoke(base=str(V1_DIR))
+    train_v2(cfg, tmp_path / "straight", progress=False)
+    train_v2(cfg, tmp_path / "resumed", stop_at=3, progress=False)
+    train_v2(cfg, tmp_path / "resumed", resume=True, progress=False)
+    straight = load_file(tmp_path / "straight" / "model.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "model.safetensors")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    state = json.loads((tmp_path / "resumed" / "state" / "trainer.json").read_text())
+    assert set(state["curriculum"]["exact"]) <= {"repeat", "lines", "needle", "passages"}

@@ -3,8 +3,8 @@
 interp-seal organism train --out runs/organism --seed 0          # the shipped recipe
 interp-seal organism train --out /tmp/smoke --smoke               # CI-sized, seconds
 interp-seal organism train --v2 --out runs/organism-v2 --seed 0  # v2: continue v1 on 3 tasks
-interp-seal organism evaluate --samples 200                       # accuracy + pruning
-interp-seal organism evaluate --samples 200 --write-card          # ... into README.md
+interp-seal organism evaluate --lines-only                        # lines: accuracy + pruning
+interp-seal organism evaluate --write-card                        # every task, into README.md
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import argparse
 import shlex
 import sys
 
-DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)
-DEFAULT_PRUNE_LINES = 80
+DEFAULT_LENGTHS = (10, 40, 80, 120, 160, 200, 240)
+DEFAULT_PRUNE_LINES = 200
 
 
 def register(subparsers) -> None:
@@ -40,6 +40,21 @@ def register(subparsers) -> None:
     evaluate.add_argument("--lines", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
     evaluate.add_argument("--prune-lines", type=int, default=DEFAULT_PRUNE_LINES)
     evaluate.add_argument("--samples", type=int, default=200, help="samples per length")
+    evaluate.add_argument(
+        "--prune-samples", type=int, default=100, help="samples of the pruning sweep"
+    )
+    evaluate.add_argument(
+        "--lines-only", action="store_true", help="skip needles, passages, masking and SEAL-H"
+    )
+    evaluate.add_argument("--niah-lengths", type=int, nargs="+", help="needle context lengths")
+    evaluate.add_argument("--niah-per-cell", type=int, help="needles per grid cell")
+    evaluate.add_argument("--passages", type=int, nargs="+", help="passage counts for QA F1")
+    evaluate.add_argument("--qa-samples", type=int, help="questions per passage count and hop")
+    evaluate.add_argument("--seal-lines", type=int, help="SEAL-H tuning/evaluation line count")
+    evaluate.add_argument("--seal-samples", type=int, help="SEAL-H evaluation records")
+    evaluate.add_argument(
+        "--training-json", help="a JSON file with the training run's record, kept on the card"
+    )
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--threads", type=int, default=2)
     evaluate.add_argument(
@@ -70,12 +85,38 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def task_settings(args: argparse.Namespace):
+    """``TaskSettings`` with the command line's overrides (validated before any work)."""
+    from interp_seal.organism.card_tasks import TaskSettings
+
+    chosen = {
+        "niah_lengths": tuple(args.niah_lengths) if args.niah_lengths else None,
+        "niah_per_cell": args.niah_per_cell,
+        "passage_counts": tuple(args.passages) if args.passages else None,
+        "passage_samples": args.qa_samples,
+        "seal_lines": args.seal_lines,
+        "seed": args.seed,
+    }
+    return TaskSettings(**{k: v for k, v in chosen.items() if v is not None})
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
     import torch
 
     from interp_seal.models import load_model
     from interp_seal.organism.card import measure, write_card
+    from interp_seal.organism.card_tasks import measure_tasks
 
+    settings = None if args.lines_only else task_settings(args)
+    training = None
+    if args.training_json:
+        path = Path(args.training_json)
+        if not path.is_file():
+            raise SystemExit(f"--training-json {path}: no such file (a JSON object of the run)")
+        training = json.loads(path.read_text())
     torch.set_num_threads(args.threads)
     handle = load_model(args.model)
     report = measure(
@@ -83,16 +124,20 @@ def run_evaluate(args: argparse.Namespace) -> int:
         lengths=args.lines,
         prune_lines=args.prune_lines,
         n_samples=args.samples,
+        prune_samples=args.prune_samples,
         seed=args.seed,
     )
     print(report.text())
+    tasks = None
+    if settings is not None:
+        tasks = measure_tasks(handle, settings, eval_samples=args.seal_samples or 50)
+        print(tasks.text())
     if args.write_card:
-        from pathlib import Path
-
         command = (
             "interp-seal " + shlex.join(sys.argv[1:])
             if sys.argv[1:]
             else "interp-seal organism evaluate"
         )
-        print(f"wrote {write_card(Path(handle.name_or_path), report, command)}")
+        card = write_card(Path(handle.name_or_path), report, command, tasks, training)
+        print(f"wrote {card}")
     return 0

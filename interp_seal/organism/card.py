@@ -1,8 +1,11 @@
-"""Measure the organism's two required properties and write its model card.
+"""Measure the organism's line-retrieval properties and write its model card.
 
 Command (the numbers in ``interp_seal/organism/checkpoint/README.md``)::
 
-    interp-seal organism evaluate --samples 200 --write-card
+    interp-seal organism evaluate --write-card
+
+The card's other tasks (needles, passages, retrieval heads, masking, SEAL-H) are measured in
+``card_tasks.py``; ``write_card`` writes both.
 
 1. **Accuracy vs length.** Greedy exact match on LongEval line retrieval (``force_prefix``
    format: the prompt ends ``... in line humble-pebble is``, the answer is `` 45041.``) for a
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -28,6 +31,7 @@ import torch
 from interp_seal.analysis.sweeps import SweepOptions, head_sweep
 from interp_seal.evaluation import evaluate_line_retrieval
 from interp_seal.models import ModelHandle
+from interp_seal.organism.card_tasks import TaskReport
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 
 SEED = 0
@@ -52,6 +56,7 @@ class Report:
     """Everything the card states: accuracy by length and the pruning sweep."""
 
     n_samples: int
+    prune_samples: int
     seed: int
     accuracy: dict[int, float]
     prune_lines: int
@@ -78,7 +83,7 @@ class Report:
         )
         lines.append("")
         lines.append(
-            f"Pruning sweep at {self.prune_lines} lines ({self.n_samples} samples, baseline exact "
+            f"Pruning sweep at {self.prune_lines} lines ({self.prune_samples} samples, baseline exact "
             f"match {self.prune_base:.3f}):"
         )
         for sign, verb in ((1, "raise"), (-1, "lower")):
@@ -96,13 +101,20 @@ def measure(
     lengths: Sequence[int],
     prune_lines: int,
     n_samples: int,
+    prune_samples: int | None = None,
     seed: int = SEED,
 ) -> Report:
-    """Run both measurements (float32 forward passes, deterministic)."""
+    """Run both measurements (float32 forward passes, deterministic).
+
+    ``prune_samples`` (default ``n_samples``): the sweep's samples, the first ones of the
+    accuracy table's records at that length.
+    """
     table = evaluate_line_retrieval(handle, lengths, n=n_samples, seed=seed, progress=False)
-    base, delta = pruning_sweep(handle, prune_lines, n_samples, seed)
+    prune_samples = prune_samples or n_samples
+    base, delta = pruning_sweep(handle, prune_lines, prune_samples, seed)
     return Report(
         n_samples=n_samples,
+        prune_samples=prune_samples,
         seed=seed,
         accuracy={
             int(n): float(a) for n, a in zip(table["length"], table["exact_match"], strict=True)
@@ -113,20 +125,34 @@ def measure(
     )
 
 
-def write_card(checkpoint: Path, report: Report, command: str) -> Path:
-    """Write ``report`` into the checkpoint's model card between the measurement markers.
+def write_card(
+    checkpoint: Path,
+    report: Report,
+    command: str,
+    tasks: TaskReport | None = None,
+    training: dict | None = None,
+) -> Path:
+    """Write the reports into the checkpoint's model card between the measurement markers.
 
     The card's prose (``README.md``, written by hand) keeps a ``<!-- measurements -->`` ...
     ``<!-- /measurements -->`` block that this replaces; the raw numbers also go to
-    ``measurements.json`` next to it.
+    ``measurements.json`` next to it (line retrieval at the top level, ``tasks`` and
+    ``training`` as keys). ``training``: the run's record (steps, seconds) to keep with them.
     """
     card = checkpoint / "README.md"
-    block = f"<!-- measurements -->\nMeasured with `{command}`:\n\n{report.text()}\n<!-- /measurements -->"
+    parts = [f"Measured with `{command}`:", "", report.text()]
+    if tasks is not None:
+        parts += ["", tasks.text()]
+    block = "<!-- measurements -->\n" + "\n".join(parts) + "\n<!-- /measurements -->"
     text = card.read_text() if card.exists() else "<!-- measurements -->\n<!-- /measurements -->\n"
     head, _, rest = text.partition("<!-- measurements -->")
     _, _, tail = rest.partition("<!-- /measurements -->")
     card.write_text(head + block + tail)
     raw = {k: v for k, v in report.__dict__.items()}
     raw["accuracy"] = {str(k): v for k, v in report.accuracy.items()}
+    if tasks is not None:
+        raw["tasks"] = asdict(tasks)
+    if training is not None:
+        raw["training"] = training
     (checkpoint / "measurements.json").write_text(json.dumps(raw, indent=1))
     return card

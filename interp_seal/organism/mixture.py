@@ -69,7 +69,8 @@ class MixtureConfig:
 
     Attributes:
         seed: seeds the new embedding rows and every batch.
-        base: the v1 checkpoint directory to continue (``None``: the bundled one).
+        base: the v1 checkpoint directory to continue (``None``: the bundled v1,
+            ``organism/checkpoint_v1``).
         steps, lr, betas, weight_decay, clip, warmup, decay_frac: AdamW and the schedule of
             ``train.learning_rate``.
         tokens_per_step: padded tokens per batch.
@@ -132,8 +133,8 @@ class MixtureConfig:
     def smoke(cls, **overrides) -> MixtureConfig:
         """A CI-sized configuration: short documents, a few steps."""
         small = dict(
-            steps=6, warmup=2, tokens_per_step=1024, lines=(2, 8), needle_tokens=(260, 400),
-            passages=(2, 5), max_questions=2, checkpoint_every=3,
+            steps=6, warmup=2, tokens_per_step=512, lines=(2, 4), needle_tokens=(250, 280),
+            passages=(2, 3), max_questions=2, checkpoint_every=3,
         )  # fmt: skip
         return cls(**{**small, **overrides})
 
@@ -161,7 +162,7 @@ def v2_tokenizer():
 
     Real words are single tokens (with and without a leading space, and capitalised where a
     sentence or title can start with them); the made-up names of ``tasks.passages`` split into
-    their syllables (`` Velmora`` -> `` Vel`` ``##mo`` ``##ra``).
+    their syllables (`` Kalomi`` -> `` Ka`` ``##lo`` ``##mi``).
     """
     v1 = organism_tokenizer()
     words = sorted(
@@ -267,11 +268,12 @@ def draw(cur: Curriculum, cfg: MixtureConfig, tokenizer, rng: random.Random) -> 
 # ---------------------------------------------------------------------------------- training
 
 
-def base_model(cfg: MixtureConfig, tokenizer) -> LlamaForCausalLM:
-    """The v1 checkpoint (``cfg.base`` or the bundled one), its vocabulary grown for v2."""
-    from interp_seal.models.load import ORGANISM_DIR
+V1_DIR = Path(__file__).resolve().parent / "checkpoint_v1"
 
-    base = Path(cfg.base) if cfg.base else ORGANISM_DIR
+
+def base_model(cfg: MixtureConfig, tokenizer) -> LlamaForCausalLM:
+    """The v1 checkpoint (``cfg.base`` or the bundled ``checkpoint_v1``), grown for v2."""
+    base = Path(cfg.base) if cfg.base else V1_DIR
     if not (base / "config.json").exists():
         raise FileNotFoundError(
             f"no v1 checkpoint at {base} (config.json missing): pass --base DIR pointing at a "
