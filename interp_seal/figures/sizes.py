@@ -36,7 +36,7 @@ class FigureSizes:
 
     n: int = 50
     lengths: tuple[int, ...] = (20, 40, 60, 80, 100)
-    mid: int = 40
+    mid: int = 60
     long: int = 80
     sweep_n: int = 30
     channel_heads: int = 2
