@@ -21,6 +21,7 @@ import torch
 from nbclient import NotebookClient
 from transformers import AutoModelForCausalLM
 
+from interp_seal.analysis.patching import line_retrieval_pair
 from interp_seal.engine import pad_id_of
 from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, teacher_force
 from interp_seal.interventions import HeadIntervention, ablate, scale_table
@@ -41,6 +42,7 @@ from interp_seal.tuning.seal import SealTuner
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CLOSE = {"rtol": 1e-4, "atol": 1e-4}  # float32 forwards through different code paths
+DUMP_IMPORTS = "import json\nfrom pathlib import Path\n"
 
 
 def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str) -> None:
@@ -48,7 +50,7 @@ def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: s
     monkeypatch.undo()  # the kernel connects over loopback sockets
     monkeypatch.setattr(os, "environ", {**os.environ, **env})
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell("import json\n" + dump))
+    nb.cells.append(nbformat.v4.new_code_cell(DUMP_IMPORTS + dump))
     client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
     client.execute(cwd=str(cwd))
 
@@ -314,3 +316,154 @@ def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
     again = accuracy_by_method(handle, tuned, [12], n=4, seed=0, progress=False)
     pd.testing.assert_frame_equal(accuracy, again, check_dtype=False, **CLOSE)
     assert saved_without_outputs("mudaf")
+
+
+# -- circuits: DLA, activation and attribution patching on line retrieval ----------------------
+CIRCUITS_ENV = {"INTERP_SEAL_MODEL": "organism", "NOTEBOOK_LINES": "20", "NOTEBOOK_LAST": "4"}
+CIRCUITS_DUMP = """
+dla.table.to_csv("dla.csv", index=False)
+patching.to_csv("patching.csv", index=False)
+comparison.table.to_csv("comparison.csv", index=False)
+summary.reset_index().to_csv("summary.csv", index=False)
+Path("numbers.json").write_text(json.dumps({
+    "logits": dla.logits, "clean_ids": pair.clean_ids.tolist(), "spearman": comparison.spearman,
+}))
+"""
+
+
+class PlainRun:
+    """The organism's HF model run by hand: hooks on plain module paths, nothing from the
+    library's hook machinery (the independent route for DLA and patching)."""
+
+    def __init__(self, model, pair):
+        self.model, self.pair = model, pair
+        self.D = model.config.head_dim
+
+    def site(self, layer: int | None):
+        """``o_proj`` of ``layer``; the decoder layer / final norm for the residual stream."""
+        inner = self.model.model
+        return inner.norm if layer == len(inner.layers) else inner.layers[layer]
+
+    def run(self, ids, hooks=()):
+        """Last-position logits with ``(module, fn)`` pre-hooks rewriting the first input."""
+        installed = [
+            m.register_forward_pre_hook(lambda _m, args, fn=fn: (fn(args[0]), *args[1:]))
+            for m, fn in hooks
+        ]
+        try:
+            with torch.no_grad():
+                return self.model(ids[None]).logits[0, -1].double()
+        finally:
+            for h in installed:
+                h.remove()
+
+    def ld(self, logits) -> float:
+        return float(logits[self.pair.clean_token] - logits[self.pair.corrupted_token])
+
+    def capture(self, ids, module):
+        kept = {}
+        self.run(ids, [(module, lambda x: kept.setdefault("x", x.clone()))])
+        return kept["x"][0]  # (pos, features)
+
+    def o_proj(self, layer):
+        return self.model.model.layers[layer].self_attn.o_proj
+
+    def cols(self, head):
+        return slice(head * self.D, (head + 1) * self.D)
+
+
+def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
+    run_notebook("circuits", tmp_path, monkeypatch, CIRCUITS_ENV, CIRCUITS_DUMP)
+    numbers = json.loads((tmp_path / "numbers.json").read_text())
+    dla, patching, comparison, summary = (
+        pd.read_csv(tmp_path / f"{name}.csv")
+        for name in ("dla", "patching", "comparison", "summary")
+    )
+    handle = load_model("organism")
+    sample = generate(LineRetrievalConfig(num_lines=20), 1, seed=0)[0]
+    pair = line_retrieval_pair(sample, handle.tokenizer, corrupt="key", seed=0)
+    assert numbers["clean_ids"] == pair.clean_ids.tolist()
+    plain = PlainRun(AutoModelForCausalLM.from_pretrained(handle.name_or_path), pair)
+    clean_ld = plain.ld(plain.run(pair.clean_ids))
+    corrupted_ld = plain.ld(plain.run(pair.corrupted_ids))
+
+    # 1. DLA: the effects sum to the model's LD; the largest head's effect by hand
+    (logit,) = numbers["logits"].values()
+    np.testing.assert_allclose([logit, dla["value"].sum()], clean_ld, **CLOSE)
+    heads = dla[dla.component == "head"]
+    top = heads.loc[heads["value"].abs().idxmax()]
+    layer, head = int(top["layer"]), int(top["head"])
+    x = plain.capture(pair.clean_ids, plain.site(handle.spec.n_layers))[-1].double()
+    z = plain.capture(pair.clean_ids, plain.o_proj(layer))[-1].double()
+    w_o = plain.o_proj(layer).weight.detach().double()[:, plain.cols(head)]
+    norm = plain.model.model.norm
+    w_u = plain.model.lm_head.weight.detach().double()
+    direction = w_u[pair.clean_token] - w_u[pair.corrupted_token]
+    rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+    by_hand = direction @ (norm.weight.detach().double() * (w_o @ z[plain.cols(head)])) / rms
+    np.testing.assert_allclose(top["value"], float(by_hand), **CLOSE)
+
+    # 2. activation patching: the strongest whole-head, per-position and residual patches
+    def normalised(logits) -> float:
+        return (plain.ld(logits) - corrupted_ld) / (clean_ld - corrupted_ld)
+
+    for site, by_position in (("head", False), ("head", True), ("resid", True)):
+        rows = patching[(patching.site == site) & (patching.position.notna() == by_position)]
+        best = rows.loc[rows["value"].abs().idxmax()]
+        layer, pos = int(best["layer"]), int(best["position"]) if by_position else slice(None)
+        module = plain.o_proj(layer) if site == "head" else plain.site(layer)
+        source = plain.capture(pair.clean_ids, module)
+        cols = plain.cols(int(best["head"])) if site == "head" else slice(None)
+
+        def paste(act, source=source, pos=pos, cols=cols):
+            act = act.clone()
+            act[0, pos, cols] = source[pos, cols]
+            return act
+
+        patched = normalised(plain.run(pair.corrupted_ids, [(module, paste)]))
+        np.testing.assert_allclose(best["value"], patched, **CLOSE)
+        assert abs(patched) > 0.05
+
+    # 3. attribution patching and ablation of the strongest head, by autograd and by hand
+    exact = comparison[comparison.method == "patch"].reset_index(drop=True)
+    whole = patching[(patching.site == "head") & patching.position.isna()].reset_index(drop=True)
+    np.testing.assert_allclose(exact["exact"], whole["value"], **CLOSE)
+    best = exact.loc[exact["atp"].abs().idxmax()]
+    layer, head = int(best["layer"]), int(best["head"])
+    o_proj, cols = plain.o_proj(layer), plain.cols(head)
+    z_clean = plain.capture(pair.clean_ids, o_proj)
+    leaf = {}
+
+    def track(_m, args):
+        leaf["z"] = args[0].detach().requires_grad_(True)
+        return (leaf["z"],)
+
+    hook = o_proj.register_forward_pre_hook(track)
+    try:
+        logits = plain.model(pair.corrupted_ids[None]).logits[0, -1]
+        metric = logits[pair.clean_token] - logits[pair.corrupted_token]
+        (grad,) = torch.autograd.grad(metric, [leaf["z"]])
+    finally:
+        hook.remove()
+    delta = (z_clean - leaf["z"][0].detach())[:, cols]
+    estimate = float((delta * grad[0][:, cols]).sum()) / (clean_ld - corrupted_ld)
+    np.testing.assert_allclose(best["atp"], estimate, **CLOSE)
+
+    ablation = comparison[comparison.method == "ablate"]
+    row = ablation.loc[ablation["exact"].abs().idxmax()]
+    cols = plain.cols(int(row["head"]))
+
+    def zero(act, cols=cols):
+        act = act.clone()
+        act[..., cols] = 0
+        return act
+
+    ablated = plain.ld(plain.run(pair.clean_ids, [(plain.o_proj(int(row["layer"])), zero)]))
+    np.testing.assert_allclose(row["exact"], ablated - clean_ld, **CLOSE)
+
+    # the summary joins the same numbers
+    merged = summary.merge(dla[dla.component == "head"], on=["layer", "head"])
+    np.testing.assert_allclose(merged["direct effect"], merged["value"])
+    np.testing.assert_allclose(merged["patch exact"], exact["exact"])  # both layer-major
+    assert len(merged) == handle.spec.n_layers * handle.spec.n_heads
+    assert saved_without_outputs("circuits")
