@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 
 from interp_seal.cli.common import nonnegative_int, positive_int
 from interp_seal.tasks import jsonl, line_retrieval, needle, passages
@@ -88,6 +89,10 @@ def _samples(args: argparse.Namespace) -> list:
         raise ValueError("--task needle needs --tokenizer and --lengths")
     from transformers import AutoTokenizer
 
+    from interp_seal.models.checks import check_hub_name
+
+    if not Path(args.tokenizer).expanduser().exists():
+        check_hub_name(args.tokenizer)  # fail at once, not after the hub client's retries
     cfg = needle.NeedleConfig(
         context_lengths=tuple(x for g in args.lengths for x in g),
         depths=tuple(x for g in args.depths for x in g),

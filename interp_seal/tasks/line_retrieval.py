@@ -274,10 +274,11 @@ def corruptions(sample: Sample, corrupt: str, rng: random.Random) -> list[Sample
 
 def generate(cfg: LineRetrievalConfig, n_samples: int, seed: int = 0) -> list[Sample]:
     """``n_samples`` records, reproducible from ``seed``."""
-    if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 0:
+    if not isinstance(n_samples, int) or isinstance(n_samples, bool):
+        raise TypeError(f"n_samples must be an integer (records), got {n_samples!r}")
+    if n_samples < 0:
         raise ValueError(
-            f"n_samples must be a whole number of records >= 0, got {n_samples!r}; pass e.g. "
-            "generate(cfg, 50)"
+            f"n_samples must be >= 0 (records), got {n_samples}; e.g. generate(cfg, 50)"
         )
     rng = random.Random(f"line_retrieval/{seed}/{cfg.num_lines}/{cfg.index_style}")
     return [make_sample(cfg, rng) for _ in range(n_samples)]
