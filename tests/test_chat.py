@@ -145,3 +145,29 @@ def test_evaluation_wraps_samples_and_first_token_skips_the_space(bpe_model):
     with torch.no_grad():
         logits = bpe_model.model(enc.input_ids[None]).logits[0]
     assert logits[enc.answer_start].argmax() == scores[0].predicted[1]
+
+
+def test_sweep_and_tuning_commands_wrap_their_records(bpe_model, tmp_path):
+    import pandas as pd
+
+    from interp_seal.cli import main
+
+    model = bpe_model.name_or_path
+    common = ["--model", model, "--lengths", "3", "--n", "2", "--chat-template", "vicuna"]
+    assert (
+        main(["analysis", "head-sweep", *common, "--heads", "0.1", "--out", str(tmp_path / "s")])
+        == 0
+    )
+    samples = line_retrieval.generate(LineRetrievalConfig(num_lines=3), 2, seed=0)
+    scores = teacher_force(bpe_model, wrap_samples(samples, "vicuna", bpe_model.tokenizer))
+    sweep = pd.read_csv(tmp_path / "s" / "results.csv").set_index("metric")
+    exact = sum(s.exact_match for s in scores) / 2
+    logprob = sum(s.answer_logprob for s in scores) / 2
+    assert sweep.loc["exact_match", "baseline"] == exact
+    assert sweep.loc[sweep.index != "exact_match", "baseline"].iloc[0] == pytest.approx(logprob)
+    assert main(["tune", "evaluate", *common, "--out", str(tmp_path / "t")]) == 0
+    tuned = pd.read_csv(tmp_path / "t" / "accuracy.csv")
+    assert tuned.loc[0, "method"] == "base" and tuned.loc[0, "exact_match"] == exact
+    assert tuned.loc[0, "answer_logprob"] == pytest.approx(logprob)
+    with pytest.raises(SystemExit):  # argparse refuses an unknown template before any work
+        main(["evaluate", "lines", "--model", model, "--chat-template", "alpaca"])

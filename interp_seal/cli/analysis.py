@@ -20,6 +20,7 @@ from pathlib import Path
 
 from interp_seal.cli.common import head, nonnegative_int, positive_int
 from interp_seal.outputs import write_html, write_table
+from interp_seal.tasks.chat import TEMPLATES
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 MODES = ("zero", "scale", "mean", "uniform")
@@ -69,6 +70,12 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=positive_int, default=50, help="records per length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
+    parser.add_argument(
+        "--chat-template",
+        choices=TEMPLATES,
+        default="none",
+        help="wrap records in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
+    )
     parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
     parser.add_argument("--factor", type=float, help="multiplier for --mode scale")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
@@ -93,18 +100,20 @@ def _setup(args: argparse.Namespace):
     import torch
 
     from interp_seal.analysis.sweeps import SweepOptions, mean_head_outputs
+    from interp_seal.evaluation import line_retrieval_samples
     from interp_seal.models import load_model
-    from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     handle = load_model(args.model)
-    samples = {
-        n: generate(
-            LineRetrievalConfig(num_lines=n, index_style=args.index_style), args.n, args.seed
-        )
-        for n in args.lengths
-    }
+    samples = line_retrieval_samples(
+        handle.tokenizer,
+        args.lengths,
+        n=args.n,
+        seed=args.seed,
+        index_style=args.index_style,
+        chat_template=args.chat_template,
+    )
     mean_z = None
     if args.mode == "mean":
         mean_z = mean_head_outputs(handle, [s for batch in samples.values() for s in batch])

@@ -32,6 +32,7 @@ import torch
 
 from interp_seal.cli.common import head, nonnegative_int, positive_int
 from interp_seal.outputs import write_table, write_text
+from interp_seal.tasks.chat import TEMPLATES
 from interp_seal.tuning.data import TASKS
 
 DEFAULT_LR = {
@@ -101,6 +102,7 @@ def register(subparsers) -> None:
     ev.add_argument("--batch-size", type=positive_int, default=8)
     ev.add_argument("--threads", type=positive_int, help="torch threads")
     ev.add_argument("--out", type=Path, help="write accuracy.csv here")
+    _chat_argument(ev)
     ev.set_defaults(func=run_evaluate)
 
     rt = sub.add_parser("retrieval", help="per-head retrieval scores, base vs tuned (MuDAF Fig. 5)")
@@ -124,6 +126,15 @@ def register(subparsers) -> None:
     merge.set_defaults(func=run_merge)
 
 
+def _chat_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--chat-template",
+        choices=TEMPLATES,
+        default="none",
+        help="wrap samples in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
+    )
+
+
 def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--task", choices=TASKS, default="line_retrieval", help="training format")
@@ -136,6 +147,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
         "--num-passages", type=positive_int, default=10, help="passages: passages per sample"
     )
     p.add_argument("--data-seed", type=int, default=1000, help="seed of the generated samples")
+    _chat_argument(p)
     p.add_argument("--lr", type=float, default=DEFAULT_LR.get(method), help="AdamW lr (constant)")
     p.add_argument("--epochs", type=positive_int, default=1)
     p.add_argument(
@@ -154,6 +166,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
 def _prepare(args):
     """The model handle, the encoded samples and the training config of a tuning command."""
     from interp_seal.models import load_model
+    from interp_seal.tasks.chat import wrap_samples
     from interp_seal.tuning.data import format_samples
     from interp_seal.tuning.loop import TrainConfig
 
@@ -169,6 +182,7 @@ def _prepare(args):
         num_passages=args.num_passages,
         seed=args.data_seed,
     )
+    samples = wrap_samples(samples, args.chat_template, handle.tokenizer)
     cfg = TrainConfig(
         lr=args.lr,
         epochs=args.epochs,
@@ -337,7 +351,13 @@ def run_evaluate(args) -> None:
     }
     variants |= {name: load_model(path) for name, path in tuned_paths.items()}
     table = accuracy_by_method(
-        base, variants, args.lengths, n=args.n, seed=args.seed, batch_size=args.batch_size
+        base,
+        variants,
+        args.lengths,
+        n=args.n,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        chat_template=args.chat_template,
     )
     print(table.pivot(index="method", columns="length", values="exact_match").to_string())
     if args.out:

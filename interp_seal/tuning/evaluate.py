@@ -33,8 +33,12 @@ def accuracy_by_method(
     seed: int = 0,
     batch_size: int = 8,
     progress: bool = True,
+    chat_template: str = "none",
 ) -> pd.DataFrame:
-    """``evaluate_line_retrieval``'s table for ``"base"`` and each variant, with a ``method`` column."""
+    """``evaluate_line_retrieval``'s table for ``"base"`` and each variant, with a ``method`` column.
+
+    ``chat_template`` (``interp_seal.tasks.chat``) wraps the records, as in tuning.
+    """
     tables = []
     for method, variant in {"base": None, **variants}.items():
         handle = variant if isinstance(variant, ModelHandle) else base
@@ -47,6 +51,7 @@ def accuracy_by_method(
             intervention=intervention,
             batch_size=batch_size,
             progress=progress,
+            chat_template=chat_template,
         )
         tables.append(table.assign(method=method))
     frame = pd.concat(tables, ignore_index=True)
