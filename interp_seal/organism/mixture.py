@@ -89,17 +89,17 @@ class MixtureConfig:
 
     seed: int = 0
     base: str | None = None
-    steps: int = 2000
-    lr: float = 2e-3
+    steps: int = 1300
+    lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.01
     clip: float = 1.0
-    warmup: int = 50
+    warmup: int = 100
     decay_frac: float = 0.3
     tokens_per_step: int = 2048
-    p_repeat: float = 0.1
-    p_lines: float = 0.2
-    p_needle: float = 0.35
+    p_repeat: float = 0.05
+    p_lines: float = 0.3
+    p_needle: float = 0.3
     repeat_len: tuple[int, int] = (6, 16)
     lines: tuple[int, int] = (2, 150)
     needle_tokens: tuple[int, int] = (300, 2400)
