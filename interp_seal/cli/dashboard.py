@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import socket
 
+from interp_seal.cli.common import nonnegative_int, positive_int
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("dashboard", help="serve the head-pruning dashboard page")
@@ -21,12 +23,16 @@ def register(subparsers) -> None:
         "--model", default="organism", help="'organism', checkpoint dir or hub name"
     )
     parser.add_argument(
-        "--lengths", type=int, nargs="+", default=[20, 40, 60, 80], help="lines per record"
+        "--lengths", type=positive_int, nargs="+", default=[20, 40, 60, 80], help="lines per record"
     )
-    parser.add_argument("--n", type=int, default=20, help="records per length")
+    parser.add_argument("--n", type=positive_int, default=20, help="records per length")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--port", type=nonnegative_int, default=0, help="port on 127.0.0.1 (0: a free one)"
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
     parser.set_defaults(func=run_dashboard)
 
 

@@ -13,6 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from interp_seal.cli.common import positive_int
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("figures", help="regenerate the SEAL / MuDAF figures and gallery")
@@ -21,7 +23,7 @@ def register(subparsers) -> None:
     p.add_argument("--only", nargs="+", metavar="NAME", help="figures to (re)generate")
     p.add_argument("--quick", action="store_true", help="CI-sized experiments")
     p.add_argument("--no-png", action="store_true", help="write data and HTML only")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     p.add_argument("--list", action="store_true", help="list the figures and exit")
     p.set_defaults(func=run)
 

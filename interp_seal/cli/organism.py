@@ -13,6 +13,8 @@ import argparse
 import shlex
 import sys
 
+from interp_seal.cli.common import positive_int
+
 DEFAULT_LENGTHS = (10, 40, 80, 120, 160, 200, 240)
 DEFAULT_PRUNE_LINES = 200
 
@@ -24,11 +26,13 @@ def register(subparsers) -> None:
     train = sub.add_parser("train", help="train the organism from scratch (resumable)")
     train.add_argument("--out", required=True, help="output directory (checkpoints in OUT/state)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--steps", type=int, help="total steps (default: the recipe's)")
+    train.add_argument("--steps", type=positive_int, help="total steps (default: the recipe's)")
     train.add_argument("--max-minutes", type=float, help="stop (resumably) after this long")
     train.add_argument("--resume", action="store_true", help="continue from OUT/state")
     train.add_argument("--smoke", action="store_true", help="tiny model, 6 steps (CI)")
-    train.add_argument("--threads", type=int, help="torch threads (default: the recipe's, 1)")
+    train.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: the recipe's, 1)"
+    )
     train.add_argument(
         "--v2", action="store_true", help="continue v1 on lines + needles + passages (v2 recipe)"
     )
@@ -37,26 +41,34 @@ def register(subparsers) -> None:
 
     evaluate = sub.add_parser("evaluate", help="accuracy vs length and per-head pruning")
     evaluate.add_argument("--model", default="organism", help="'organism' or a checkpoint dir")
-    evaluate.add_argument("--lines", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
-    evaluate.add_argument("--prune-lines", type=int, default=DEFAULT_PRUNE_LINES)
-    evaluate.add_argument("--samples", type=int, default=200, help="samples per length")
+    evaluate.add_argument("--lines", type=positive_int, nargs="+", default=list(DEFAULT_LENGTHS))
+    evaluate.add_argument("--prune-lines", type=positive_int, default=DEFAULT_PRUNE_LINES)
+    evaluate.add_argument("--samples", type=positive_int, default=200, help="samples per length")
     evaluate.add_argument(
-        "--prune-samples", type=int, default=100, help="samples of the pruning sweep"
+        "--prune-samples", type=positive_int, default=100, help="samples of the pruning sweep"
     )
     evaluate.add_argument(
         "--lines-only", action="store_true", help="skip needles, passages, masking and SEAL-H"
     )
-    evaluate.add_argument("--niah-lengths", type=int, nargs="+", help="needle context lengths")
-    evaluate.add_argument("--niah-per-cell", type=int, help="needles per grid cell")
-    evaluate.add_argument("--passages", type=int, nargs="+", help="passage counts for QA F1")
-    evaluate.add_argument("--qa-samples", type=int, help="questions per passage count and hop")
-    evaluate.add_argument("--seal-lines", type=int, help="SEAL-H tuning/evaluation line count")
-    evaluate.add_argument("--seal-samples", type=int, help="SEAL-H evaluation records")
+    evaluate.add_argument(
+        "--niah-lengths", type=positive_int, nargs="+", help="needle context lengths"
+    )
+    evaluate.add_argument("--niah-per-cell", type=positive_int, help="needles per grid cell")
+    evaluate.add_argument(
+        "--passages", type=positive_int, nargs="+", help="passage counts for QA F1"
+    )
+    evaluate.add_argument(
+        "--qa-samples", type=positive_int, help="questions per passage count and hop"
+    )
+    evaluate.add_argument(
+        "--seal-lines", type=positive_int, help="SEAL-H tuning/evaluation line count"
+    )
+    evaluate.add_argument("--seal-samples", type=positive_int, help="SEAL-H evaluation records")
     evaluate.add_argument(
         "--training-json", help="a JSON file with the training run's record, kept on the card"
     )
     evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument("--threads", type=positive_int, default=2)
     evaluate.add_argument(
         "--write-card", action="store_true", help="write the numbers into the model's README.md"
     )

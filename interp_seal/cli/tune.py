@@ -69,7 +69,9 @@ def register(subparsers) -> None:
         )
         _training_args(p, method)
         p.add_argument("--trainable", choices=("all", "attention"), default="all")
-        p.add_argument("--layers", type=int, nargs="+", help="layers whose attention trains")
+        p.add_argument(
+            "--layers", type=nonnegative_int, nargs="+", help="layers whose attention trains"
+        )
         p.set_defaults(func=run_mudaf, method=method)
         if method == "mudaf":
             pick = p.add_mutually_exclusive_group(required=True)
