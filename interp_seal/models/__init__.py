@@ -1,5 +1,6 @@
-"""Model loading, geometry and module maps (see ``load.py``, ``spec.py``, ``handle.py``)."""
+"""Model loading, geometry and module maps (``load.py``, ``gguf.py``, ``spec.py``, ``handle.py``)."""
 
+from interp_seal.models.gguf import GGUFError, convert_gguf, smollm2_path
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.load import DEFAULT_MODEL, ModelNotFoundError, load_model
 from interp_seal.models.rope_extension import ContextExtension, extend_context
@@ -10,10 +11,13 @@ __all__ = [
     "ContextExtension",
     "DEFAULT_MODEL",
     "FAMILIES",
+    "GGUFError",
     "ModelHandle",
     "ModelNotFoundError",
     "ModelSpec",
     "UnsupportedModelError",
+    "convert_gguf",
     "extend_context",
     "load_model",
+    "smollm2_path",
 ]

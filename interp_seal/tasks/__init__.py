@@ -4,10 +4,12 @@
 - ``needle``: needle in a haystack (gkamradt) with SEAL's needles;
 - ``passages``: synthetic multi-document QA in LongBench's passage format;
 - ``longbench``: LongBench multi-document QA records <-> ``Sample``;
+- ``chat``: a prompt wrapped in a chat template (the tokenizer's own, LongChat's vicuna);
 - ``jsonl``: task files in each task's native JSONL format (LongChat's own layout too), and the
   LongBench loader.
 """
 
+from interp_seal.tasks.chat import TEMPLATES, wrap_sample, wrap_samples
 from interp_seal.tasks.jsonl import (
     load_longbench,
     read_golden,
@@ -23,6 +25,7 @@ from interp_seal.tasks.sample import Encoded, Sample
 __all__ = [
     "SAN_FRANCISCO",
     "SEAL_NEEDLES",
+    "TEMPLATES",
     "Encoded",
     "LineRetrievalConfig",
     "Needle",
@@ -32,6 +35,8 @@ __all__ = [
     "load_longbench",
     "read_golden",
     "read_samples",
+    "wrap_sample",
+    "wrap_samples",
     "write_longchat",
     "write_samples",
 ]
