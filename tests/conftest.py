@@ -16,6 +16,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from beartype import BeartypeConf, beartype  # noqa: E402
+from jaxtyping import install_import_hook  # noqa: E402
+
+# ints are floats, as PEP 484's numeric tower says
+typechecker = beartype(conf=BeartypeConf(is_pep484_tower=True))
+
+# Check the jaxtyping annotations (shapes and dtypes) of the numerical code at run time, in
+# tests only. ``interp_seal.models`` and ``interp_seal.interventions`` stay unchecked: nnsight's
+# ``remote`` serialisation looks their classes (``ModelSpec``, ``HeadIntervention``) up by
+# source, which the import hook rewrites.
+install_import_hook(
+    [f"interp_seal.{name}" for name in ("analysis", "engine", "evaluation", "tasks", "tuning")],
+    "conftest.typechecker",
+)
 
 from interp_seal.models.random_checkpoint import save_random_checkpoint  # noqa: E402
 from interp_seal.tasks import line_retrieval  # noqa: E402
@@ -23,6 +37,17 @@ from interp_seal.tasks import line_retrieval  # noqa: E402
 torch.set_num_threads(1)
 
 FAMILIES = ("llama", "mistral", "qwen2")
+
+
+@pytest.fixture
+def unchecked():
+    """Run a test without the run-time shape checks: tests of the library's own argument
+    validation pass wrong shapes on purpose and assert its error messages."""
+    import jaxtyping
+
+    jaxtyping.config.update("jaxtyping_disable", True)
+    yield
+    jaxtyping.config.update("jaxtyping_disable", False)
 
 
 @pytest.fixture(autouse=True)

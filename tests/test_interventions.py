@@ -222,7 +222,7 @@ def test_backend_defaults_to_the_handle_backend(family_checkpoint):
 
 
 # -- bad input ---------------------------------------------------------------------------------
-def test_bad_scales_are_refused(handle):
+def test_bad_scales_are_refused(handle, unchecked):
     L, H, D = handle.spec.shape
     with pytest.raises(ValueError, match=r"this model needs \(L, H, D\)"):
         HeadIntervention(spec=handle.spec, scale=torch.ones(L, H + 1, D))
@@ -260,7 +260,7 @@ def test_batched_scale_needs_a_matching_batch(handle, backend):
         logits(handle, token_ids(handle, batch=2), iv, backend=backend)
 
 
-def test_bad_input_ids_and_backend_are_refused(handle):
+def test_bad_input_ids_and_backend_are_refused(handle, unchecked):
     ids = token_ids(handle)
     with pytest.raises(ValueError, match=r"expected \(batch, pos\)"):
         logits(handle, ids[0])

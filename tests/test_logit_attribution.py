@@ -141,7 +141,7 @@ def test_matches_transformer_lens_bridge(family_checkpoint):
         assert torch.allclose(values, reference.double(), atol=1e-4, rtol=0)
 
 
-def test_bad_inputs_are_refused(llama_checkpoint, handles):
+def test_bad_inputs_are_refused(llama_checkpoint, handles, unchecked):
     handle = handle_for(handles, llama_checkpoint)
     ids = prompt_ids(handle)
     with pytest.raises(ValueError, match="single token"):

@@ -95,7 +95,7 @@ def test_line_retrieval_pairs(llama, corrupt):
         assert f"line {key}: REGISTER_CONTENT is <{new_first}{str(old)[1:]}>" in text
 
 
-def test_pair_refuses_samples_it_cannot_pair(llama):
+def test_pair_refuses_samples_it_cannot_pair(llama, unchecked):
     cfg = LineRetrievalConfig(num_lines=4, force_prefix=False)
     sample = generate(cfg, 1)[0]
     with pytest.raises(ValueError, match="force_prefix=True"):

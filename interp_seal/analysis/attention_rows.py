@@ -188,7 +188,7 @@ def attention_row_hooks(
 
 def capture_attention_rows(
     handle: ModelHandle,
-    input_ids: Int[Tensor, "batch pos"],
+    input_ids: Int[Tensor, "*batch pos"],
     query_positions: Sequence[int] = (-1,),
     *,
     reduce: RowReducer | None = None,

@@ -29,7 +29,7 @@ from interp_seal.tasks.sample import Sample
 ACCURACY_COLUMNS = ("length", "n", "n_tokens", "exact_match", "first_token", "answer_logprob")
 
 
-def summarize(scores: Sequence[AnswerScore]) -> dict[str, float]:
+def summarize(scores: Sequence[AnswerScore]) -> dict[str, int | float]:
     """Means over ``scores``: ``n``, ``n_tokens``, ``exact_match``, ``first_token``, ``answer_logprob``."""
     if not scores:
         raise ValueError("no scores to summarise")

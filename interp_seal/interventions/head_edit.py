@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Bool, Float
@@ -37,6 +37,7 @@ ABLATION_MODES = ("zero", "scale", "mean", "uniform")
 Head = tuple[int, int]  # (layer, head): the one name for a head across the library
 
 
+@runtime_checkable
 class HeadEdit(Protocol):
     """What every backend and the forward engine need of an edit of head outputs.
 

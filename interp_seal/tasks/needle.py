@@ -168,7 +168,7 @@ class NeedleConfig:
     """
 
     context_lengths: tuple[int, ...]
-    depths: tuple[float, ...] = linear_grid(0, 100, 11)
+    depths: tuple[int | float, ...] = linear_grid(0, 100, 11)
     needles: tuple[Needle, ...] = SEAL_NEEDLES
     haystack: str = field(default_factory=read_haystack, repr=False)
     buffer: int = 200
