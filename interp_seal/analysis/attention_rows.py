@@ -22,7 +22,7 @@ Two capture routes give identical numbers (the same ops on the same tensors):
   model's own ``apply_rotary_pos_emb`` to them. With a KV cache (decoding) the keys come from
   the cache, which stores them post-RoPE, so each step costs one row per head.
 - ``backend="nnsight"``: reads ``self_attn.source.apply_rotary_pos_emb_0.output`` inside an
-  nnsight trace (DESIGN.md Sec. 2).
+  nnsight trace (docs/design.md Sec. 2).
 
 Both are checked against the rows of eager attention (``output_attentions=True``) in the tests.
 Rows are computed in float32 whatever the model dtype. A ``reduce`` function applied to each
