@@ -104,6 +104,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
     paths["binary"] = root / "binary.jsonl"
     paths["binary"].write_bytes(b'{"pred": "7"}\n\xff\xfe\x00garbage\n')
     paths["scores"] = root / "missing_scores.csv"
+    paths["scores_columns"] = root / "scores_columns.csv"
+    paths["scores_columns"].write_text("a,b\n1,2\n")
+    paths["scores_binary"] = root / "scores_binary.csv"
+    paths["scores_binary"].write_bytes(bytes(range(128, 256)) * 3)
     return paths
 
 
@@ -283,6 +287,24 @@ CLI_CASES = {
     "mudaf-scores-missing": Case(
         argv="tune mudaf --model {ckpt} " + SMALL + " --top-k 2 --scores {scores} --out {tmp}/r",
         message=r"--scores .*missing_scores\.csv: no such file",
+        early=True,
+    ),
+    "mudaf-scores-without-columns": Case(
+        argv="tune mudaf --model {ckpt} " + SMALL + " --sample-k 2 --scores {scores_columns} "
+        "--out {tmp}/r",
+        message=r"--scores .*scores_columns\.csv lacks the columns \['f1', 'head', 'layer'\]",
+        early=True,
+    ),
+    "masking-scores-not-csv": Case(
+        argv="retrieval masking --model {ckpt} --samples {tasks} --scores {scores_binary} "
+        "--out {tmp}/m",
+        message=r"--scores .*scores_binary\.csv is not a CSV table",
+        early=True,
+    ),
+    "masking-scores-without-columns": Case(
+        argv="retrieval masking --model {ckpt} --samples {tasks} --scores {scores_columns} "
+        "--out {tmp}/m",
+        message=r"--scores .*scores_columns\.csv lacks the columns \['head', 'layer', 'rank'\]",
         early=True,
     ),
     "head-sweep-n-0": Case(

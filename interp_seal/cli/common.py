@@ -7,6 +7,8 @@ exit with status 2, so the message always names the flag the user typed:
 - ``positive_int`` / ``nonnegative_int``: counts (``--n``, ``--lengths``, ``--samples``, ...);
 - ``head``: ``LAYER.HEAD`` (``1.3``) -> ``(1, 3)``.
 
+``read_table`` reads a CSV table given by an option (score tables), checking its columns.
+
 ``check_outputs`` is called by ``interp_seal.cli.main`` for every command that has ``--out``:
 a directory by default, a file for commands that set ``out_is_file=True``. It uses
 ``interp_seal.outputs``, which also writes every result file atomically.
@@ -15,6 +17,8 @@ a directory by default, a file for commands that set ``out_is_file=True``. It us
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from pathlib import Path
 
 from interp_seal.outputs import check_output_dir, check_output_file
 
@@ -55,6 +59,29 @@ def head(text: str) -> tuple[int, int]:
 def head_label(heads: list[tuple[int, int]]) -> str:
     """``[(1, 3), (0, 2)]`` -> ``"1.3 0.2"`` (as typed on the command line)."""
     return " ".join(f"{layer}.{index}" for layer, index in heads)
+
+
+def read_table(path: Path, flag: str, columns: Iterable[str]):
+    """The CSV table that option ``flag`` names, with at least ``columns``.
+
+    Raises FileNotFoundError or ValueError naming the flag and the file when it is missing, not
+    a CSV table, or lacks a column, so a wrong file fails before any model is loaded.
+    """
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    try:
+        table = pd.read_csv(path)
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise ValueError(f"{flag} {path} is not a CSV table ({err})") from None
+    missing = sorted(set(columns) - set(table.columns))
+    if missing:
+        raise ValueError(
+            f"{flag} {path} lacks the columns {missing} (it has {sorted(table.columns)}); pass "
+            "the head_scores.csv that `interp-seal retrieval passage-scores` writes"
+        )
+    return table
 
 
 def check_outputs(args: argparse.Namespace) -> None:

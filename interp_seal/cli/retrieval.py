@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.common import positive_int
+from interp_seal.cli.common import positive_int, read_table
 from interp_seal.outputs import write_html, write_table
 
 
@@ -106,14 +106,6 @@ def _setup(args: argparse.Namespace):
     return handle, samples
 
 
-def _read_scores(path: Path):
-    import pandas as pd
-
-    if not path.is_file():
-        raise FileNotFoundError(f"no such score table: {path} (write one with passage-scores)")
-    return pd.read_csv(path)
-
-
 def _write_heads(out: Path, heads, per_sample, value: str, title: str) -> None:
     from interp_seal.viz.passages import head_score_heatmap
 
@@ -166,8 +158,9 @@ def run_masking(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
     )
-    retrieval = _read_scores(args.scores)
-    niah = _read_scores(args.niah_scores) if args.niah_scores else None
+    ranked = ("layer", "head", "rank")
+    retrieval = read_table(args.scores, "--scores", ranked)
+    niah = read_table(args.niah_scores, "--niah-scores", ranked) if args.niah_scores else None
     handle, samples = _setup(args)
     frame = masking_experiment(
         handle, samples, retrieval, niah=niah, config=config, results=args.out / "conditions.jsonl"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from interp_seal.cli.common import head, nonnegative_int, positive_int
+from interp_seal.cli.common import head, nonnegative_int, positive_int, read_table
 from interp_seal.outputs import write_table, write_text
 from interp_seal.tasks.chat import TEMPLATES
 from interp_seal.tuning.data import TASKS
@@ -270,14 +270,11 @@ def run_peft(args) -> None:
         print(f"{tuner.method}: {result.steps} steps, final loss {result.losses[-1]:.4f} -> {out}")
 
 
-def _target_heads(args, spec) -> tuple[tuple[int, int], ...]:
+def _target_heads(args, spec, table) -> tuple[tuple[int, int], ...]:
     from interp_seal.tuning.mudaf import sample_heads, score_matrix, top_k_heads
 
     if args.heads:
         return tuple(args.heads)
-    import pandas as pd
-
-    table = pd.read_csv(args.scores)
     if "method" in table:  # a `tune retrieval` table: score heads on the base model
         table = table[table["method"] == "base"]
     scores = score_matrix(table, spec)
@@ -291,17 +288,17 @@ def run_mudaf(args) -> None:
     from interp_seal.tuning.merge import save_checkpoint
     from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
 
+    table = None
     if args.method == "mudaf" and not args.heads:
         if args.scores is None:
             raise ValueError("--top-k and --sample-k need --scores (a head_scores.csv)")
-        if not args.scores.is_file():
-            raise FileNotFoundError(f"--scores {args.scores}: no such file")
+        table = read_table(args.scores, "--scores", ("layer", "head", "f1"))
     handle, samples, cfg = _prepare(args)
     if args.task == "line_retrieval":  # each line is a passage, the queried line the golden one
         samples = [with_line_passages(s) for s in samples]
     mudaf = args.method == "mudaf"
     mcfg = MudafConfig(
-        heads=_target_heads(args, handle.spec) if mudaf else (),
+        heads=_target_heads(args, handle.spec, table) if mudaf else (),
         alpha=args.alpha if mudaf else 0.0,
         tau=args.tau if mudaf else 0.05,
         concat=not args.per_head if mudaf else True,
