@@ -26,6 +26,12 @@ score the mean over samples (a context length x depth grid); heads above 0.1 are
 heads*. The decoding loop keeps a KV cache and takes one attention row per head and step
 (``attention_rows``): never a T x T matrix.
 
+**Peers' conventions.** MuDAF's and Retrieval_Head's own code define both scores slightly
+differently (passage spans that include the separators, EM over attended passages only; a
+needle located by token overlap, 50 decoded tokens, only samples whose answer recalls the
+needle). ``convention="mudaf_code"`` / ``"retrieval_head_code"`` reproduce them; the papers'
+definitions are the default. ``interp_seal.analysis.peer_conventions`` states the differences.
+
 ``passage_retrieval_scores`` and ``needle_retrieval_scores`` run one sample at a time through
 ``score_samples``, which appends each sample's result to a JSONL file when asked (``results=``)
 and skips samples already there on restart.
@@ -33,6 +39,7 @@ and skips samples already there on restart.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +51,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+import interp_seal.analysis.peer_conventions as peers
 from interp_seal.analysis.attention_rows import (
     CAPTURE_BACKENDS,
     attention_row_hooks,
@@ -68,13 +76,17 @@ class PassageScoreConfig:
         em_attended_only: EM ranks only attended passages (official code) instead of all
             passages (paper, App. A.2).
         backend: attention-row capture route, ``"hf"`` or ``"nnsight"`` (same numbers).
+        convention: ``"paper"`` (App. A.2) or ``"mudaf_code"``: passage spans from marker to
+            marker and EM over attended passages, as MuDAF's code (``peer_conventions``).
     """
 
     eps: float = 0.3
     em_attended_only: bool = False
     backend: str = "hf"
+    convention: str = "paper"
 
     def __post_init__(self):
+        peers.check_convention(self.convention, peers.PASSAGE_CONVENTIONS)
         if not 0 <= self.eps < 1:
             raise ValueError(f"eps must be in [0, 1) (attention sums to 1), got {self.eps}")
         if self.backend not in CAPTURE_BACKENDS:
@@ -172,10 +184,16 @@ def score_passages(
 
 
 def passage_attention(
-    handle: ModelHandle, sample: Sample, *, backend: str = "hf"
+    handle: ModelHandle, sample: Sample, *, backend: str = "hf", convention: str = "paper"
 ) -> PassageAttention:
-    """The last prompt token's attention summed over each passage, for every head."""
+    """The last prompt token's attention summed over each passage, for every head.
+
+    With ``convention="mudaf_code"`` passages are cut as MuDAF's code cuts them.
+    """
+    peers.check_convention(convention, peers.PASSAGE_CONVENTIONS)
     enc = encode_samples(handle, [sample])[0]
+    if convention == "mudaf_code":
+        enc = dataclasses.replace(enc, passages=peers.mudaf_code_spans(sample, handle.tokenizer))
     spans = passage_spans(enc)
     golden = check_golden(sample.golden, len(spans))
     first = spans[0][0]
@@ -200,14 +218,19 @@ class CopyPasteConfig:
 
     Attributes:
         threshold: heads whose mean score exceeds it are retrieval heads (Wu et al.: 0.1).
-        max_new_tokens: greedy steps per sample; None = the answer's token count. Decoding
-            also stops at the tokenizer's EOS.
+        max_new_tokens: greedy steps per sample; None = the answer's token count (50 with
+            ``"retrieval_head_code"``). Decoding also stops at the tokenizer's EOS.
+        convention: ``"paper"`` (Wu et al.) or ``"retrieval_head_code"``: needle located by
+            token overlap, decoding to a newline, only samples whose answer recalls the needle
+            averaged, as the Retrieval_Head code (``peer_conventions``).
     """
 
     threshold: float = 0.1
     max_new_tokens: int | None = None
+    convention: str = "paper"
 
     def __post_init__(self):
+        peers.check_convention(self.convention, peers.NEEDLE_CONVENTIONS)
         if self.threshold < 0:
             raise ValueError(f"threshold must be >= 0, got {self.threshold}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -270,12 +293,25 @@ def copy_hits(
 
 @torch.no_grad()
 def copy_paste_score(
-    handle: ModelHandle, sample: Sample | Encoded, *, max_new_tokens: int | None = None
+    handle: ModelHandle,
+    sample: Sample | Encoded,
+    *,
+    max_new_tokens: int | None = None,
+    convention: str = "paper",
 ) -> CopyPaste:
-    """Greedy KV-cache decoding of ``sample``'s answer, scoring copy-paste heads at each step."""
+    """Greedy KV-cache decoding of ``sample``'s answer, scoring copy-paste heads at each step.
+
+    With ``convention="retrieval_head_code"`` (a ``Sample`` only) the needle is located and
+    decoding stops as the Retrieval_Head code does (``peer_conventions``).
+    """
+    peers.check_convention(convention, peers.NEEDLE_CONVENTIONS)
     enc = encode_samples(handle, [sample])[0]
     start, end = needle_span(enc)
     steps = max_new_tokens or len(enc.answer_ids)
+    stop = None
+    if convention == "retrieval_head_code":
+        start, end = peers.locate_needle(handle.tokenizer, sample, enc.prompt_ids)
+        steps, stop = max_new_tokens or peers.DECODE_TOKENS, peers.newline_stop(handle.tokenizer)
     ids = enc.prompt_ids
     if len(ids) < 2:
         raise ValueError("the prompt needs at least two tokens (a prefix and a query token)")
@@ -291,7 +327,7 @@ def copy_paste_score(
             hits = copy_hits(capture.take().cpu(), token, ids, (start, end))
             score += hits / (end - start)
 
-        generated = greedy_decode(handle, ids, steps, on_token=score_step)
+        generated = greedy_decode(handle, ids, steps, stop=stop, on_token=score_step)
     return CopyPaste(score=score.numpy(), generated=tuple(generated))
 
 
@@ -371,7 +407,7 @@ def passage_retrieval_scores(
         raise ValueError("no samples to score")
 
     def compute(sample: Sample) -> dict:
-        pa = passage_attention(handle, sample, backend=config.backend)
+        pa = passage_attention(handle, sample, backend=config.backend, convention=config.convention)
         return {
             "golden": list(pa.golden),
             "attention": pa.attention.tolist(),
@@ -379,6 +415,8 @@ def passage_retrieval_scores(
         }
 
     setting = {"model": handle.name_or_path, "score": "passage attention"}
+    if config.convention != "paper":
+        setting["convention"] = config.convention
     records = score_samples(
         samples, compute, setting=setting, results=results, desc="passage scores", progress=progress
     )
@@ -396,7 +434,7 @@ def passage_retrieval_scores(
             torch.from_numpy(pa.attention),
             pa.golden,
             config.eps,
-            em_attended_only=config.em_attended_only,
+            em_attended_only=config.em_attended_only or config.convention == "mudaf_code",
         )
         scored.append((record["sample"], {"f1": f1.numpy(), "em": em.numpy()}))
     per_sample = _long(scored)
@@ -417,16 +455,29 @@ def needle_retrieval_scores(
     results: str | Path | None = None,
     progress: bool = True,
 ) -> NeedleScores:
-    """Retrieval Head copy-paste scores of every head over needle ``samples`` (a NIAH grid)."""
+    """Retrieval Head copy-paste scores of every head over needle ``samples`` (a NIAH grid).
+
+    With ``convention="retrieval_head_code"``, ``per_sample`` also has ``rouge1_recall`` (of
+    the needle by the decoded text) and ``kept`` (above 50%); heads average kept samples only.
+    """
     if not samples:
         raise ValueError("no samples to score")
+    peer = config.convention == "retrieval_head_code"
 
     def compute(sample: Sample) -> dict:
-        cp = copy_paste_score(handle, sample, max_new_tokens=config.max_new_tokens)
+        cp = copy_paste_score(
+            handle, sample, max_new_tokens=config.max_new_tokens, convention=config.convention
+        )
         niah = {k: sample.meta[k] for k in NIAH_FIELDS if k in sample.meta}
+        if peer:
+            text = handle.tokenizer.decode(list(cp.generated), skip_special_tokens=True)
+            recall = peers.rouge1_recall(sample.prompt[slice(*sample.needle)], text.strip())
+            niah |= {"rouge1_recall": recall, "kept": recall > peers.ROUGE_RECALL}
         return {"score": cp.score.tolist(), "generated": list(cp.generated), "niah": niah}
 
     setting = {"model": handle.name_or_path, "max_new_tokens": config.max_new_tokens}
+    if peer:
+        setting["convention"] = config.convention
     records = score_samples(
         samples,
         compute,
@@ -438,6 +489,11 @@ def needle_retrieval_scores(
     per_sample = _long([(r["sample"], {"score": np.asarray(r["score"])}) for r in records])
     niah = pd.DataFrame([{"sample": r["sample"], **r["niah"]} for r in records])
     per_sample = per_sample.merge(niah, on="sample")
-    heads = per_sample.groupby(["layer", "head"], as_index=False)["score"].mean()
+    kept = per_sample[per_sample["kept"]] if peer else per_sample
+    heads = (
+        per_sample[["layer", "head"]]
+        .drop_duplicates()
+        .merge(kept.groupby(["layer", "head"], as_index=False)["score"].mean(), how="left")
+    )  # NaN for every head when no sample is kept
     heads["retrieval_head"] = heads["score"] > config.threshold
     return NeedleScores(heads=rank_heads(heads, ["score"]), per_sample=per_sample)
