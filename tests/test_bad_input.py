@@ -516,6 +516,16 @@ API_CASES = {
         error=ValueError,
         message=r"broken\.jsonl:1: cannot tell the task",
     ),
+    "read-golden-binary": ApiCase(
+        call=lambda f, h: jsonl.read_golden(f["scores_binary"]),
+        error=ValueError,
+        message=r"scores_binary\.csv: not UTF-8 text",
+    ),
+    "read-golden-missing": ApiCase(
+        call=lambda f, h: jsonl.read_golden(f["scores"]),
+        error=FileNotFoundError,
+        message=r"no such golden-id file: .*missing_scores\.csv",
+    ),
     "read-records-broken": ApiCase(
         call=lambda f, h: jsonl.read_records(f["broken"]),
         error=ValueError,

@@ -368,8 +368,12 @@ def read_golden(path: str | Path) -> dict[str, tuple[int, ...]]:
                 raise ValueError(f"{path}:{lineno}: {err}") from None
             golden[record["_id"]] = tuple(record["golden"])
         return golden
+    if not path.is_file():
+        raise FileNotFoundError(f"no such golden-id file: {path}")
     try:
         mapping = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text; expected a JSON object of _id -> ids") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
     if not isinstance(mapping, dict):
