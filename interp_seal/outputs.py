@@ -9,7 +9,8 @@ Two rules for everything interp-seal writes:
    is wrong and how to fix it. They create nothing that stays.
 2. **Never leave half a file.** ``atomic_path`` hands out a temporary name beside the target;
    the target appears (``os.replace``, atomic on POSIX) only once the writer has finished, so a
-   kill or an exception leaves either the old file or none. ``write_text``, ``write_table`` and
+   kill or an exception leaves either the old file or none (after ``kill -9`` a hidden
+   ``.<name>.tmp-<pid>`` file may stay beside it; the target name never holds half a file). ``write_text``, ``write_table`` and
    ``write_html`` are the common cases; ``atomic_dir`` does the same for a directory of files
    (a checkpoint), moving each finished file into place.
 """

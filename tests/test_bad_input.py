@@ -14,6 +14,9 @@ import inspect
 import json
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -596,3 +599,31 @@ def test_atomic_writes_leave_the_old_file_or_none(tmp_path):
         (tmp / "weights.bin").write_bytes(weights)
     assert (tmp_path / "model" / "weights.bin").read_bytes() == weights
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.json", "model"]
+
+
+def test_a_killed_writer_leaves_no_half_file(tmp_path):
+    """``kill -9`` in the middle of a write: the target keeps its old content."""
+    target = tmp_path / "results.csv"
+    target.write_text("old\n")
+    started = tmp_path / "started"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from interp_seal.outputs import atomic_path\n"
+        "with atomic_path(sys.argv[1]) as tmp, open(tmp, 'w') as f:\n"
+        "    f.write('new,half'); f.flush()\n"
+        "    Path(sys.argv[2]).write_text('')\n"
+        "    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(target), str(started)])
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the writer never started"
+        leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".results.tmp-")]
+        assert [p.read_text() for p in leftovers] == ["new,half"]  # it was mid-write
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert target.read_text() == "old\n"
