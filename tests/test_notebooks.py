@@ -10,6 +10,7 @@ Nothing here hard-codes the organism's numbers: only the library's own.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -43,16 +44,41 @@ from interp_seal.tuning.seal import SealTuner
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CLOSE = {"rtol": 1e-4, "atol": 1e-4}  # float32 forwards through different code paths
 DUMP_IMPORTS = "import json\nfrom pathlib import Path\n"
+PLOTLY = "application/vnd.plotly.v1+json"
 
 
-def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str) -> None:
-    """Execute ``notebooks/<name>.ipynb`` in ``cwd`` with ``env``, then the cell ``dump``."""
+def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str):
+    """Execute ``notebooks/<name>.ipynb`` in ``cwd`` with ``env``, then the cell ``dump``;
+    returns the executed notebook."""
     monkeypatch.undo()  # the kernel connects over loopback sockets
     monkeypatch.setattr(os, "environ", {**os.environ, **env})
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(DUMP_IMPORTS + dump))
     client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
     client.execute(cwd=str(cwd))
+    return nb
+
+
+def figure(nb, title: str) -> dict:
+    """The plotly figure (JSON) the notebook displayed whose title starts with ``title``."""
+    found = [
+        out["data"][PLOTLY]
+        for cell in nb.cells
+        for out in cell.get("outputs", [])
+        if PLOTLY in out.get("data", {})
+        and out["data"][PLOTLY]["layout"]["title"]["text"].startswith(title)
+    ]
+    assert len(found) == 1, f"{len(found)} figures titled {title!r}"
+    return found[0]
+
+
+def array(value) -> np.ndarray:
+    """A plotly JSON array: a list, or a typed array ``{"dtype", "bdata"[, "shape"]}``."""
+    if isinstance(value, dict):
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        return flat.reshape([int(n) for n in str(shape).split(",")]) if shape else flat
+    return np.asarray(value)
 
 
 def saved_without_outputs(name: str) -> bool:
@@ -119,7 +145,7 @@ def _rows(table: pd.DataFrame, **where) -> pd.Series:
 
 
 def test_seal_notebook_matches_package(tmp_path, monkeypatch):
-    run_notebook("seal", tmp_path, monkeypatch, SEAL_ENV, SEAL_DUMP)
+    nb = run_notebook("seal", tmp_path, monkeypatch, SEAL_ENV, SEAL_DUMP)
     numbers = json.loads((tmp_path / "numbers.json").read_text())
     sweep, channels, scaled, accuracy = (
         pd.read_csv(tmp_path / f"{name}.csv")
@@ -208,6 +234,20 @@ def test_seal_notebook_matches_package(tmp_path, monkeypatch):
     }
     again = accuracy_by_method(handle, variants, [mid, long], n=4, seed=0, progress=False)
     pd.testing.assert_frame_equal(accuracy, again, check_dtype=False, **CLOSE)
+
+    # the figures show these numbers
+    shown = figure(nb, "Exact match vs context length")["data"]
+    assert [t["name"] for t in shown] == list(again["method"].unique())
+    for trace in shown:
+        rows = again[again["method"] == trace["name"]].sort_values("length")
+        np.testing.assert_allclose(array(trace["y"]), rows["exact_match"])
+    scatter = figure(nb, "Head pruning: change in answer log-prob")["data"]
+    points = {
+        (round(float(a), 6), round(float(b), 6))
+        for t in scatter
+        for a, b in zip(array(t["x"]), array(t["y"]), strict=True)
+    }
+    assert points == {(round(a, 6), round(b, 6)) for a, b in deltas[[mid, long]].to_numpy()}
     assert saved_without_outputs("seal")
 
 
@@ -259,7 +299,7 @@ def brute_passage_scores(model, tokenizer, samples, eps: float = 0.3) -> pd.Data
 
 
 def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
-    run_notebook("mudaf", tmp_path, monkeypatch, MUDAF_ENV, MUDAF_DUMP)
+    nb = run_notebook("mudaf", tmp_path, monkeypatch, MUDAF_ENV, MUDAF_DUMP)
     numbers = json.loads((tmp_path / "numbers.json").read_text())
     heads, masking, retrieval, accuracy = (
         pd.read_csv(tmp_path / f"{name}.csv")
@@ -315,6 +355,14 @@ def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
         copy.model.set_attn_implementation("sdpa")
     again = accuracy_by_method(handle, tuned, [12], n=4, seed=0, progress=False)
     pd.testing.assert_frame_equal(accuracy, again, check_dtype=False, **CLOSE)
+
+    # the Fig. 5 bars show the target heads' scores
+    bars = figure(nb, "Retrieval score (f1) of the target heads")["data"]
+    assert [t["name"] for t in bars] == ["base", "mudaf", "sft"]
+    order = expected[(expected["method"] == "base") & expected["target"]][["layer", "head"]]
+    for trace in bars:
+        rows = order.merge(expected[expected["method"] == trace["name"]], on=["layer", "head"])
+        np.testing.assert_allclose(array(trace["y"]), rows["f1"], **CLOSE)
     assert saved_without_outputs("mudaf")
 
 
@@ -373,7 +421,7 @@ class PlainRun:
 
 
 def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
-    run_notebook("circuits", tmp_path, monkeypatch, CIRCUITS_ENV, CIRCUITS_DUMP)
+    nb = run_notebook("circuits", tmp_path, monkeypatch, CIRCUITS_ENV, CIRCUITS_DUMP)
     numbers = json.loads((tmp_path / "numbers.json").read_text())
     dla, patching, comparison, summary = (
         pd.read_csv(tmp_path / f"{name}.csv")
@@ -466,4 +514,10 @@ def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
     np.testing.assert_allclose(merged["direct effect"], merged["value"])
     np.testing.assert_allclose(merged["patch exact"], exact["exact"])  # both layer-major
     assert len(merged) == handle.spec.n_layers * handle.spec.n_heads
+
+    # the scatter shows exact (x) against attribution patching (y), per method
+    for trace in figure(nb, "Attribution patching vs exact")["data"]:
+        rows = comparison[comparison.method == trace["name"].split()[0]]
+        np.testing.assert_allclose(array(trace["x"]), rows["exact"], **CLOSE)
+        np.testing.assert_allclose(array(trace["y"]), rows["atp"], **CLOSE)
     assert saved_without_outputs("circuits")
