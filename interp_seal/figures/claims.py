@@ -91,19 +91,20 @@ def pruning_both_ways(d: Data):
 
 def scaling_beats_baseline(d: Data):
     sw = d["seal_fig2d_scaling"]["sweep"]
-    sw = sw[(sw.metric == "exact_match")]
-    L = sw.length.max()
+    sw = sw[sw.metric == "exact_match"]
+    L = int(d["_sizes"]["long"]) if (sw.length == d["_sizes"]["long"]).any() else sw.length.max()
     n = float(d["_sizes"]["n"])
     at = sw[sw.length == L].set_index("table")
     name = "Q1 x 0.9 + Q3 x 1.1" if "Q1 x 0.9 + Q3 x 1.1" in at.index else at.index[0]
     p, b = float(at.loc[name, "value"]), float(at.loc[name, "baseline"])
     se = se_diff(p, n, b, n)
-    return (
-        f"{name} {p:.2f} vs baseline {b:.2f} at {L} lines (n={int(n)})",
-        p - b,
-        se,
-        verdict(p - b, se),
-    )
+    text = f"{name} {p:.2f} vs baseline {b:.2f} at {L} lines (n={int(n)})"
+    if "seal_fig2b_quadrants" in d:
+        from interp_seal.figures.seal import _quadrants
+
+        counts = _quadrants(d["seal_fig2b_quadrants"]["sweep"]).counts()
+        text += f"; heads scaled: Q1 {counts['Q1']}, Q3 {counts['Q3']}"
+    return text, p - b, se, verdict(p - b, se)
 
 
 def seal_raises(d: Data):
