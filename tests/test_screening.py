@@ -17,6 +17,7 @@ from conftest import build_checkpoint
 from interp_seal.analysis import screening
 from interp_seal.analysis.screening import attribution_estimates, screened_head_sweep, top_heads
 from interp_seal.analysis.sweeps import SweepOptions, head_sweep, mean_head_outputs
+from interp_seal.cli import main
 from interp_seal.models import load_model
 from interp_seal.tasks import line_retrieval
 
@@ -139,6 +140,8 @@ def test_resume_reads_the_estimates_back(handle, samples, tmp_path, monkeypatch)
         handle, samples, top_k=2, options=SweepOptions(out=tmp_path, resume=True, progress=False)
     )
     pd.testing.assert_frame_equal(first.table, again.table)
+    with pytest.raises(ValueError, match="holds a screened sweep already; pass resume=True"):
+        screened_head_sweep(handle, samples, top_k=2, options=SweepOptions(out=tmp_path))
     other = {3: samples[3]}
     with pytest.raises(ValueError, match="holds estimates for other inputs"):
         screened_head_sweep(
@@ -168,3 +171,27 @@ def test_top_heads_hand_computed():
     )
     # mean deltas: (0,0) -2, (0,1) 0.5, (1,0) 1, (1,1) -0.25
     assert top_heads(table, 2) == {"helpful": [(0, 0), (1, 1)], "harmful": [(1, 0), (0, 1)]}
+
+
+def test_cli_screen_flag(tmp_path, llama_checkpoint, capsys):
+    out = tmp_path / "screen"
+    argv = ["analysis", "head-sweep", "--model", llama_checkpoint, "--lengths", "2", "4",
+            "--n", "2", "--screen", "2", "--out", str(out), "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    table = pd.read_csv(out / "results.csv")
+    handle = load_model(llama_checkpoint)
+    cfg = line_retrieval.LineRetrievalConfig
+    samples = {n: line_retrieval.generate(cfg(num_lines=n), 2, seed=0) for n in (2, 4)}
+    expected = screened_head_sweep(handle, samples, top_k=2, options=QUIET).table
+    assert table["source"].tolist() == expected["source"].tolist()
+    np.testing.assert_allclose(table["delta"], expected["delta"], atol=1e-5)
+    estimates = pd.read_csv(out / "screen_estimates.csv")
+    assert len(estimates) == 8 * 2 and estimates["confirmed"].sum() == 4 * 2
+    assert {"head_deltas.html", "quadrants.html", "quadrants.csv"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert "screen: most helpful" in capsys.readouterr().out
+    assert main([*argv, "--resume"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
+    assert main([*argv, "--heads", "0.1"]) == 2
+    assert "--screen ranks every head" in capsys.readouterr().err

@@ -244,6 +244,11 @@ def _load_or_estimate(handle, samples, mode, factor, mean_z, options) -> pd.Data
         None if mean_z is None else mean_z.tolist(),
     )
     path = None if options.out is None else Path(options.out) / ESTIMATES
+    if path is not None and path.exists() and not options.resume:
+        raise ValueError(
+            f"{path} holds a screened sweep already; pass resume=True (--resume) to continue it, "
+            "or write to a new output directory"
+        )
     if path is not None and options.resume and path.exists():
         saved = json.loads(path.read_text())
         if saved["fingerprint"] != key:

@@ -2,6 +2,7 @@
 
     interp-seal analysis head-sweep --model organism --lengths 20 40 --n 50 --mode zero --out runs/heads
     interp-seal analysis head-sweep ... --out runs/heads --resume      # continue a killed sweep
+    interp-seal analysis head-sweep --model smollm2 --screen 10 --lengths 10 20 --n 5 --out runs/s
     interp-seal analysis channel-sweep --heads 1.3 2.5 --lengths 20 40 --n 50 --out runs/channels
 
 Lengths are lines per LongEval record. Each command writes to ``OUT``: ``manifest.json`` and
@@ -10,6 +11,11 @@ killed sweep), ``results.csv`` (or ``.parquet``) with columns layer, head, chann
 metric, value, baseline, delta, and self-contained HTML figures: ``head_deltas.html`` (layer x
 head heatmap per length) and, with two or more lengths, ``quadrants.html`` (the first length
 against the last, SEAL Fig. 2b, also ``quadrants.csv``); ``channel_map.html`` for channel sweeps.
+``--screen K`` (models with many heads) ranks every head by attribution patching and sweeps
+exactly only the K most helpful and K most harmful (``interp_seal.analysis.screening``): the
+table gains a ``source`` column (``exact`` / ``estimate``), figures and quadrants use the
+answer's log-probability (the only metric every head has), the estimates go to
+``screen_estimates.csv`` and the exact sweep's records to ``OUT/exact``.
 Mode ``mean`` ablates to the mean head output over the sweep's own samples.
 """
 
@@ -39,6 +45,14 @@ def register(subparsers) -> None:
         default=None,
         metavar="LAYER.HEAD",
         help="heads (default: all)",
+    )
+    heads.add_argument(
+        "--screen",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="screened sweep: attribution patching ranks every head, the K most helpful and K "
+        "most harmful are swept exactly",
     )
     heads.set_defaults(func=run_head_sweep)
 
@@ -128,26 +142,32 @@ def _setup(args: argparse.Namespace):
 
 def run_head_sweep(args: argparse.Namespace) -> int:
     from interp_seal.analysis.quadrants import head_quadrants
+    from interp_seal.analysis.screening import screened_head_sweep
     from interp_seal.analysis.sweeps import head_sweep
     from interp_seal.viz.sweeps import head_delta_heatmap, quadrant_scatter
 
+    if args.screen is not None and (args.heads is not None or args.mode == "uniform"):
+        raise ValueError(
+            "--screen ranks every head by attribution patching, which needs an edit affine in "
+            "the head output: drop --heads, and use --mode zero, scale or mean"
+        )
     handle, samples, mean_z, options = _setup(args)
-    table = head_sweep(
-        handle,
-        samples,
-        heads=args.heads,
-        mode=args.mode,
-        factor=args.factor,
-        mean_z=mean_z,
-        options=options,
-    )
-    written = [
+    sweep_args = {"mode": args.mode, "factor": args.factor, "mean_z": mean_z, "options": options}
+    metric, written = "exact_match", []
+    if args.screen is None:
+        table = head_sweep(handle, samples, heads=args.heads, **sweep_args)
+    else:
+        screen = screened_head_sweep(handle, samples, top_k=args.screen, **sweep_args)
+        table, metric = screen.table, "answer_logprob"
+        written.append(write_table(screen.estimates, args.out / "screen_estimates.csv"))
+        print(f"screen: most helpful {screen.helpful}, most harmful {screen.harmful}")
+    written += [
         write_table(table, args.out / f"results.{args.format}"),
-        write_html(head_delta_heatmap(table), args.out / "head_deltas.html"),
+        write_html(head_delta_heatmap(table, metric=metric), args.out / "head_deltas.html"),
     ]
     lengths = sorted(args.lengths)
     if len(lengths) >= 2:
-        quadrants = head_quadrants(table, mid=lengths[0], long=lengths[-1])
+        quadrants = head_quadrants(table, mid=lengths[0], long=lengths[-1], metric=metric)
         written += [
             write_table(quadrants.heads, args.out / "quadrants.csv"),
             write_html(quadrant_scatter(quadrants), args.out / "quadrants.html"),
