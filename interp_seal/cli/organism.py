@@ -3,7 +3,7 @@
 interp-seal organism train --out runs/organism --seed 0          # the shipped recipe
 interp-seal organism train --out /tmp/smoke --smoke               # CI-sized, seconds
 interp-seal organism train --v2 --out runs/organism-v2 --seed 0  # v2: continue v1 on 3 tasks
-interp-seal organism evaluate --lines-only                        # lines: accuracy + pruning
+interp-seal organism evaluate --parts lines prune                  # some parts only
 interp-seal organism evaluate --write-card                        # every task, into README.md
 """
 
@@ -48,7 +48,12 @@ def register(subparsers) -> None:
         "--prune-samples", type=positive_int, default=100, help="samples of the pruning sweep"
     )
     evaluate.add_argument(
-        "--lines-only", action="store_true", help="skip needles, passages, masking and SEAL-H"
+        "--parts",
+        nargs="+",
+        help="card parts to measure (default all): lines prune needle passages retrieval seal",
+    )
+    evaluate.add_argument(
+        "--results", help="JSONL file caching finished parts (resume; parallel --parts runs)"
     )
     evaluate.add_argument(
         "--niah-lengths", type=positive_int, nargs="+", help="needle context lengths"
@@ -97,19 +102,25 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def task_settings(args: argparse.Namespace):
-    """``TaskSettings`` with the command line's overrides (validated before any work)."""
+def settings(args: argparse.Namespace):
+    """``LineSettings`` and ``TaskSettings`` with the command line's overrides (validated)."""
+    from interp_seal.organism.card import LineSettings
     from interp_seal.organism.card_tasks import TaskSettings
 
+    lines = LineSettings(
+        lengths=tuple(args.lines), prune_lines=args.prune_lines, n_samples=args.samples,
+        prune_samples=args.prune_samples, seed=args.seed,
+    )  # fmt: skip
     chosen = {
         "niah_lengths": tuple(args.niah_lengths) if args.niah_lengths else None,
         "niah_per_cell": args.niah_per_cell,
         "passage_counts": tuple(args.passages) if args.passages else None,
         "passage_samples": args.qa_samples,
         "seal_lines": args.seal_lines,
+        "seal_eval_samples": args.seal_samples,
         "seed": args.seed,
     }
-    return TaskSettings(**{k: v for k, v in chosen.items() if v is not None})
+    return lines, TaskSettings(**{k: v for k, v in chosen.items() if v is not None})
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -119,10 +130,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from interp_seal.models import load_model
-    from interp_seal.organism.card import measure, write_card
-    from interp_seal.organism.card_tasks import measure_tasks
+    from interp_seal.organism.card import PARTS, measure_parts, reports, write_card
 
-    settings = None if args.lines_only else task_settings(args)
+    lines, tasks = settings(args)
+    parts = args.parts or PARTS
     training = None
     if args.training_json:
         path = Path(args.training_json)
@@ -131,25 +142,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
         training = json.loads(path.read_text())
     torch.set_num_threads(args.threads)
     handle = load_model(args.model)
-    report = measure(
-        handle,
-        lengths=args.lines,
-        prune_lines=args.prune_lines,
-        n_samples=args.samples,
-        prune_samples=args.prune_samples,
-        seed=args.seed,
-    )
+    values = measure_parts(handle, lines, tasks, parts=parts, results=args.results)
+    if not set(PARTS) <= set(values):
+        print(f"measured {sorted(values)}; the card needs all of {list(PARTS)}")
+        return 0
+    report, task_report = reports(values, lines, tasks)
     print(report.text())
-    tasks = None
-    if settings is not None:
-        tasks = measure_tasks(handle, settings, eval_samples=args.seal_samples or 50)
-        print(tasks.text())
+    print(task_report.text())
     if args.write_card:
         command = (
             "interp-seal " + shlex.join(sys.argv[1:])
             if sys.argv[1:]
             else "interp-seal organism evaluate"
         )
-        card = write_card(Path(handle.name_or_path), report, command, tasks, training)
+        card = write_card(Path(handle.name_or_path), report, command, task_report, training)
         print(f"wrote {card}")
     return 0

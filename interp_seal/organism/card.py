@@ -21,6 +21,7 @@ The card's other tasks (needles, passages, retrieval heads, masking, SEAL-H) are
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -31,7 +32,9 @@ import torch
 from interp_seal.analysis.sweeps import SweepOptions, head_sweep
 from interp_seal.evaluation import evaluate_line_retrieval
 from interp_seal.models import ModelHandle
-from interp_seal.organism.card_tasks import TaskReport
+from interp_seal.organism import card_tasks
+from interp_seal.organism.card_tasks import TaskReport, TaskSettings
+from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 
 SEED = 0
@@ -95,34 +98,101 @@ class Report:
         return "\n".join(lines)
 
 
-def measure(
-    handle: ModelHandle,
-    *,
-    lengths: Sequence[int],
-    prune_lines: int,
-    n_samples: int,
-    prune_samples: int | None = None,
-    seed: int = SEED,
-) -> Report:
-    """Run both measurements (float32 forward passes, deterministic).
+PARTS = ("lines", "prune", "needle", "passages", "retrieval", "seal")
 
-    ``prune_samples`` (default ``n_samples``): the sweep's samples, the first ones of the
-    accuracy table's records at that length.
+
+@dataclass(frozen=True, kw_only=True)
+class LineSettings:
+    """The line-retrieval measurements: lengths and samples of the accuracy table, the sweep."""
+
+    lengths: tuple[int, ...]
+    prune_lines: int
+    n_samples: int
+    prune_samples: int
+    seed: int = SEED
+
+
+def measure_parts(
+    handle: ModelHandle,
+    lines: LineSettings,
+    tasks: TaskSettings,
+    *,
+    parts: Sequence[str] = PARTS,
+    results: str | Path | None = None,
+) -> dict:
+    """Measure the card's ``parts`` (any of ``PARTS``); returns ``{part: value}``.
+
+    With ``results`` (a JSONL file), each finished part is appended to it under a fingerprint
+    of the model weights and the part's settings, and read back instead of recomputed: parts
+    can run in separate processes (``--parts``) and a final run assembles the card. Parts not
+    asked for are taken from ``results`` when there.
     """
-    table = evaluate_line_retrieval(handle, lengths, n=n_samples, seed=seed, progress=False)
-    prune_samples = prune_samples or n_samples
-    base, delta = pruning_sweep(handle, prune_lines, prune_samples, seed)
-    return Report(
-        n_samples=n_samples,
-        prune_samples=prune_samples,
-        seed=seed,
-        accuracy={
-            int(n): float(a) for n, a in zip(table["length"], table["exact_match"], strict=True)
-        },
-        prune_lines=prune_lines,
+    bad = sorted(set(parts) - set(PARTS))
+    if bad:
+        raise ValueError(f"unknown card parts {bad}; choose from {PARTS}")
+    store = RecordStore(results) if results is not None else None
+    weights = hashlib.sha256(
+        (Path(handle.name_or_path) / "model.safetensors").read_bytes()
+    ).hexdigest()
+    e = lines.n_samples
+    jobs = {
+        "lines": (lines, lambda: {
+            str(int(n)): float(a) for n, a in evaluate_line_retrieval(
+                handle, lines.lengths, n=e, seed=lines.seed, progress=False
+            )[["length", "exact_match"]].itertuples(index=False)
+        }),
+        "prune": (lines, lambda: pruning_sweep(
+            handle, lines.prune_lines, lines.prune_samples, lines.seed
+        )),
+        "needle": (tasks, lambda: card_tasks.measure_needle(handle, tasks)),
+        "passages": (tasks, lambda: card_tasks.measure_passages(handle, tasks)),
+        "retrieval": (tasks, lambda: card_tasks.measure_retrieval(handle, tasks)),
+        "seal": (tasks, lambda: card_tasks.measure_seal(handle, tasks)),
+    }  # fmt: skip
+    values = {}
+    for name, (setting, run) in jobs.items():
+        key, print_ = name, fingerprint(weights, asdict(setting))
+        record = store.get(key, print_) if store is not None else None
+        if record is None and name in parts:
+            value = run()
+            if isinstance(value, tuple):
+                value = [v.tolist() if isinstance(v, torch.Tensor) else v for v in value]
+            record = {"key": key, "fingerprint": print_, "value": value}
+            if store is not None:
+                store.add(record)
+        if record is not None:
+            values[name] = record["value"]
+    return values
+
+
+def reports(values: dict, lines: LineSettings, tasks: TaskSettings) -> tuple[Report, TaskReport]:
+    """The card's two reports from ``measure_parts``'s values (all parts needed)."""
+    missing = [p for p in PARTS if p not in values]
+    if missing:
+        raise ValueError(
+            f"card parts {missing} are not measured yet: run them (--parts {' '.join(missing)}) "
+            "with the same --results file before --write-card"
+        )
+    base, delta = values["prune"]
+    report = Report(
+        n_samples=lines.n_samples,
+        prune_samples=lines.prune_samples,
+        seed=lines.seed,
+        accuracy={int(n): a for n, a in values["lines"].items()},
+        prune_lines=lines.prune_lines,
         prune_base=base,
-        prune_delta=[[round(x, 4) for x in row] for row in delta.tolist()],
+        prune_delta=[[round(x, 4) for x in row] for row in delta],
     )
+    retrieval_f1, masking = values["retrieval"]
+    task_report = TaskReport(
+        settings=asdict(tasks),
+        niah=values["needle"],
+        passages_f1=values["passages"],
+        retrieval_f1=retrieval_f1,
+        masking=masking,
+        seal=values["seal"],
+    )
+    return report, task_report
 
 
 def write_card(

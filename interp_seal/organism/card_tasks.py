@@ -25,8 +25,9 @@ generated needles, generated haystacks and other seeds of the passage generator)
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -60,6 +61,7 @@ class TaskSettings:
         mask_k, mask_seeds: masking top-k vs random k (one random draw per seed).
         max_new_tokens: greedy answer budget for QA F1.
         seal_lines, seal_lr, seal_epochs, seal_samples: SEAL-H tuning setting.
+        seal_eval_samples: records of the before/after evaluation.
         seed: evaluation seed.
     """
 
@@ -77,6 +79,7 @@ class TaskSettings:
     seal_lr: float = 0.05
     seal_epochs: int = 2
     seal_samples: int = 50
+    seal_eval_samples: int = 50
     seed: int = SEED
 
     def __post_init__(self):
@@ -214,10 +217,10 @@ def measure_retrieval(handle: ModelHandle, settings: TaskSettings):
         max_new_tokens=settings.max_new_tokens,
     )  # fmt: skip
     table = masking_experiment(handle, samples, scores.heads, config=config, progress=False)
-    return np.round(f1, 4).tolist(), table.to_dict(orient="records")
+    return np.round(f1, 4).tolist(), json.loads(table.to_json(orient="records"))
 
 
-def measure_seal(handle: ModelHandle, settings: TaskSettings, eval_samples: int) -> dict:
+def measure_seal(handle: ModelHandle, settings: TaskSettings) -> dict:
     """SEAL-H tuned on synthetic line retrieval; exact match before and after."""
     train_seed = settings.seed + 1
     samples = format_samples(
@@ -236,27 +239,14 @@ def measure_seal(handle: ModelHandle, settings: TaskSettings, eval_samples: int)
     tuned = HeadIntervention.from_scales(handle.spec, tuner.scales.detach())
     table = accuracy_by_method(
         handle, {"seal-h": tuned}, [settings.seal_lines],
-        n=eval_samples, seed=settings.seed, progress=False,
+        n=settings.seal_eval_samples, seed=settings.seed, progress=False,
     )  # fmt: skip
     handle.model.requires_grad_(False)
     em = dict(zip(table["method"], table["exact_match"], strict=True))
     return {
         "lines": settings.seal_lines, "train_samples": settings.seal_samples,
         "train_seed": train_seed, "lr": settings.seal_lr, "epochs": settings.seal_epochs,
-        "eval_samples": eval_samples, "eval_seed": settings.seed, "seconds": seconds,
+        "eval_samples": settings.seal_eval_samples, "eval_seed": settings.seed, "seconds": seconds,
         "before": float(em["base"]), "after": float(em["seal-h"]),
         "scales": tuner.scales.detach().flatten().tolist(),
     }  # fmt: skip
-
-
-def measure_tasks(handle: ModelHandle, settings: TaskSettings, eval_samples: int) -> TaskReport:
-    """All task measurements of the card."""
-    retrieval_f1, masking = measure_retrieval(handle, settings)
-    return TaskReport(
-        settings=asdict(settings),
-        niah=measure_needle(handle, settings),
-        passages_f1=measure_passages(handle, settings),
-        retrieval_f1=retrieval_f1,
-        masking=masking,
-        seal=measure_seal(handle, settings, eval_samples),
-    )
