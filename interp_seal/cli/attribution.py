@@ -85,7 +85,7 @@ def _setup(args: argparse.Namespace):
     return load_model(args.model), sample
 
 
-def write_html(path: Path, figures) -> None:
+def write_page(path: Path, figures) -> None:
     """Several plotly figures in one self-contained HTML page (written atomically)."""
     parts = [
         fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
@@ -113,7 +113,7 @@ def run_dla(args: argparse.Namespace) -> int:
     table = pd.concat([single.table, diff.table], ignore_index=True)
     write_table(table, args.out / "dla.csv")
     figures = [dla_figure(diff)] + [dla_figure(single, t) for t in single.logits]
-    write_html(args.out / "dla.html", figures)
+    write_page(args.out / "dla.html", figures)
     print(f"{handle.name_or_path}: line retrieval, {args.num_lines} lines, seed {args.seed}")
     for result in (single, diff):
         for name, logit in result.logits.items():
@@ -159,7 +159,7 @@ def run_patch(args: argparse.Namespace) -> int:
         f"Activation patching ({args.corrupt} corruption): clean LD {clean_ld:.3f}, "
         f"corrupted LD {corrupted_ld:.3f}"
     )
-    write_html(args.out / "patching.html", [patching_figure(table, title=title)])
+    write_page(args.out / "patching.html", [patching_figure(table, title=title)])
     print(f"{handle.name_or_path}: {T} tokens, prompts differ at positions {differ}")
     print(f"  logit difference clean {clean_ld:.4f}, corrupted {corrupted_ld:.4f}")
     best = table[table.site == "head"].nlargest(5, "value")
@@ -168,7 +168,7 @@ def run_patch(args: argparse.Namespace) -> int:
     if args.atp:
         comparison = compare_with_exact(handle, pair, batch_size=args.batch_size)
         write_table(comparison.table, args.out / "atp.csv")
-        write_html(
+        write_page(
             args.out / "atp.html", [attribution_scatter(comparison.table, comparison.spearman)]
         )
         rho = ", ".join(f"{m} {r:.3f}" for m, r in comparison.spearman.items())
