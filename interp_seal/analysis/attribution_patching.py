@@ -25,6 +25,8 @@ next to the exact result with their Spearman rank correlation.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pandas as pd
@@ -68,6 +70,33 @@ class HeadGradients:
     metric: float
 
 
+@contextmanager
+def tracked_head_outputs(handle: ModelHandle) -> Iterator[dict[int, Tensor]]:
+    """Inside the block, forwards record every layer's head outputs ``z`` (the ``o_proj``
+    inputs, ``(batch, pos, head, d_head)``) in the yielded dict, inside an autograd graph that
+    starts at the embeddings (the weights are frozen), so ``torch.autograd.grad(metric, z)``
+    gives ``dM/dz`` for every head with one backward pass."""
+    zs: dict[int, Tensor] = {}
+
+    def keep(layer):
+        def edit(z):
+            zs[layer] = z
+            return z
+
+        return edit
+
+    def track(_mod, _args, out):
+        return out.detach().requires_grad_(True)
+
+    layers = range(handle.spec.n_layers)
+    with (
+        handle.embed().register_forward_hook(track),
+        torch.enable_grad(),
+        replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
+    ):
+        yield zs
+
+
 def head_gradients(
     handle: ModelHandle,
     ids: Int[Tensor, " pos"],
@@ -81,24 +110,8 @@ def head_gradients(
     and values are constants, which is exact for the positions covered: a ``z`` there reaches
     the logits only through later positions.
     """
-    zs: dict[int, Tensor] = {}
-
-    def keep(layer):
-        def edit(z):
-            zs[layer] = z
-            return z
-
-        return edit
-
-    def track(_mod, _args, out):
-        return out.detach().requires_grad_(True)  # weights are frozen: start the graph here
-
     layers = range(handle.spec.n_layers)
-    with (
-        handle.embed().register_forward_hook(track),
-        torch.enable_grad(),
-        replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
-    ):
+    with tracked_head_outputs(handle) as zs:
         logits = prefix.last_logits(handle, prefix.suffix(ids)[None])
         metric = pair.logit_diff(logits)[0]
         grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])

@@ -44,7 +44,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_seal.analysis.patching import replace_inputs
+from interp_seal.analysis.attribution_patching import tracked_head_outputs
 from interp_seal.analysis.sweeps import (
     Head,
     SamplesByLength,
@@ -91,25 +91,9 @@ def answer_logprob_gradients(
     positions that predict them are unembedded.
     """
     layers = range(handle.spec.n_layers)
-    zs: dict[int, Tensor] = {}
-
-    def keep(layer):
-        def edit(z):
-            zs[layer] = z
-            return z
-
-        return edit
-
-    def track(_mod, _args, out):
-        return out.detach().requires_grad_(True)  # weights are frozen: start the graph here
-
     ids = enc.input_ids.to(handle.device)
     target = enc.answer_ids.to(handle.device)
-    with (
-        handle.embed().register_forward_hook(track),
-        torch.enable_grad(),
-        replace_inputs(handle, "head", {layer: keep(layer) for layer in layers}),
-    ):
+    with tracked_head_outputs(handle) as zs:
         logits = handle.model(ids[None], logits_to_keep=len(target) + 1).logits[0, :-1]
         metric = logits.float().log_softmax(-1).gather(-1, target[:, None]).sum()
         grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])
