@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_seal.tasks.sample import Sample, Span
+from interp_seal.tasks.sample import Encoded, Sample, Span
 
 PASSAGE_CONVENTIONS = ("paper", "mudaf_code")
 NEEDLE_CONVENTIONS = ("paper", "retrieval_head_code")
@@ -84,7 +84,7 @@ def mudaf_code_spans(sample: Sample, tokenizer) -> tuple[Span, ...]:
     return tuple(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def locate_needle(tokenizer, sample: Sample, prompt_ids: Int[Tensor, " pos"]) -> Span:
+def locate_needle(tokenizer, sample: Sample | Encoded, prompt_ids: Int[Tensor, " pos"]) -> Span:
     """Retrieval_Head's needle: the first window covering > 90% of the needle's distinct ids.
 
     The needle is ``sample``'s needle text tokenised on its own; the window is as long.
