@@ -30,6 +30,7 @@ state and determinism are v1's (``train.train_step``, ``train.run_loop``).
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -97,8 +98,8 @@ class MixtureConfig:
     warmup: int = 100
     decay_frac: float = 0.3
     tokens_per_step: int = 2048
-    p_repeat: float = 0.05
-    p_lines: float = 0.3
+    p_repeat: float = 0.3
+    p_lines: float = 0.2
     p_needle: float = 0.3
     repeat_len: tuple[int, int] = (6, 16)
     lines: tuple[int, int] = (2, 150)
@@ -240,6 +241,29 @@ def passages_document(cfg: MixtureConfig, rng: random.Random, reach: float = 1.0
     return [sample.prompt, sample.answer], [1]
 
 
+@functools.cache
+def _pool(tokenizer) -> tuple[int, ...]:
+    rng = random.Random("organism-v2/repeat-pool")
+    texts = [training_needles.make_needle(rng).text for _ in range(300)]
+    cfg = passages.PassagesConfig(num_passages=10, filler_sentences=2)
+    texts += [s.prompt + s.answer for s in passages.generate(cfg, 20, seed=12345)]
+    return tuple(sorted({i for t in texts for i in _ids(tokenizer, t)}))
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def repeat_pool(tokenizer) -> list[int]:
+    """Token ids that repeat batches draw from: those of generated needles and passages.
+
+    The tokens the new tasks must copy (needle words, name syllables, digits), so that the
+    induction head v1 grew on digits and line indices extends to them (with every vocabulary
+    token instead, repeat accuracy stayed at 0 for 500 steps: most rows are rare).
+    """
+    return list(_pool(tokenizer))
+
+
 def draw(cur: Curriculum, cfg: MixtureConfig, tokenizer, rng: random.Random) -> Batch:
     """The next batch of the mixture, its document sizes set by a competence curriculum.
 
@@ -250,7 +274,7 @@ def draw(cur: Curriculum, cfg: MixtureConfig, tokenizer, rng: random.Random) -> 
     """
     u = rng.random()
     if u < cfg.p_repeat:
-        return repeat_batch(cfg, tokenizer, rng, pool=list(range(4, len(tokenizer))))
+        return repeat_batch(cfg, tokenizer, rng, pool=repeat_pool(tokenizer))
     kind = (
         "lines" if u < cfg.p_repeat + cfg.p_lines
         else "needle" if u < cfg.p_repeat + cfg.p_lines + cfg.p_needle
