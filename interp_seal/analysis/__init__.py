@@ -42,6 +42,7 @@ from interp_seal.analysis.retrieval_scores import (
     passage_retrieval_scores,
     rank_heads,
 )
+from interp_seal.analysis.screening import ScreenedSweep, screened_head_sweep
 from interp_seal.analysis.sweeps import (
     SweepOptions,
     SweepUnit,
@@ -60,6 +61,7 @@ __all__ = [
     "PassageScoreConfig",
     "Patch",
     "PatchingPair",
+    "ScreenedSweep",
     "SweepOptions",
     "SweepUnit",
     "ablate_heads",
@@ -85,4 +87,5 @@ __all__ = [
     "rank_heads",
     "run_sweep",
     "scale_table_sweep",
+    "screened_head_sweep",
 ]
