@@ -1,7 +1,7 @@
 """LongChat's LongEval test files: every index style generated and read as LongChat does.
 
 ``longchat_file`` below is a direct reimplementation of LongChat's record layout
-(``generate_testcases.py`` with ``generate_line_index``), written from the facts in DESIGN.md
+(``generate_testcases.py`` with ``generate_line_index``), written from the facts in docs/design.md
 Sec. 5 and independent of ``interp_seal.tasks``. Its random draws (uuid4, wonderwords) are
 taken from a ``random.Random`` instead, so that with the same draws the two files must be
 byte-identical, and with different draws identical once the draws are masked.
@@ -283,3 +283,18 @@ def test_write_longchat_refuses_other_tasks_before_writing(tmp_path):
     with pytest.raises(ValueError, match=r"line_retrieval samples only, got \['passages'\]"):
         jsonl.write_longchat(tmp_path / "x.jsonl", mdqa)
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_cli_generates_longchat_files(tmp_path, capsys):
+    from interp_seal.cli import main
+
+    out = tmp_path / "7_lines.jsonl"
+    argv = ["tasks", "generate", "--task", "line_retrieval", "--longchat", "--index-style",
+            "letters", "--num-lines", "7", "--n", "3", "--seed", "4", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rng = our_rng("letters", 7, seed=4)
+    assert out.read_text(encoding="utf-8") == longchat_file("LRT-ABCindex", 7, 3, rng)
+    assert main([*argv[:2], "--task", "passages", "--longchat", "--out", str(out)]) == 2
+    assert "--longchat writes LongChat's line_retrieval files, not passages" in (
+        capsys.readouterr().err
+    )

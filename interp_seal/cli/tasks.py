@@ -3,6 +3,8 @@
 Commands::
 
     interp-seal tasks generate --task line_retrieval --num-lines 200 --n 50 --seed 0 --out lines.jsonl
+    interp-seal tasks generate --task line_retrieval --longchat --index-style integers \
+        --num-lines 200 --out 200_lines.jsonl
     interp-seal tasks generate --task needle --tokenizer PATH_OR_NAME --lengths 1000:8000:8 \\
         --depths 0:100:11 --out niah.jsonl
     interp-seal tasks generate --task passages --num-passages 10 --hops 2 --n 100 --out mdqa.jsonl
@@ -10,7 +12,9 @@ Commands::
 
 ``--lengths`` and ``--depths`` take integers and ``LO:HI:N`` linear grids (gkamradt's
 ``round(linspace(LO, HI, N))``); for the needle task ``--n`` is the number of samples per
-(length, depth) cell.
+(length, depth) cell. ``--longchat`` writes line retrieval as LongChat's generator does: its
+file layout (five fields, read back with the SEAL answer prefix) and, for adjective-noun
+indices, LongChat-like words with none reused in a record (``LineRetrievalConfig.longchat``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ def register(subparsers) -> None:
     lines.add_argument(
         "--index-style", default="adjective-noun", choices=line_retrieval.INDEX_STYLES
     )
+    lines.add_argument(
+        "--longchat",
+        action="store_true",
+        help="LongChat's draws and file layout (see the module doc)",
+    )
     niah = gen.add_argument_group("needle")
     niah.add_argument("--tokenizer", help="tokenizer (local path or hub name) measuring lengths")
     niah.add_argument("--lengths", type=grid, nargs="+", help="context lengths in tokens")
@@ -77,10 +86,12 @@ def register(subparsers) -> None:
 
 def _samples(args: argparse.Namespace) -> list:
     n = args.n if args.n is not None else (1 if args.task == "needle" else 50)
+    if args.longchat and args.task != "line_retrieval":
+        raise ValueError(f"--longchat writes LongChat's line_retrieval files, not {args.task}")
     if args.task == "line_retrieval":
-        cfg = line_retrieval.LineRetrievalConfig(
-            num_lines=args.num_lines, index_style=args.index_style
-        )
+        config = line_retrieval.LineRetrievalConfig
+        make = config.longchat if args.longchat else config
+        cfg = make(num_lines=args.num_lines, index_style=args.index_style)
         return line_retrieval.generate(cfg, n, args.seed)
     if args.task == "passages":
         cfg = passages.PassagesConfig(num_passages=args.num_passages, hops=args.hops)
@@ -106,7 +117,7 @@ def _samples(args: argparse.Namespace) -> list:
 
 def generate(args: argparse.Namespace) -> int:
     samples = _samples(args)
-    jsonl.write_samples(args.out, samples)
+    (jsonl.write_longchat if args.longchat else jsonl.write_samples)(args.out, samples)
     print(f"wrote {len(samples)} {args.task} samples to {args.out}")
     return 0
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from interp_seal.outputs import atomic_path
+from interp_seal.outputs import atomic_path, write_text
 from interp_seal.tasks import line_retrieval, longbench
 from interp_seal.tasks.sample import Sample
 
@@ -316,9 +316,7 @@ def write_longchat(path: str | Path, samples: Iterable[Sample]) -> None:
     for sample in samples:
         record = _line_to_record(sample)
         lines.append(json.dumps({k: record[k] for k in LONGCHAT_FIELDS}) + "\n")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(lines), encoding="utf-8")
+    write_text(path, "".join(lines))
 
 
 def read_samples(
