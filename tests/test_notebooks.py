@@ -22,24 +22,26 @@ import torch
 from nbclient import NotebookClient
 from transformers import AutoModelForCausalLM
 
-from interp_seal.analysis.patching import line_retrieval_pair
+from interp_seal.analysis import line_retrieval_pair
 from interp_seal.engine import pad_id_of
 from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, teacher_force
 from interp_seal.interventions import HeadIntervention, ablate, scale_table
 from interp_seal.models import load_model
 from interp_seal.tasks import LineRetrievalConfig
 from interp_seal.tasks.line_retrieval import generate
-from interp_seal.tuning.data import (
-    encode_examples,
+from interp_seal.tuning import (
+    MudafConfig,
+    MudafTuner,
+    SealTuner,
+    TrainConfig,
     format_samples,
-    with_line_passages,
+    load_scales,
+    merged_model,
+    train,
 )
+from interp_seal.tuning.data import encode_examples, with_line_passages
 from interp_seal.tuning.evaluate import accuracy_by_method
-from interp_seal.tuning.loop import TrainConfig, train
-from interp_seal.tuning.merge import merged_model
-from interp_seal.tuning.mudaf import MudafConfig, MudafTuner, sample_heads, score_matrix
-from interp_seal.tuning.scales import load_scales
-from interp_seal.tuning.seal import SealTuner
+from interp_seal.tuning.mudaf import sample_heads, score_matrix
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CLOSE = {"rtol": 1e-4, "atol": 1e-4}  # float32 forwards through different code paths
@@ -47,13 +49,14 @@ DUMP_IMPORTS = "import json\nfrom pathlib import Path\n"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
-def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str):
-    """Execute ``notebooks/<name>.ipynb`` in ``cwd`` with ``env``, then the cell ``dump``;
-    returns the executed notebook."""
+def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str = ""):
+    """Execute ``notebooks/<name>.ipynb`` in ``cwd`` with ``env``, then the cell ``dump`` (if
+    any); returns the executed notebook."""
     monkeypatch.undo()  # the kernel connects over loopback sockets
     monkeypatch.setattr(os, "environ", {**os.environ, **env})
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(DUMP_IMPORTS + dump))
+    if dump:
+        nb.cells.append(nbformat.v4.new_code_cell(DUMP_IMPORTS + dump))
     client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
     client.execute(cwd=str(cwd))
     return nb
@@ -82,6 +85,7 @@ def array(value) -> np.ndarray:
 
 
 def saved_without_outputs(name: str) -> bool:
+    """The notebook in the repository carries no outputs (small diffs, no stale numbers)."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     return all(not c.outputs and c.execution_count is None for c in code)
@@ -89,13 +93,8 @@ def saved_without_outputs(name: str) -> bool:
 
 def test_quickstart_matches_package(tmp_path, monkeypatch):
     """On the organism, where accuracy and the pruning delta are non-zero."""
-    monkeypatch.undo()  # the kernel connects over loopback sockets
     env = {"INTERP_SEAL_MODEL": "organism", "NOTEBOOK_LENGTHS": "10 80", "NOTEBOOK_N": "12"}
-    monkeypatch.setattr(os, "environ", {**os.environ, **env})
-    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False).execute(
-        cwd=str(tmp_path)
-    )
+    nb = run_notebook("quickstart", tmp_path, monkeypatch, env)
     last = nb.cells[-1].outputs[-1]["data"]["text/plain"]
 
     handle = load_model("organism")
