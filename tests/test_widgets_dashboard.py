@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 import torch
 from plotly.callbacks import InputDeviceState, Points
@@ -50,7 +51,17 @@ def click(dash: Dashboard, layer: int, head: int) -> None:
     dash.grid.data[0]._dispatch_on_click(points, InputDeviceState())
 
 
+def figures_on_page(widget) -> list:
+    """Every FigureWidget in the displayed widget tree, depth first."""
+    if isinstance(widget, go.FigureWidget):
+        return [widget]
+    return [f for child in getattr(widget, "children", ()) for f in figures_on_page(child)]
+
+
 def shown(dash: Dashboard) -> tuple[list, list]:
+    """The accuracy figure's baseline and edited values, as displayed."""
+    on_page = figures_on_page(dash.widget)
+    assert on_page[:2] == [dash.grid, dash.accuracy] and dash.dla in on_page
     return list(dash.accuracy.data[0].y), list(dash.accuracy.data[1].y)
 
 

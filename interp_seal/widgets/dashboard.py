@@ -145,12 +145,9 @@ class Dashboard:
 
     # -- widgets ---------------------------------------------------------------------------
     def _build(self) -> None:
-        spec = self.handle.spec
         self.message = w.HTML()
-        self.grid = go.FigureWidget(edit_grid(spec.n_layers, spec.n_heads, {}))
-        self.grid.data[0].on_click(self._on_grid_click)
-        self.accuracy = go.FigureWidget(accuracy_curves(self.results, metric=self.metric))
-        self.dla = go.FigureWidget(dla_figure(self.attribution))
+        self.grid_box, self.accuracy_box, self.dla_box = w.Box(), w.Box(), w.Box()
+        self._render_figures()
         self.factor = w.FloatSlider(
             value=self.state.factor, min=0.0, max=2.0, step=0.05, description="scale factor"
         )
@@ -189,15 +186,19 @@ class Dashboard:
                 w.HBox(
                     [
                         w.VBox(
-                            [self.grid, self.factor, w.HBox([self.undo_button, self.reset_button])]
+                            [
+                                self.grid_box,
+                                self.factor,
+                                w.HBox([self.undo_button, self.reset_button]),
+                            ]
                         ),
-                        w.VBox([self.accuracy]),
+                        self.accuracy_box,
                     ]
                 ),
                 w.HTML("<b>Edits</b>"),
                 self.edits_box,
                 w.HBox([self.dla_length, self.dla_record]),
-                self.dla,
+                self.dla_box,
                 w.HBox([self.channel_button, self.progress]),
                 self.channels,
                 w.HBox([self.scale_path, self.save_button, self.load_button]),
@@ -207,7 +208,7 @@ class Dashboard:
                 self.apply_button,
             ]
         )
-        self._render()
+        self._render_controls()
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -394,21 +395,34 @@ class Dashboard:
         color = "#c92a2a" if error else "#2b8a3e"
         self.message.value = f'<span style="color:{color}">{escape(text)}</span>' if text else ""
 
-    def _render(self) -> None:
+    def _figures(self) -> tuple[go.Figure, go.Figure, go.Figure]:
+        """The grid, accuracy and DLA figures of the current state and results."""
         spec, state = self.handle.spec, self.state
         grid = edit_grid(spec.n_layers, spec.n_heads, state.table(), selected=state.selected)
-        curves = accuracy_curves(self.results, metric=self.metric)
-        dla = dla_figure(self.attribution)
-        with self.grid.batch_update():
-            self.grid.data[0].update(z=grid.data[0].z, text=grid.data[0].text)
-            self.grid.data[0].customdata = grid.data[0].customdata
-            self.grid.layout.shapes = grid.layout.shapes
-        with self.accuracy.batch_update():
-            self.accuracy.data[1].y = curves.data[1].y
-        with self.dla.batch_update():
-            self.dla.data[0].z = dla.data[0].z
-            self.dla.data[1].y = dla.data[1].y
-            self.dla.layout.title = dla.layout.title
+        return grid, accuracy_curves(self.results, metric=self.metric), dla_figure(self.attribution)
+
+    def _render(self) -> None:
+        self._render_figures()
+        self._render_controls()
+
+    def _render_figures(self) -> None:
+        """New figure widgets for the current state, each built complete.
+
+        Plotly's ``FigureWidget`` sends in-place edits (``batch_update``) as transient messages
+        that the browser missed when measured here (Voila 0.5, plotly 7, anywidget 0.11): the
+        page kept the first figure while the Python object changed. A widget constructed with
+        its data always renders what it holds, and these figures are small (a layers x heads
+        grid, a few points), so each state change swaps in new ones."""
+        grid, curves, dla = self._figures()
+        self.grid = go.FigureWidget(grid)
+        self.grid.data[0].on_click(self._on_grid_click)
+        self.accuracy, self.dla = go.FigureWidget(curves), go.FigureWidget(dla)
+        self.grid_box.children = (self.grid,)
+        self.accuracy_box.children = (self.accuracy,)
+        self.dla_box.children = (self.dla,)
+
+    def _render_controls(self) -> None:
+        state = self.state
         self._rendering = True  # widget values follow the state without firing edits
         try:
             self.factor.value = state.factor
