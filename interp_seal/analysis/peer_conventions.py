@@ -52,6 +52,7 @@ ROUGE_RECALL = 0.5  # Retrieval_Head: samples kept when ROUGE-1 recall of the ne
 
 
 def check_convention(convention: str, choices: Sequence[str]) -> None:
+    """Refuse a convention name that is not in ``choices``."""
     if convention not in choices:
         raise ValueError(
             f"unknown convention {convention!r}; choose one of {tuple(choices)} ('paper' is the "
@@ -97,6 +98,10 @@ def locate_needle(tokenizer, sample: Sample | Encoded, prompt_ids: Int[Tensor, "
     needle_ids = tokenizer(sample.prompt[slice(*sample.needle)], add_special_tokens=False)
     needle_ids = [int(t) for t in needle_ids["input_ids"]]
     needle, width = set(needle_ids), len(needle_ids)
+    if not needle:
+        raise ValueError(
+            f"the needle {sample.prompt[slice(*sample.needle)]!r} tokenises to nothing"
+        )
     ids = [int(t) for t in prompt_ids]
     for start in range(len(ids)):
         if len(needle & set(ids[start : start + width])) / len(needle) > NEEDLE_COVERAGE:
