@@ -158,8 +158,9 @@ def screened_head_sweep(
 ) -> ScreenedSweep:
     """Screen every head by attribution patching, confirm the top ``top_k`` each way exactly.
 
-    ``options`` as for ``head_sweep``. With ``options.out``, the estimates are saved to ``out/screen_estimates.json`` and the
-    exact sweep writes to ``out/exact`` (resumable with ``options.resume``).
+    ``options`` as for ``head_sweep``. With ``options.out``, the estimates are saved to
+    ``out/screen_estimates.json`` and the exact sweep writes to ``out/exact`` (resumable with
+    ``options.resume``).
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1 (heads confirmed in each direction), got {top_k}")
