@@ -1,0 +1,39 @@
+"""``notebooks/dashboard.ipynb`` runs headless on the organism, displays the dashboard and shows
+the library's numbers for its scripted click."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.interventions import ablate
+from interp_seal.models import load_model
+from interp_seal.widgets import line_records
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "dashboard.ipynb"
+
+
+def test_dashboard_notebook_matches_library(tmp_path, monkeypatch):
+    monkeypatch.undo()  # the kernel connects over loopback sockets
+    env = {"INTERP_SEAL_MODEL": "organism", "NOTEBOOK_LENGTHS": "10 60", "NOTEBOOK_N": "4"}
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False).execute(
+        cwd=str(tmp_path)
+    )
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert "application/vnd.jupyter.widget-view+json" in code[0].outputs[-1]["data"]
+    table = code[1].outputs[-1]["data"]["text/plain"]
+    state = json.loads(code[2].outputs[-1]["text"])
+
+    handle = load_model("organism")
+    evaluator = EditEvaluator(handle, line_records((10, 60), 4, seed=0), progress=False)
+    expected = evaluator.evaluate(ablate(handle.spec, [(0, 3)], "zero"))
+    expected = expected[expected.metric == "exact_match"][["length", "value", "baseline", "delta"]]
+    assert table.strip() == expected.reset_index(drop=True).to_string().strip()
+    assert state["edits"] == [[0, 3, 0.0]] and state["geometry"] == handle.spec.as_dict()
