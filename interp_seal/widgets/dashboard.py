@@ -34,7 +34,6 @@ from pathlib import Path
 
 import ipywidgets as w
 import plotly.graph_objects as go
-import torch
 
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.logit_attribution import logit_attribution
@@ -43,10 +42,11 @@ from interp_seal.interventions import ablate, hf_hooks, scale_table
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tuning.merge import save_merged
-from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
+from interp_seal.tuning.scales import load_scales
 from interp_seal.viz.attribution import dla_figure
-from interp_seal.viz.dashboard import accuracy_curves, edit_factors, edit_grid
+from interp_seal.viz.dashboard import accuracy_curves, edit_grid
 from interp_seal.viz.sweeps import channel_map
+from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.state import DashboardState, check_head
 
 Head = tuple[int, int]
@@ -288,31 +288,7 @@ class Dashboard:
         """Save the edits as a per-head scale file ``(L, H, 1)``; written whole or not at all."""
 
         def save() -> Path:
-            target = Path(path)
-            if target.is_dir():
-                raise ValueError(f"{target} is a directory; give a file name for the scale file")
-            spec = self.handle.spec
-            factors = edit_factors(spec.n_layers, spec.n_heads, self.state.table())
-            scale_file = ScaleFile(
-                scales=torch.tensor(factors, dtype=torch.float32)[..., None],
-                spec=spec,
-                model=self.handle.name_or_path,
-                granularity="head",
-                task="line_retrieval",
-                hyperparameters={
-                    "source": "dashboard",
-                    "edits": [list(e) for e in self.state.edits],
-                },
-            )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
-                partial = Path(tmp.name)
-            try:
-                save_scales(partial, scale_file)
-                os.replace(partial, target)
-            finally:
-                partial.unlink(missing_ok=True)
-            return target
+            return write_head_scale_file(self.handle, self.state.table(), path, source="dashboard")
 
         return self._guard(save, done="saved the scale file to {}")
 
@@ -344,9 +320,7 @@ class Dashboard:
             target = Path(out_dir)
             if target.exists() and any(target.iterdir()):
                 raise ValueError(f"{target} exists and is not empty; choose a new directory")
-            spec = self.handle.spec
-            factors = edit_factors(spec.n_layers, spec.n_heads, self.state.table())
-            scales = torch.tensor(factors, dtype=torch.float32)[..., None]
+            scales = head_scales(self.handle, self.state.table())
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merging-"))
             try:
