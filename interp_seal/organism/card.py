@@ -134,24 +134,36 @@ def measure_parts(
     weights = hashlib.sha256(
         (Path(handle.name_or_path) / "model.safetensors").read_bytes()
     ).hexdigest()
-    e = lines.n_samples
+    t = asdict(tasks)
+
+    def only(*names):  # the settings a part depends on (its cache fingerprint)
+        return {n: t[n] for n in (*names, "seed")}
+
     jobs = {
-        "lines": (lines, lambda: {
+        "lines": ({"lengths": lines.lengths, "n": lines.n_samples, "seed": lines.seed}, lambda: {
             str(int(n)): float(a) for n, a in evaluate_line_retrieval(
-                handle, lines.lengths, n=e, seed=lines.seed, progress=False
+                handle, lines.lengths, n=lines.n_samples, seed=lines.seed, progress=False
             )[["length", "exact_match"]].itertuples(index=False)
         }),
-        "prune": (lines, lambda: pruning_sweep(
-            handle, lines.prune_lines, lines.prune_samples, lines.seed
-        )),
-        "needle": (tasks, lambda: card_tasks.measure_needle(handle, tasks)),
-        "passages": (tasks, lambda: card_tasks.measure_passages(handle, tasks)),
-        "retrieval": (tasks, lambda: card_tasks.measure_retrieval(handle, tasks)),
-        "seal": (tasks, lambda: card_tasks.measure_seal(handle, tasks)),
+        "prune": (
+            {"lines": lines.prune_lines, "n": lines.prune_samples, "seed": lines.seed},
+            lambda: pruning_sweep(handle, lines.prune_lines, lines.prune_samples, lines.seed),
+        ),
+        "needle": (only("niah_lengths", "niah_depths", "niah_per_cell"),
+                   lambda: card_tasks.measure_needle(handle, tasks)),
+        "passages": (only("passage_counts", "passage_samples", "max_new_tokens"),
+                     lambda: card_tasks.measure_passages(handle, tasks)),
+        "retrieval": (
+            only("retrieval_passages", "retrieval_samples", "mask_k", "mask_seeds",
+                 "max_new_tokens"),
+            lambda: card_tasks.measure_retrieval(handle, tasks),
+        ),
+        "seal": (only("seal_lines", "seal_lr", "seal_epochs", "seal_samples", "seal_eval_samples"),
+                 lambda: card_tasks.measure_seal(handle, tasks)),
     }  # fmt: skip
     values = {}
     for name, (setting, run) in jobs.items():
-        key, print_ = name, fingerprint(weights, asdict(setting))
+        key, print_ = name, fingerprint(weights, setting)
         record = store.get(key, print_) if store is not None else None
         if record is None and name in parts:
             value = run()
