@@ -10,7 +10,7 @@ record; most of that work does not depend on the edit:
 - the last layer is needed only at the answer positions.
 
 ``EditEvaluator`` therefore runs the clean forward once, when it is built, caching (through the
-sweep engine, ``interp_seal.analysis.batched_forward``) the residual stream entering every layer,
+forward engine, ``interp_seal.engine``) the residual stream entering every layer,
 every layer's head outputs and values. Each ``evaluate(edit)`` then starts at the edit's lowest
 layer with ``run_from_layer`` and returns the same numbers as ``evaluate_lengths`` under that
 edit (greedy exact match by teacher forcing, answer log-probability), as a tidy table shaped like
@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from interp_seal.analysis.sweeps import ProgressCallback, SweepUnit
-from interp_seal.engine import AnswerBatch, CleanRun, clean_run, run_from_layer
+from interp_seal.engine import AnswerBatch, CleanRun, clean_run, pad_id_of, run_from_layer
 from interp_seal.evaluation import encode_samples
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
@@ -78,7 +78,7 @@ class EditEvaluator:
         self.lengths = tuple(encoded)
         self.encoded = encoded
         starts = range(handle.spec.n_layers)
-        pad_id = handle.tokenizer.pad_token_id or 0
+        pad_id = pad_id_of(handle.tokenizer)
         plan = [
             (length, group[lo : lo + batch_samples])
             for length, group in encoded.items()
