@@ -7,7 +7,8 @@ figures from ``interp_seal.viz``. ``interp-seal dashboard`` serves the dashboard
 """
 
 from interp_seal.widgets.dashboard import Dashboard, line_records
+from interp_seal.widgets.passages import PassageExplorer
 from interp_seal.widgets.quadrants import QuadrantExplorer
 from interp_seal.widgets.state import DashboardState
 
-__all__ = ["Dashboard", "DashboardState", "QuadrantExplorer", "line_records"]
+__all__ = ["Dashboard", "DashboardState", "PassageExplorer", "QuadrantExplorer", "line_records"]
