@@ -26,12 +26,23 @@ heads. Times are CPU seconds of this process (robust on a shared machine with on
 thread); the two sweeps run once each (the full sweep is the slow part).
 
 Measured (defaults: one record each at 5 and 10 lines, 259 and 350 tokens; one thread on a
-shared 2-core machine, where the full sweep took 255 CPU s and 29 minutes of wall time):
-``screen_speedup=9.1 screen_topk_overlap=0.65 overlap_5=0.70 overlap_10=0.75 spearman=0.82``
-with ``--top-k 10`` (28 CPU s). Both fall short of the goals (20 and 0.8): confirming 2 x 10 of
-270 heads bounds the speed-up near 270 / 20 (less the screen itself), and the first-order
-estimate misorders heads whose effect is far from linear (L16H0, the exact sweep's most helpful
-head, is screened as the most harmful: its sign flips).
+shared 2-core machine, where the full sweep took 255-269 CPU s and about 30 minutes of wall
+time), from two runs (``--top-k 10``, then ``--top-k 10 5 20``):
+
+==========  ==============  ===================  ===========
+``top_k``   screen_speedup  screen_topk_overlap  screened_s
+==========  ==============  ===================  ===========
+5           15.5            0.65                 17
+10          9.1, 9.3        0.65, 0.65           28, 29
+20          6.0             0.75                 45
+==========  ==============  ===================  ===========
+
+with ``spearman=0.82`` (estimates against exact changes over all heads). The goals (20 and
+0.8) are not met: confirming 2 x K of 270 heads bounds the speed-up near 270 / 2K (less the
+screen itself: one forward + backward pass per record, 3.2 CPU s at 350 tokens), and the
+first-order estimate misorders heads whose effect is far from linear (L16H0, the exact sweep's
+most helpful head, is screened as the most harmful: its sign flips; confirmed, it lands among
+the helpful heads all the same).
 """
 
 from __future__ import annotations
