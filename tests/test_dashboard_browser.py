@@ -171,3 +171,48 @@ def test_served_dashboard_click_updates_accuracy(chromium):
         page.close()
     finally:
         stop(server)
+
+
+LAB_CELL = """import torch
+from interp_seal.models import load_model
+from interp_seal.widgets import Dashboard
+
+torch.set_num_threads(1)
+dashboard = Dashboard.from_model(load_model("organism"), lengths=LENGTHS, n=N, seed=0)
+dashboard"""
+
+
+def test_jupyterlab_renders_the_dashboard_notebook(chromium, tmp_path):
+    import nbformat
+
+    cell = LAB_CELL.replace("LENGTHS", repr(list(LENGTHS))).replace("N,", f"{N},")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, tmp_path / "dash.ipynb")
+    port = free_port()
+    command = ["jupyter", "lab", "--allow-root", "--no-browser", "--ip", "127.0.0.1"]
+    command += [f"--port={port}", "--IdentityProvider.token=", "--ServerApp.password="]
+    command += [f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=None"]
+    lab = start(command, "is running at")
+    try:
+        evaluator = EditEvaluator(
+            load_model("organism"), line_records(LENGTHS, N, seed=0), progress=False
+        )
+        base = evaluator.evaluate(None)
+        base = base[base.metric == "exact_match"].value.tolist()
+        page = chromium.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/dash.ipynb", timeout=90_000)
+        page.get_by_text("| Idle").wait_for(timeout=90_000)  # the kernel is up
+        page.locator(".jp-Cell .jp-InputArea-editor").first.click()
+        page.keyboard.press("Shift+Enter")
+        page.wait_for_function(SHOWN, arg="vs context length", timeout=150_000)
+        shown = figure(page, "vs context length")
+        assert shown[0]["y"] == pytest.approx(base) and shown[1]["y"] == pytest.approx(base)
+        assert figure(page, "Head edits") is not None
+        page.close()
+    finally:
+        stop(lab)
