@@ -70,8 +70,7 @@ class MixtureConfig:
 
     Attributes:
         seed: seeds the new embedding rows and every batch.
-        base: the v1 checkpoint directory to continue (``None``: the bundled v1,
-            ``organism/checkpoint_v1``).
+        base: the v1 checkpoint directory to continue (``None``: ``V1_DIR``).
         steps, lr, betas, weight_decay, clip, warmup, decay_frac: AdamW and the schedule of
             ``train.learning_rate``.
         tokens_per_step: padded tokens per batch.
@@ -292,11 +291,13 @@ def draw(cur: Curriculum, cfg: MixtureConfig, tokenizer, rng: random.Random) -> 
 # ---------------------------------------------------------------------------------- training
 
 
-V1_DIR = Path(__file__).resolve().parent / "checkpoint_v1"
+# The v1 organism: the shipped checkpoint (v2 has not replaced it; see docs/organism.md). A v2
+# that ships must keep v1 beside it (e.g. ``checkpoint_v1``) and point this there.
+V1_DIR = Path(__file__).resolve().parent / "checkpoint"
 
 
 def base_model(cfg: MixtureConfig, tokenizer) -> LlamaForCausalLM:
-    """The v1 checkpoint (``cfg.base`` or the bundled ``checkpoint_v1``), grown for v2."""
+    """The v1 checkpoint (``cfg.base`` or ``V1_DIR``), its vocabulary grown for v2."""
     base = Path(cfg.base) if cfg.base else V1_DIR
     if not (base / "config.json").exists():
         raise FileNotFoundError(
