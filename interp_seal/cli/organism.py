@@ -15,8 +15,8 @@ import sys
 
 from interp_seal.cli.common import positive_int
 
-DEFAULT_LENGTHS = (10, 40, 80, 120, 160, 200, 240)
-DEFAULT_PRUNE_LINES = 200
+DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)  # the shipped (v1) card's
+DEFAULT_PRUNE_LINES = 80
 
 
 def register(subparsers) -> None:
