@@ -9,6 +9,9 @@ same records are used for both sides). The verdict is computed, never written:
 - ``supported``: ``d > 2 se`` in the claimed direction;
 - ``contradicted``: ``d < -2 se``;
 - ``not shown``: within two standard errors (the organism's numbers cannot tell).
+
+Masking compares one head set with the mean over random draws: the standard error of that
+mean (draws' standard deviation / sqrt(draws)) is added to the binomial error.
 """
 
 from __future__ import annotations
@@ -161,9 +164,9 @@ def masking_hurts(d: Data):
     n = float(z.n_samples.iloc[0])
     ret = float(z[z.strategy == "retrieval"].exact_match.mean())
     rnd = z[z.strategy == "random"].exact_match
-    se = math.sqrt(
-        se_diff(ret, n, rnd.mean(), n) ** 2 + (rnd.std(ddof=1) if len(rnd) > 1 else 0) ** 2
-    )
+    # binomial error of the two scores plus the standard error of the random draws' mean
+    spread = float(rnd.std(ddof=1)) / math.sqrt(len(rnd)) if len(rnd) > 1 else 0.0
+    se = math.sqrt(se_diff(ret, n, float(rnd.mean()), n) ** 2 + spread**2)
     diff = float(rnd.mean()) - ret
     text = (f"zeroing top retrieval heads {ret:.2f} vs random heads {rnd.mean():.2f} "
             f"(mean of {len(rnd)} draws, n={int(n)})")  # fmt: skip
