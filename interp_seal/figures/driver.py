@@ -98,7 +98,7 @@ def regenerate(
         for spec in tqdm(specs, desc="figures", disable=not progress):
             tables = _data(spec, run, result)
             fig = spec.draw(tables)
-            fig.write_html(out / f"{spec.name}.html", include_plotlyjs="cdn")
+            fig.write_html(out / f"{spec.name}.html", include_plotlyjs="cdn", div_id=spec.name)
             exporter.write(fig, out / f"{spec.name}.png")
         result.png, result.png_problem = exporter.available, exporter.problem
     from interp_seal.figures.gallery import write_gallery

@@ -232,7 +232,11 @@ def fig4_draw(t: Tables):
 def fig4_read(t: Tables) -> str:
     m = t["masking"]
     z = m[m["mode"] == "zero"].groupby("strategy").exact_match.mean()
-    return "Exact match with heads zeroed: " + ", ".join(f"{k} {v:.2f}" for k, v in z.items()) + "."
+    text = "Exact match with heads zeroed (random: mean of draws): "
+    text += ", ".join(f"{k} {v:.2f}" for k, v in z.items()) + "."
+    if t["niah"].score.max() == 0:
+        text += " No head has a copy-paste (NIAH) score on this model: its 'niah' set is tie order."
+    return text
 
 
 # -- Fig. 10: passage-level attention heatmaps ------------------------------------------------

@@ -326,8 +326,4 @@ def table2_read(t: Tables) -> str:
     a = t["accuracy"]
     L = a.length.max()
     at = a[a.length == L].set_index("method").exact_match
-    return (
-        f"At {L} lines (beyond the trained 48): "
-        + ", ".join(f"{m} {v:.2f}" for m, v in at.items())
-        + "."
-    )
+    return f"At {L} lines: " + ", ".join(f"{m} {v:.2f}" for m, v in at.items()) + "."
