@@ -272,3 +272,15 @@ def test_state_rejects_bad_values():
         DashboardState(model="m", geometry=spec.as_dict(), edits=((0, spec.n_heads, 0.0),))
     with pytest.raises(ValueError, match="finite"):
         DashboardState(model="m", geometry=spec.as_dict(), edits=((0, 0, float("nan")),))
+
+
+def test_cli_refuses_a_missing_model_before_serving(tmp_path, capsys):
+    from interp_seal.cli import main
+
+    assert main(["dashboard", "--model", str(tmp_path / "nothing"), "--n", "2"]) == 2
+    assert "dashboard: error" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # counts are checked when the arguments are parsed
+        main(["dashboard", "--n", "0"])
+    assert "--n" in capsys.readouterr().err
+    assert main(["dashboard", "--port", "70000"]) == 2
+    assert "--port must be in 0..65535" in capsys.readouterr().err
