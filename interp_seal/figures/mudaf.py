@@ -71,7 +71,7 @@ def fig3_draw(t: Tables):
 
 def fig3_read(t: Tables) -> str:
     h = t["heads"].sort_values("rank")
-    top = ", ".join(f"L{r.layer}H{r['head']} {r.f1:.2f}" for _, r in h.head(4).iterrows())
+    top = ", ".join(f"L{int(r.layer)}H{int(r['head'])} {r.f1:.2f}" for _, r in h.head(4).iterrows())
     return (f"Top heads by F1 retrieval score: {top}; {int((h.f1 >= WEAK).sum())} of {len(h)} "
             f"heads score >= {WEAK}.")  # fmt: skip
 
