@@ -13,6 +13,7 @@ draws it, ``widgets`` composes figures into interactive views).
 """
 
 from interp_seal.viz.attribution import attribution_scatter, dla_figure, patching_figure
+from interp_seal.viz.dashboard import accuracy_curves, edit_grid, quadrant_map
 from interp_seal.viz.evaluation import accuracy_figure, niah_heatmap
 from interp_seal.viz.paper_figures import (
     dla_comparison,
@@ -36,11 +37,13 @@ from interp_seal.viz.sweeps import (
 from interp_seal.viz.tuning import loss_curves, method_accuracy, scale_heatmap, target_head_scores
 
 __all__ = [
+    "accuracy_curves",
     "accuracy_figure",
     "attribution_scatter",
     "channel_map",
     "dla_comparison",
     "dla_figure",
+    "edit_grid",
     "head_delta_heatmap",
     "head_score_heatmap",
     "loss_curves",
@@ -53,6 +56,7 @@ __all__ = [
     "passage_grid",
     "passage_heatmap",
     "patching_figure",
+    "quadrant_map",
     "quadrant_scatter",
     "ranked_score_curve",
     "scale_heatmap",

@@ -35,17 +35,13 @@ from pathlib import Path
 import ipywidgets as w
 import plotly.graph_objects as go
 
+from interp_seal.analysis import SweepUnit, logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
-from interp_seal.analysis.logit_attribution import logit_attribution
-from interp_seal.analysis.sweeps import SweepUnit
 from interp_seal.interventions import ablate, hf_hooks, scale_table
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
-from interp_seal.tuning.merge import save_merged
-from interp_seal.tuning.scales import load_scales
-from interp_seal.viz.attribution import dla_figure
-from interp_seal.viz.dashboard import accuracy_curves, edit_grid
-from interp_seal.viz.sweeps import channel_map
+from interp_seal.tuning import load_scales, save_merged
+from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
 from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.state import DashboardState, check_head
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from interp_seal.models import ModelHandle
-from interp_seal.tuning.scales import ScaleFile, save_scales
+from interp_seal.tuning import ScaleFile, save_scales
 from interp_seal.viz.dashboard import edit_factors
 
 Head = tuple[int, int]

@@ -22,12 +22,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from interp_seal.analysis.attention_rows import capture_attention_rows
+from interp_seal.analysis import capture_attention_rows
 from interp_seal.analysis.retrieval_scores import passage_attention, score_passages
 from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Sample
-from interp_seal.viz.passages import head_score_heatmap, passage_heatmap
+from interp_seal.viz import head_score_heatmap, passage_heatmap
 
 
 def head_scores(attention: np.ndarray, golden, eps: float) -> pd.DataFrame:

@@ -23,13 +23,11 @@ import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
 
+from interp_seal.analysis import SweepUnit, head_quadrants, quadrant_scale_table
 from interp_seal.analysis.live_eval import EditEvaluator
-from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
-from interp_seal.analysis.sweeps import SweepUnit
 from interp_seal.interventions import ablate, scale_table
 from interp_seal.models import ModelSpec
-from interp_seal.viz.dashboard import quadrant_map
-from interp_seal.viz.sweeps import channel_map, scale_table_curves
+from interp_seal.viz import channel_map, quadrant_map, scale_table_curves
 from interp_seal.widgets.files import write_head_scale_file
 from interp_seal.widgets.state import check_head
 
