@@ -195,7 +195,7 @@ def test_accuracy_figure():
 
 def needle(depth: int, length: int, sample: Sample) -> Sample:
     return dataclasses.replace(
-        sample, task="needle", meta={"depth": depth, "context_length": length}
+        sample, task="needle", meta={"depth_percent": depth, "context_length": length}
     )
 
 
@@ -215,7 +215,7 @@ def test_niah_grid_and_heatmap():
     assert fig.data[0].z.tolist() == [[0.0, 1.0], [1.0, 0.5]]
     assert list(fig.data[0].y) == ["0", "50"] and list(fig.data[0].x) == ["1000", "2000"]
     assert fig.layout.yaxis.title.text == "needle depth (%)"
-    with pytest.raises(ValueError, match=r"lacks meta \['context_length', 'depth'\]"):
+    with pytest.raises(ValueError, match=r"lacks meta \['context_length', 'depth_percent'\]"):
         niah_grid([base], [True])
 
 

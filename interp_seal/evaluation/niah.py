@@ -4,7 +4,7 @@ A NIAH run places the needle at each depth (percent of the context, 0 = start, 1
 for each context length, and judges every (depth, length) cell. The result is the familiar
 heatmap: depth on the y axis, context length on the x axis, mean exact match in each cell
 (``interp_seal.viz.niah_heatmap`` draws it). Needle samples carry
-``meta["depth"]`` and ``meta["context_length"]``.
+``meta["depth_percent"]`` and ``meta["context_length"]`` (as ``interp_seal.tasks.needle`` writes them).
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ def niah_grid(samples: Sequence[Sample], correct: Sequence[bool]) -> pd.DataFram
         raise ValueError("no samples to put on a NIAH grid")
     rows = []
     for i, (sample, ok) in enumerate(zip(samples, correct, strict=True)):
-        missing = {"depth", "context_length"} - set(sample.meta)
+        missing = {"depth_percent", "context_length"} - set(sample.meta)
         if missing:
             raise ValueError(
                 f"sample {i} ({sample.task!r}) lacks meta {sorted(missing)}: NIAH grids need "
-                "needle samples with meta['depth'] and meta['context_length']"
+                "needle samples with meta['depth_percent'] and meta['context_length']"
             )
         rows.append(
             {
-                "depth": sample.meta["depth"],
+                "depth": sample.meta["depth_percent"],
                 "context_length": sample.meta["context_length"],
                 "exact_match": float(ok),
             }

@@ -11,8 +11,6 @@ seed 0, the same records for every method, and tuning data uses another seed.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pandas as pd
 
 from interp_seal.analysis.logit_attribution import logit_diff_attribution
@@ -234,8 +232,6 @@ def fig5_compute(run: FigureRun) -> Tables:
     s = run.sizes
     cfg = NeedleConfig(context_lengths=s.needle_lengths, depths=s.needle_depths)
     samples = needle.generate(cfg, run.handle.tokenizer, 1, seed=0)
-    # niah_grid reads meta["depth"]; the needle generator writes "depth_percent" (reported)
-    samples = [replace(s, meta={**s.meta, "depth": s.meta["depth_percent"]}) for s in samples]
     vs = variants(run)
 
     def one(key):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -177,8 +177,6 @@ def measure_needle(handle: ModelHandle, settings: TaskSettings) -> dict[str, dic
     """SEAL's needles in the shipped haystack: exact match per depth and context length."""
     cfg = needle.NeedleConfig(context_lengths=settings.niah_lengths, depths=settings.niah_depths)
     samples = needle.generate(cfg, handle.tokenizer, settings.niah_per_cell, seed=settings.seed)
-    # niah_grid reads meta["depth"]; tasks.needle writes "depth_percent"
-    samples = [replace(s, meta={**s.meta, "depth": s.meta["depth_percent"]}) for s in samples]
     grid = evaluate_niah(handle, samples, progress=False)
     return {
         str(int(d)): {str(int(n)): float(grid.loc[d, n]) for n in grid.columns} for d in grid.index
