@@ -12,7 +12,7 @@ from interp_seal.tasks import jsonl, line_retrieval, longbench, needle, passages
 from interp_seal.tasks.sample import Sample
 
 # ---------------------------------------------------------------------------------------------
-# literal formats (DESIGN.md section 5)
+# literal formats (docs/design.md section 5)
 
 
 def test_line_retrieval_strings_match_longeval():

@@ -7,7 +7,7 @@ tab's kernel holds one model and one ``Dashboard``, so two tabs never share hook
 the dashboard's lock serialises forwards.
 
 Why Voila and not Solara: Solara (actively maintained, the better long-run choice, see
-DESIGN.md Sec. 2) fetches its page assets (``@widgetti/solara-vuetify3-app``, requirejs,
+docs/design.md Sec. 2) fetches its page assets (``@widgetti/solara-vuetify3-app``, requirejs,
 font-awesome) from a CDN at run time, and the offline ``solara-assets`` package (1.58.2) lacks
 the app version that solara 1.64 with ipyvue 3 asks for, so with no network its page stays
 blank. Voila serves everything from the installed JupyterLab extensions.

@@ -6,7 +6,7 @@ attribution is shown. It round-trips through JSON (``to_json`` / ``from_json``),
 be shared and restored; ``from_json`` checks the geometry and every head against the model
 before anything is applied.
 
-A head's edit is one factor on its output (the scale primitive, DESIGN.md Sec. 3): 0 prunes it
+A head's edit is one factor on its output (the scale primitive, docs/design.md Sec. 3): 0 prunes it
 (SEAL Sec. 3.1), any other value scales it (SEAL Sec. 3.2). A click cycles keep -> prune ->
 scale (by the slider's factor) -> keep.
 """
