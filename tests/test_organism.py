@@ -19,6 +19,8 @@ from interp_seal.evaluation import evaluate_line_retrieval
 from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 from interp_seal.models.load import ORGANISM_DIR
+from interp_seal.organism.card import PARTS, LineSettings, measure_parts, reports
+from interp_seal.organism.card_tasks import TaskSettings
 from interp_seal.organism.mixture import (
     V1_DIR,
     MixtureConfig,
@@ -205,3 +207,45 @@ def test_v2_training_resumes_to_the_same_model(tmp_path):
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     state = json.loads((tmp_path / "resumed" / "state" / "trainer.json").read_text())
     assert set(state["curriculum"]["exact"]) <= {"repeat", "lines", "needle", "passages"}
+
+
+# ------------------------------------------------------------------ card writer (any checkpoint)
+
+
+def test_card_parts_are_checked_before_any_work():
+    lines = LineSettings(lengths=(5,), prune_lines=5, n_samples=2, prune_samples=2)
+    with pytest.raises(ValueError, match="unknown card parts"):
+        measure_parts(None, lines, TaskSettings(), parts=["lines", "heatmap"])
+    with pytest.raises(ValueError, match=r"not measured yet: run them \(--parts prune"):
+        reports({"lines": {"5": 1.0}}, lines, TaskSettings())
+    with pytest.raises(ValueError, match="niah_lengths must lie in"):
+        TaskSettings(niah_lengths=(100,))
+
+
+@pytest.mark.slow
+def test_card_is_assembled_from_parts_measured_separately(tmp_path):
+    """Parts run in two processes' worth of calls share one results file; --write-card reads
+    them back (nothing recomputed) into README.md and measurements.json."""
+    torch.set_num_threads(1)
+    model = train_v2(MixtureConfig.smoke(), tmp_path / "m", progress=False)
+    (model / "README.md").write_text("# card\n<!-- measurements -->\n<!-- /measurements -->\n")
+    args = [
+        "organism", "evaluate", "--model", str(model), "--lines", "3", "5", "--samples", "3",
+        "--prune-lines", "3", "--prune-samples", "2", "--niah-lengths", "260",
+        "--niah-per-cell", "1", "--passages", "3", "--qa-samples", "2", "--seal-lines", "3",
+        "--seal-samples", "2", "--threads", "1", "--results", str(tmp_path / "r.jsonl"),
+    ]  # fmt: skip
+    assert main([*args, "--parts", "lines", "prune", "needle"]) == 0
+    assert main([*args, "--parts", "passages", "retrieval", "seal"]) == 0
+    assert main([*args, "--write-card"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in records) == sorted(PARTS)  # each part measured once
+    value = {r["key"]: r["value"] for r in records}
+    card = json.loads((model / "measurements.json").read_text())
+    assert card["accuracy"] == value["lines"]
+    assert card["tasks"]["niah"] == value["needle"]
+    assert card["tasks"]["seal"] == value["seal"]
+    text = (model / "README.md").read_text()
+    assert text.startswith("# card\n<!-- measurements -->\nMeasured with `interp-seal ")
+    assert text.endswith("<!-- /measurements -->\n")
+    assert "| depth % \\ tokens | 260 |" in text and "SEAL-H on line retrieval at 3 lines" in text
