@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM
 
+from interp_seal.organism.loop import run_loop
 from interp_seal.organism.tokenizer import build_tokenizer
 from interp_seal.organism.train import (
     FULL_LEVEL,
@@ -50,7 +51,6 @@ from interp_seal.organism.train import (
     organism_tokenizer,
     pack_documents,
     repeat_batch,
-    run_loop,
 )
 from interp_seal.tasks import longbench, passages, training_needles
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, make_sample

@@ -4,7 +4,7 @@ Command (the shipped checkpoint; see its README.md for the measured time)::
 
     interp-seal organism train --out runs/organism --seed 0
 
-Why this recipe (``ORGANISM.md``, the experimental record): trained on line retrieval alone, a
+Why this recipe (``docs/organism.md``, the experimental record): trained on line retrieval alone, a
 small model never learns key matching. The head that matches the question's key to a line
 needs a head that has already copied each line's key into that line's value positions, and
 neither gets a gradient without the other, so loss sits at chance for thousands of steps
@@ -15,7 +15,7 @@ neither gets a gradient without the other, so loss sits at chance for thousands 
    that attends to the token after the earlier occurrence of the current token): the same
    two-head circuit that line retrieval needs, with a key-to-value gap of one token. The
    sequences must be *short* for this 4-layer model: with 24-48-token halves (the 2-layer
-   recipe of ORGANISM.md) repeat loss stayed at chance for 2,000 steps; with 6-12-token halves
+   recipe of docs/organism.md) repeat loss stayed at chance for 2,000 steps; with 6-12-token halves
    it fell from 6.1 to 3.1 nats within 250 steps (attention spread over fewer positions gives
    the matching head a stronger gradient).
 2. **A gap curriculum.** Line data starts as pure associative recall (``happy-tiger 45041.``,
@@ -34,20 +34,15 @@ safetensors + JSON in ``OUT/state`` every ``checkpoint_every`` steps.
 
 from __future__ import annotations
 
-import json
-import math
 import random
 import re
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from interp_seal.organism.loop import run_loop
 from interp_seal.organism.tokenizer import build_tokenizer
 from interp_seal.tasks.line_retrieval import (
     ADJECTIVES,
@@ -82,7 +77,7 @@ class OrganismConfig:
     Attributes:
         seed: seeds the initialisation and every batch.
         n_layers, n_heads, n_kv_heads, d_head, d_model, d_mlp: Llama geometry (GQA: fewer KV
-            heads than query heads). ``d_head`` 32 is what learned in ORGANISM.md attempt 3.
+            heads than query heads). ``d_head`` 32 is what learned in docs/organism.md attempt 3.
         rope_theta, max_positions: RoPE base and the longest context the config allows.
         init_std: normal init of all weights (0.02; the bootstrap makes larger inits unneeded).
         steps: total optimizer steps; the schedule depends on it, so changing it changes the model.
@@ -363,93 +358,6 @@ class Curriculum:
             self.level += 1
 
 
-def learning_rate(cfg: OrganismConfig, step: int) -> float:
-    """Linear warm-up, constant, cosine decay to 0 over the last ``decay_frac`` of steps."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    decay_start = cfg.steps * (1 - cfg.decay_frac)
-    if step < decay_start:
-        return cfg.lr
-    progress = (step - decay_start) / max(cfg.steps - decay_start, 1)
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def train_step(model, optimizer, cfg: OrganismConfig, batch: Batch, lr: float):
-    """One AdamW step on ``batch``; returns (loss, first-token accuracy, exact match)."""
-    model.train()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-        hidden = model.model(input_ids=batch.input_ids).last_hidden_state  # (B, T, D)
-        logits = model.lm_head(hidden[batch.rows, batch.cols]).float()  # (N, V)
-    targets = batch.input_ids[batch.rows, batch.cols + 1]
-    losses = F.cross_entropy(logits, targets, reduction="none")
-    loss = (losses * batch.weights).sum() / batch.weights.sum()
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.step()
-    correct = (logits.argmax(-1) == targets).float()
-    n_answers = int(batch.answer_id.max()) + 1
-    wrong = torch.zeros(n_answers).index_add_(0, batch.answer_id, 1 - correct)
-    return loss.item(), correct[batch.first].mean().item(), (wrong == 0).float().mean().item()
-
-
-def make_optimizer(model, cfg: OrganismConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not norms)."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": cfg.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=cfg.lr,
-        betas=cfg.betas,
-    )
-
-
-# ------------------------------------------------------------------------------- checkpoints
-
-
-def save_state(
-    out: Path, model, optimizer, cfg: OrganismConfig, step: int, cur: Curriculum, seconds: float
-):
-    """A resumable checkpoint in ``out/state``: safetensors for tensors, JSON for the rest."""
-    state = out / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {k: v.contiguous() for k, v in model.state_dict().items()}, state / "model.safetensors"
-    )
-    moments = {}
-    for i, s in optimizer.state_dict()["state"].items():
-        for name, tensor in s.items():
-            moments[f"{i}.{name}"] = tensor.reshape(-1) if tensor.ndim == 0 else tensor
-    save_file(moments, state / "optimizer.safetensors")
-    meta = {"step": step, "seconds": seconds, "config": asdict(cfg), "curriculum": asdict(cur)}
-    (state / "trainer.json").write_text(json.dumps(meta, indent=1))
-
-
-def load_state(out: Path, model, optimizer, cfg: OrganismConfig) -> tuple[int, Curriculum, float]:
-    """Restore ``save_state``'s checkpoint; returns (step, curriculum, seconds so far)."""
-    state = out / "state"
-    meta = json.loads((state / "trainer.json").read_text())
-    if meta["config"] != json.loads(json.dumps(asdict(cfg))):
-        raise ValueError(
-            f"{state} was written with a different config; resume with the same options"
-        )
-    model.load_state_dict(load_file(state / "model.safetensors"))
-    moments = load_file(state / "optimizer.safetensors")
-    opt_state = {}
-    for key, tensor in moments.items():
-        i, name = key.split(".", 1)
-        opt_state.setdefault(int(i), {})[name] = tensor.reshape(()) if name == "step" else tensor
-    optimizer.load_state_dict(
-        {"state": opt_state, "param_groups": optimizer.state_dict()["param_groups"]}
-    )
-    return meta["step"], Curriculum(**meta["curriculum"]), meta["seconds"]
-
-
 def train(
     cfg: OrganismConfig,
     out: str | Path,
@@ -474,55 +382,3 @@ def train(
         cfg, out, model, tokenizer, Curriculum(), Curriculum.draw, resume=resume,
         stop_at=stop_at, max_minutes=max_minutes, progress=progress,
     )  # fmt: skip
-
-
-def run_loop(
-    cfg,
-    out: Path,
-    model,
-    tokenizer,
-    cur: Curriculum,
-    draw,
-    *,
-    resume: bool,
-    stop_at: int | None,
-    max_minutes: float | None,
-    progress: bool,
-    desc: str = "organism",
-) -> Path:
-    """The training loop shared by v1 (``train``) and the v2 mixture (``organism.mixture``).
-
-    Step ``s`` draws ``draw(cur, cfg, tokenizer, random.Random(f"{desc}/{cfg.seed}/{s}"))``,
-    takes one ``train_step`` and folds its accuracies into ``cur``; resumable state goes to
-    ``out/state`` (see ``train``), the final model and tokenizer to ``out``.
-    """
-    optimizer = make_optimizer(model, cfg)
-    step, seconds = 0, 0.0
-    if resume and (out / "state" / "trainer.json").exists():
-        step, cur, seconds = load_state(out, model, optimizer, cfg)
-    end = min(cfg.steps, stop_at or cfg.steps)
-    start_time = time.monotonic() - seconds
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=desc)
-    while step < end:
-        rng = random.Random(f"{desc}/{cfg.seed}/{step}")
-        batch = draw(cur, cfg, tokenizer, rng)
-        loss, first_acc, exact = train_step(model, optimizer, cfg, batch, learning_rate(cfg, step))
-        cur.update(cfg, batch.kind, first_acc, exact)
-        step += 1
-        bar.update(1)
-        bar.set_postfix(
-            loss=f"{loss:.3f}",
-            **{k: f"{v:.2f}" for k, v in sorted(cur.exact.items()) if k.isalpha()},
-            **({"level": cur.level} if desc == "organism" else {}),
-        )
-        elapsed = time.monotonic() - start_time
-        timed_out = max_minutes is not None and elapsed - seconds > 60 * max_minutes
-        if step % cfg.checkpoint_every == 0 or step == end or timed_out:
-            save_state(out, model, optimizer, cfg, step, cur, elapsed)
-        if timed_out:
-            break
-    bar.close()
-    if step == cfg.steps:
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    return out
