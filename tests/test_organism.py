@@ -74,25 +74,41 @@ def exact_match(handle, num_lines: int, n: int, intervention=None) -> float:
 
 
 def test_accuracy_high_when_short_and_degrades_when_long(organism, card):
+    """Measured here, not read from the card: the card's numbers are checked against a fresh
+    measurement of the same samples."""
     short, long = exact_match(organism, SHORT, 40), exact_match(organism, LONG, 40)
     assert short >= 0.95
     assert 0.1 <= long <= 0.8
-    assert card["accuracy"][str(SHORT)] >= 0.95
-    assert 0.2 <= card["accuracy"][str(max(card["accuracy"], key=int))] <= 0.7
+    # the card's accuracy (200 samples, seed 0) contains these first 40 samples
+    assert abs(card["accuracy"][str(SHORT)] - short) <= 0.05
 
 
-def test_pruning_moves_accuracy_both_ways(organism, card):
-    """The card's two strongest heads in each direction, re-measured on 60 of its samples."""
+def _pruning_moves_accuracy(organism, card, n: int, per_side: int) -> None:
+    """The card's strongest heads in each direction (the card only picks them), re-measured
+    here: pruning each moves exact match the way the card says."""
     delta = torch.tensor(card["prune_delta"])
-    n, lines = 60, card["prune_lines"]
+    lines = card["prune_lines"]
     base = exact_match(organism, lines, n)
     order = delta.flatten().argsort()
     heads = organism.spec.n_heads
-    for flat, sign in ((order[-1], 1), (order[-2], 1), (order[0], -1), (order[1], -1)):
+    picked = [(order[-1 - i], 1) for i in range(per_side)] + [
+        (order[i], -1) for i in range(per_side)
+    ]
+    for flat, sign in picked:
         layer, head = divmod(int(flat), heads)
-        assert sign * delta[layer, head] >= 0.02
         pruned = exact_match(organism, lines, n, ablate(organism.spec, [(layer, head)], "zero"))
         assert sign * (pruned - base) > 0, (layer, head, pruned, base)
+
+
+@pytest.mark.slow
+def test_pruning_moves_accuracy_both_ways(organism, card):
+    """Two heads each way on 60 samples (~50 s on one thread)."""
+    _pruning_moves_accuracy(organism, card, n=60, per_side=2)
+
+
+def test_strongest_pruning_effects_hold(organism, card):
+    """The default-selection variant: the strongest head each way on 60 samples."""
+    _pruning_moves_accuracy(organism, card, n=60, per_side=1)
 
 
 def test_pruning_equals_zeroing_o_proj_columns(organism):

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from interp_seal.checkpoints import checkpoint_dir, load_optimizer, replacing_dir, save_optimizer
+
 
 def learning_rate(cfg, step: int) -> float:
     """Linear warm-up, constant, cosine decay to 0 over the last ``decay_frac`` of steps."""
@@ -73,19 +75,16 @@ def make_optimizer(model, cfg) -> torch.optim.AdamW:
 
 
 def save_state(out: Path, model, optimizer, cfg, step: int, cur, seconds: float):
-    """A resumable checkpoint in ``out/state``: safetensors for tensors, JSON for the rest."""
-    state = out / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {k: v.contiguous() for k, v in model.state_dict().items()}, state / "model.safetensors"
-    )
-    moments = {}
-    for i, s in optimizer.state_dict()["state"].items():
-        for name, tensor in s.items():
-            moments[f"{i}.{name}"] = tensor.reshape(-1) if tensor.ndim == 0 else tensor
-    save_file(moments, state / "optimizer.safetensors")
+    """A resumable checkpoint in ``out/state``: safetensors for tensors, JSON for the rest.
+
+    Written whole or not at all: a kill while writing leaves the previous checkpoint."""
     meta = {"step": step, "seconds": seconds, "config": asdict(cfg), "curriculum": asdict(cur)}
-    (state / "trainer.json").write_text(json.dumps(meta, indent=1))
+    with replacing_dir(out / "state") as state:
+        save_file(
+            {k: v.contiguous() for k, v in model.state_dict().items()}, state / "model.safetensors"
+        )
+        save_optimizer(optimizer, state / "optimizer.safetensors")
+        (state / "trainer.json").write_text(json.dumps(meta, indent=1))
 
 
 def load_state(out: Path, model, optimizer, cfg) -> tuple[int, dict, float]:
@@ -97,14 +96,7 @@ def load_state(out: Path, model, optimizer, cfg) -> tuple[int, dict, float]:
             f"{state} was written with a different config; resume with the same options"
         )
     model.load_state_dict(load_file(state / "model.safetensors"))
-    moments = load_file(state / "optimizer.safetensors")
-    opt_state = {}
-    for key, tensor in moments.items():
-        i, name = key.split(".", 1)
-        opt_state.setdefault(int(i), {})[name] = tensor.reshape(()) if name == "step" else tensor
-    optimizer.load_state_dict(
-        {"state": opt_state, "param_groups": optimizer.state_dict()["param_groups"]}
-    )
+    load_optimizer(optimizer, state / "optimizer.safetensors")
     return meta["step"], meta["curriculum"], meta["seconds"]
 
 
@@ -130,7 +122,7 @@ def run_loop(
     """
     optimizer = make_optimizer(model, cfg)
     step, seconds = 0, 0.0
-    if resume and (out / "state" / "trainer.json").exists():
+    if resume and checkpoint_dir(out / "state") is not None:
         step, fields, seconds = load_state(out, model, optimizer, cfg)
         cur = type(cur)(**fields)
     end = min(cfg.steps, stop_at or cfg.steps)

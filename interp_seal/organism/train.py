@@ -35,7 +35,6 @@ safetensors + JSON in ``OUT/state`` every ``checkpoint_every`` steps.
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +51,7 @@ from interp_seal.tasks.line_retrieval import (
     VALUE_RANGE,
     LineRetrievalConfig,
     make_sample,
+    parse_record,
 )
 
 KEYS = tuple(f"{a}-{n}" for a in ADJECTIVES for n in NOUNS)
@@ -67,7 +67,6 @@ LEVELS = (
     ("line {idx}: REGISTER_CONTENT is <{value}>\n", ANSWER_PREFIX),
 )
 FULL_LEVEL = len(LEVELS)
-_LONGEVAL_LINE = re.compile(r"^line (\S+): REGISTER_CONTENT is <(\d+)>$", re.MULTILINE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,7 +226,7 @@ def _document(level: int, n_lines: int, n_questions: int, rng: random.Random):
     """
     if level == FULL_LEVEL:
         sample = make_sample(LineRetrievalConfig(num_lines=n_lines), rng)
-        lines = _LONGEVAL_LINE.findall(sample.prompt)
+        lines = [(x.index, str(x.value)) for x in parse_record(sample.prompt)]
         segments = [sample.prompt, sample.answer]
         question = ANSWER_PREFIX
     else:

@@ -1,0 +1,58 @@
+"""Training state on disk: optimizer moments round-trip exactly; a checkpoint is replaced whole."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from interp_seal.checkpoints import checkpoint_dir, load_optimizer, replacing_dir, save_optimizer
+
+
+def test_optimizer_state_round_trips_exactly(tmp_path):
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    opt = torch.optim.AdamW(params, lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        sum((p**2).sum() for p in params).backward()
+        opt.step()
+    save_optimizer(opt, tmp_path / "opt.safetensors")
+    fresh = torch.optim.AdamW(params, lr=0.1)
+    load_optimizer(fresh, tmp_path / "opt.safetensors")
+    saved, loaded = opt.state_dict()["state"], fresh.state_dict()["state"]
+    assert saved.keys() == loaded.keys() == {0, 1}
+    for i in saved:
+        for name in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(torch.as_tensor(saved[i][name]), torch.as_tensor(loaded[i][name]))
+    assert float(loaded[0]["step"]) == 3.0
+
+
+def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    with replacing_dir(state) as d:
+        (d / "a.txt").write_text("1")
+        (d / "b.txt").write_text("1")
+    with pytest.raises(RuntimeError), replacing_dir(state) as d:  # fails while writing
+        (d / "a.txt").write_text("2")
+        raise RuntimeError("killed")
+    assert [(state / n).read_text() for n in ("a.txt", "b.txt")] == ["1", "1"]
+
+    renames = []
+    real_rename = os.rename
+
+    def rename_once(src, dst):  # the process dies after moving the old checkpoint aside
+        if renames:
+            raise KeyboardInterrupt
+        renames.append((src, dst))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename_once)
+    with pytest.raises(KeyboardInterrupt), replacing_dir(state) as d:
+        (d / "a.txt").write_text("3")
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert not state.exists()
+    assert checkpoint_dir(state) == state  # the previous checkpoint is back
+    assert [(state / n).read_text() for n in ("a.txt", "b.txt")] == ["1", "1"]
+    assert checkpoint_dir(tmp_path / "none") is None
