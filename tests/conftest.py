@@ -104,3 +104,13 @@ def byte_level_tokenizer():
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
     )
+
+
+@pytest.fixture(scope="session")
+def eager(llama_checkpoint):
+    """``llama_checkpoint`` with eager attention: full attention matrices for reference rows."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        llama_checkpoint, attn_implementation="eager"
+    )

@@ -40,13 +40,6 @@ def handle(llama_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def eager(llama_checkpoint):
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        llama_checkpoint, attn_implementation="eager"
-    )
-
-
-@pytest.fixture(scope="module")
 def mdqa() -> list[Sample]:
     return passages.generate(passages.PassagesConfig(num_passages=5, filler_sentences=0), 4, 3)
 

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import transformers
 
 from interp_seal.analysis.masking import (
     MaskingConfig,
@@ -42,13 +41,6 @@ from interp_seal.viz.passages import head_score_heatmap, masking_bars, passage_h
 @pytest.fixture(scope="module")
 def handle(llama_checkpoint):
     return load_model(llama_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def eager(llama_checkpoint):
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        llama_checkpoint, attn_implementation="eager"
-    )
 
 
 @pytest.fixture(scope="module")
