@@ -97,32 +97,8 @@ class RecordStore:
     def open(cls, out: str | Path, manifest: dict, *, resume: bool) -> RecordStore:
         """Start a run in directory ``out``, or continue the one there (``resume``) if it is
         the same run (equal manifests)."""
-        out = Path(out)
-        path = out / MANIFEST
-        manifest = json.loads(json.dumps(manifest, default=str))  # as it reads back
-        if path.exists():
-            try:
-                old = json.loads(path.read_text())
-            except json.JSONDecodeError:
-                raise ValueError(
-                    f"{path} is not valid JSON (written by an older version or edited by hand); "
-                    "delete the directory to start over, or choose another output directory"
-                ) from None
-            if not resume:
-                raise ValueError(
-                    f"{out} already holds a run; pass resume=True (--resume) to continue it, "
-                    "or choose another output directory"
-                )
-            if old != manifest:
-                raise ValueError(
-                    f"{out} holds a run made with different arguments, refusing to mix "
-                    f"results ({_differences(old, manifest)}); use another output directory "
-                    "or delete this one to start over"
-                )
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-            write_text(path, json.dumps(manifest, indent=1))
-        return cls(out / RECORDS)
+        open_manifest(Path(out) / MANIFEST, manifest, resume=resume)
+        return cls(Path(out) / RECORDS)
 
     def load(self) -> list[dict]:
         """The finished records; drops a last line cut short by a kill."""
@@ -152,17 +128,42 @@ class RecordStore:
         self.append([record])
 
 
-def _differences(old: dict, new: dict) -> str:
-    """``key: old -> new`` for the manifest entries that differ."""
+def open_manifest(path: Path, manifest: dict, *, resume: bool, what: str = "run") -> None:
+    """Write ``manifest`` (what a run is) to ``path`` atomically, or check that the one there is
+    the same when continuing (``resume``); refuse to mix the results of different runs."""
+    out = path.parent
+    manifest = json.loads(json.dumps(manifest, default=str))  # as it reads back
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(manifest, indent=1))
+        return
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise ValueError(
+            f"{path} is not valid JSON (written by an older version or edited by hand); "
+            "delete the directory to start over, or choose another output directory"
+        ) from None
+    if not resume:
+        raise ValueError(
+            f"{out} already holds a {what}; pass resume=True (--resume) to continue it, "
+            "or choose another output directory"
+        )
+    if old != manifest:
+        raise ValueError(
+            f"{out} holds a {what} made with other arguments, refusing to mix results "
+            f"(different arguments: {_differences(old, manifest)}); use another output "
+            "directory or delete this one to start over"
+        )
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> str:
+    """``key: old -> new`` for the manifest entries that differ (nested keys dotted)."""
     parts = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
-        if key == "args" and isinstance(a, dict) and isinstance(b, dict):
-            parts += [
-                f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
-                for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k)
-            ]
+        if isinstance(a, dict) and isinstance(b, dict):
+            parts.append(_differences(a, b, f"{prefix}{key}."))
         elif a != b:
-            parts.append(f"{key}: {a!r} -> {b!r}")
-    return "; ".join(parts)
+            parts.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return "; ".join(p for p in parts if p)

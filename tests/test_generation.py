@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+import pandas as pd
 import pytest
 import torch
 
-from interp_seal.evaluation import evaluate_generated, score_generated
+from interp_seal.evaluation import evaluate_generated, score_generated, teacher_force
 from interp_seal.models import load_model
 from interp_seal.tasks import LineRetrievalConfig, Sample, line_retrieval
 
@@ -42,6 +43,11 @@ def test_generated_verdicts_match_hf_generate_and_longchat_scoring(organism):
         assert summary.loc[length, "agreement"] == group.agree.mean()
         assert summary.loc[length, "generated_accuracy"] == group.generated_correct.mean()
         assert summary.loc[length, "n"] == 4
+    # scores already computed (the CLI's path) give the same evaluation without recomputing them
+    forced = teacher_force(organism, samples)
+    reused = evaluate_generated(organism, samples, max_new_tokens=6, progress=False, forced=forced)
+    pd.testing.assert_frame_equal(reused.records, records)
+    assert records.exact_match.tolist() == [s.exact_match for s in forced]
 
 
 def test_qa_outputs_are_scored_by_longbench_f1():

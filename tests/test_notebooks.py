@@ -136,6 +136,12 @@ Path("numbers.json").write_text(json.dumps({
 """
 
 
+def dumped(tmp_path, *tables: str) -> tuple[dict, list[pd.DataFrame]]:
+    """What a notebook's dump cell wrote: ``numbers.json`` and the named CSV tables."""
+    numbers = json.loads((tmp_path / "numbers.json").read_text())
+    return numbers, [pd.read_csv(tmp_path / f"{name}.csv") for name in tables]
+
+
 def _rows(table: pd.DataFrame, **where) -> pd.Series:
     """The one row of ``table`` matching ``where``."""
     mask = np.logical_and.reduce([table[k] == v for k, v in where.items()])
@@ -145,10 +151,8 @@ def _rows(table: pd.DataFrame, **where) -> pd.Series:
 
 def test_seal_notebook_matches_package(tmp_path, monkeypatch):
     nb = run_notebook("seal", tmp_path, monkeypatch, SEAL_ENV, SEAL_DUMP)
-    numbers = json.loads((tmp_path / "numbers.json").read_text())
-    sweep, channels, scaled, accuracy = (
-        pd.read_csv(tmp_path / f"{name}.csv")
-        for name in ("sweep", "channels", "scaled", "accuracy")
+    numbers, (sweep, channels, scaled, accuracy) = dumped(
+        tmp_path, "sweep", "channels", "scaled", "accuracy"
     )
     handle = load_model("organism")
     spec = handle.spec
@@ -299,10 +303,8 @@ def brute_passage_scores(model, tokenizer, samples, eps: float = 0.3) -> pd.Data
 
 def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
     nb = run_notebook("mudaf", tmp_path, monkeypatch, MUDAF_ENV, MUDAF_DUMP)
-    numbers = json.loads((tmp_path / "numbers.json").read_text())
-    heads, masking, retrieval, accuracy = (
-        pd.read_csv(tmp_path / f"{name}.csv")
-        for name in ("heads", "masking", "retrieval", "accuracy")
+    numbers, (heads, masking, retrieval, accuracy) = dumped(
+        tmp_path, "heads", "masking", "retrieval", "accuracy"
     )
     handle = load_model("organism")
     spec, tok = handle.spec, handle.tokenizer
@@ -421,10 +423,8 @@ class PlainRun:
 
 def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
     nb = run_notebook("circuits", tmp_path, monkeypatch, CIRCUITS_ENV, CIRCUITS_DUMP)
-    numbers = json.loads((tmp_path / "numbers.json").read_text())
-    dla, patching, comparison, summary = (
-        pd.read_csv(tmp_path / f"{name}.csv")
-        for name in ("dla", "patching", "comparison", "summary")
+    numbers, (dla, patching, comparison, summary) = dumped(
+        tmp_path, "dla", "patching", "comparison", "summary"
     )
     handle = load_model("organism")
     sample = generate(LineRetrievalConfig(num_lines=20), 1, seed=0)[0]

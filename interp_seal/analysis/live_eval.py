@@ -28,11 +28,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from interp_seal.analysis.sweeps import ProgressCallback, SweepUnit
-from interp_seal.engine import AnswerBatch, CleanRun, clean_run, pad_id_of, run_from_layer
+from interp_seal.engine import (
+    AnswerBatch,
+    AnswerScores,
+    CleanRun,
+    clean_run,
+    pad_id_of,
+    run_from_layer,
+)
 from interp_seal.evaluation import encode_samples
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
@@ -47,8 +53,7 @@ class _Chunk:
 
     length: int
     clean: CleanRun
-    exact: torch.Tensor  # (sample,) clean exact match
-    logprob: torch.Tensor  # (sample,) clean answer log-probability
+    scores: AnswerScores  # of the clean run
 
 
 class EditEvaluator:
@@ -88,9 +93,9 @@ class EditEvaluator:
         for length, part in tqdm(plan, desc="clean runs", disable=not progress):
             batch = AnswerBatch.from_encoded(part, pad_id=pad_id)
             clean = clean_run(handle, batch, starts)
-            scored = batch.score(clean.logits)
-            exact, logprob = scored.exact, scored.logprob
-            self._chunks.append(_Chunk(length=length, clean=clean, exact=exact, logprob=logprob))
+            self._chunks.append(
+                _Chunk(length=length, clean=clean, scores=batch.score(clean.logits))
+            )
         self._base = self.per_sample(None).groupby("length", sort=False)[list(METRICS)].mean()
 
     def per_sample(self, intervention: HeadIntervention | None) -> pd.DataFrame:
@@ -103,13 +108,11 @@ class EditEvaluator:
         layers = intervention.active_layers() if intervention is not None else []
         rows, seen = [], dict.fromkeys(self.lengths, 0)
         for chunk in self._chunks:
+            scored = chunk.scores
             if layers:
                 logits = run_from_layer(self.handle, chunk.clean, layers[0], [intervention])
                 scored = chunk.clean.batch.score(logits)
-                exact, logprob = scored.exact, scored.logprob
-            else:
-                exact, logprob = chunk.exact, chunk.logprob
-            for e, lp in zip(exact.tolist(), logprob.tolist(), strict=True):
+            for e, lp in zip(scored.exact.tolist(), scored.logprob.tolist(), strict=True):
                 rows.append(
                     {
                         "length": chunk.length,

@@ -90,7 +90,7 @@ def register(subparsers) -> None:
 def run_lines(args: argparse.Namespace) -> int:
     import torch
 
-    from interp_seal.evaluation import evaluate_line_retrieval
+    from interp_seal.evaluation import accuracy_table, line_retrieval_samples, score_lengths
     from interp_seal.interventions import ablate
     from interp_seal.models import load_model
     from interp_seal.outputs import write_html, write_table
@@ -102,16 +102,16 @@ def run_lines(args: argparse.Namespace) -> int:
     intervention = None
     if args.ablate:
         intervention = ablate(handle.spec, args.ablate, args.mode, factor=args.factor)
-    table = evaluate_line_retrieval(
-        handle,
+    samples = line_retrieval_samples(
+        handle.tokenizer,
         args.lengths,
         n=args.n,
         seed=args.seed,
         index_style=args.index_style,
-        intervention=intervention,
-        batch_size=args.batch_size,
         chat_template=args.chat_template,
     )
+    scores = score_lengths(handle, samples, intervention=intervention, batch_size=args.batch_size)
+    table = accuracy_table(scores)
     ablated = f", heads {head_label(args.ablate)} ablated ({args.mode})" if args.ablate else ""
     print(f"LongEval line retrieval, {handle.name_or_path}{ablated}, seed {args.seed}")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -120,19 +120,10 @@ def run_lines(args: argparse.Namespace) -> int:
         title = f"LongEval line retrieval: {Path(handle.name_or_path).name}{ablated}"
         write_html(accuracy_figure(table, title=title), args.out / "accuracy.html")
         print(f"wrote {args.out / 'accuracy.csv'} and {args.out / 'accuracy.html'}")
-    if args.generate:
-        from interp_seal.evaluation import line_retrieval_samples
-
-        samples = line_retrieval_samples(
-            handle.tokenizer,
-            args.lengths,
-            n=args.n,
-            seed=args.seed,
-            index_style=args.index_style,
-            chat_template=args.chat_template,
-        )
+    if args.generate:  # beside the teacher-forced scores above, not recomputing them
         flat = [s for group in samples.values() for s in group]
-        _generate_and_report(args, handle, flat, intervention)
+        forced = [s for group in scores.values() for s in group]
+        _generate_and_report(args, handle, flat, intervention, forced)
     return 0
 
 
@@ -148,7 +139,7 @@ def _chat_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _generate_and_report(args, handle, samples, intervention) -> None:
+def _generate_and_report(args, handle, samples, intervention, forced=None) -> None:
     """Generate-then-score ``samples``; print the summary, write ``generated*.csv`` to --out."""
     from interp_seal.evaluation import evaluate_generated
     from interp_seal.outputs import write_table
@@ -159,6 +150,7 @@ def _generate_and_report(args, handle, samples, intervention) -> None:
         max_new_tokens=args.max_new_tokens,
         intervention=intervention,
         batch_size=args.batch_size,
+        forced=forced,
     )
     print(
         f"generate-then-score ({args.max_new_tokens} new tokens, chat template "

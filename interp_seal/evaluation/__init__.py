@@ -16,9 +16,11 @@ from interp_seal.evaluation.generation import (
 )
 from interp_seal.evaluation.lengths import (
     ACCURACY_COLUMNS,
+    accuracy_table,
     evaluate_lengths,
     evaluate_line_retrieval,
     line_retrieval_samples,
+    score_lengths,
     summarize,
 )
 from interp_seal.evaluation.niah import evaluate_niah, niah_grid
@@ -32,6 +34,7 @@ __all__ = [
     "GeneratedEvaluation",
     "encode_samples",
     "evaluate_generated",
+    "accuracy_table",
     "evaluate_lengths",
     "evaluate_line_retrieval",
     "evaluate_niah",
@@ -42,6 +45,7 @@ __all__ = [
     "qa_f1",
     "score_generated",
     "score_records",
+    "score_lengths",
     "summarize",
     "teacher_force",
     "token_f1",

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from interp_seal.engine import greedy_decode
 from interp_seal.evaluation.scoring import qa_f1
-from interp_seal.evaluation.teacher_forcing import encode_samples, teacher_force
+from interp_seal.evaluation.teacher_forcing import AnswerScore, encode_samples, teacher_force
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.line_retrieval import score_output
@@ -106,6 +106,7 @@ def evaluate_generated(
     intervention: HeadIntervention | None = None,
     batch_size: int = 8,
     progress: bool = True,
+    forced: Sequence[AnswerScore] | None = None,
 ) -> GeneratedEvaluation:
     """Teacher-forced exact match and generate-then-score on ``samples``, with their agreement.
 
@@ -117,14 +118,19 @@ def evaluate_generated(
         intervention: a head edit applied to both protocols.
         batch_size: samples per teacher-forced forward.
         progress: show progress bars.
+        forced: the samples' teacher-forced scores if already computed (same order, same
+            intervention); otherwise they are computed here.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if not samples:
         raise ValueError("no samples to evaluate")
-    forced = teacher_force(
-        handle, samples, intervention=intervention, batch_size=batch_size, progress=progress
-    )
+    if forced is None:
+        forced = teacher_force(
+            handle, samples, intervention=intervention, batch_size=batch_size, progress=progress
+        )
+    elif len(forced) != len(samples):
+        raise ValueError(f"{len(forced)} teacher-forced scores for {len(samples)} samples")
     texts = generate_answers(
         handle,
         samples,

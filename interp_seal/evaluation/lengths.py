@@ -79,7 +79,32 @@ def evaluate_lengths(
     batch_size: int = 8,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Teacher-forced accuracy per length: one row per key of ``samples_by_length``.
+    """Teacher-forced accuracy per length: one row per key of ``samples_by_length``."""
+    scores = score_lengths(
+        handle,
+        samples_by_length,
+        intervention=intervention,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    return accuracy_table(scores)
+
+
+def accuracy_table(scores_by_length: Mapping[int, Sequence[AnswerScore]]) -> pd.DataFrame:
+    """One row per length: ``ACCURACY_COLUMNS`` summarised from its scores."""
+    rows = [{"length": length, **summarize(s)} for length, s in scores_by_length.items()]
+    return pd.DataFrame(rows, columns=list(ACCURACY_COLUMNS))
+
+
+def score_lengths(
+    handle: ModelHandle,
+    samples_by_length: Mapping[int, Sequence[Sample]],
+    *,
+    intervention: HeadIntervention | None = None,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> dict[int, list[AnswerScore]]:
+    """Teacher-forced scores of every sample, by length.
 
     Every group is tokenised and checked against the context window before any forward runs,
     so a length that does not fit fails at once, not after the shorter ones have run.
@@ -92,15 +117,15 @@ def evaluate_lengths(
             encoded[length] = encode_samples(handle, samples)
         except ValueError as err:
             raise ValueError(f"length {length}: {err}") from err
-    rows = []
+    scores = {}
     bar = tqdm(encoded.items(), desc="lengths", disable=not progress)
     for length, group in bar:
-        scores = teacher_force(
+        scores[length] = teacher_force(
             handle, group, intervention=intervention, batch_size=batch_size, progress=progress
         )
-        rows.append({"length": length, **summarize(scores)})
-        bar.set_postfix(length=length, exact_match=f"{rows[-1]['exact_match']:.2f}")
-    return pd.DataFrame(rows, columns=list(ACCURACY_COLUMNS))
+        exact = summarize(scores[length])["exact_match"]
+        bar.set_postfix(length=length, exact_match=f"{exact:.2f}")
+    return scores
 
 
 def line_retrieval_samples(

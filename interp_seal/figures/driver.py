@@ -18,7 +18,6 @@ arguments is refused rather than mixing results.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,8 @@ from interp_seal.figures.export import PngExporter
 from interp_seal.figures.registry import FigureSpec, select
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.sizes import DEFAULT, QUICK
+from interp_seal.outputs import write_text
+from interp_seal.records import open_manifest
 
 
 @dataclass(kw_only=True)
@@ -43,37 +44,11 @@ class GalleryResult:
     png_problem: str | None = None
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
-
-
 def load_tables(path: Path) -> tuple[dict[str, pd.DataFrame], dict]:
     """A figure's tables (and its JSON's other fields) from ``data/<name>.json``."""
     doc = json.loads(path.read_text())
     tables = {k: pd.DataFrame(v) for k, v in doc.pop("tables").items()}
     return tables, doc
-
-
-def _check_run(out: Path, identity: dict) -> None:
-    path = out / "run.json"
-    identity = json.loads(json.dumps(identity))
-    if path.exists():
-        old = json.loads(path.read_text())
-        if old != identity:
-            flat_old = {"model": old.get("model"), **old.get("sizes", {})}
-            flat_new = {"model": identity["model"], **identity["sizes"]}
-            diff = {
-                k: f"{flat_old.get(k)} -> {v}" for k, v in flat_new.items() if flat_old.get(k) != v
-            }
-            raise ValueError(
-                f"{out} holds a gallery made with other arguments ({diff}); use another --out "
-                "directory, or delete this one to start over"
-            )
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        _write_json(path, identity)
 
 
 def regenerate(
@@ -90,7 +65,8 @@ def regenerate(
     specs = select(only)  # unknown names fail before any work
     sizes = QUICK if quick else DEFAULT
     out = Path(out)
-    _check_run(out, {"model": model, "sizes": sizes.as_dict()})
+    identity = {"model": model, "sizes": sizes.as_dict()}
+    open_manifest(out / "run.json", identity, resume=True, what="gallery")
     (out / "data").mkdir(parents=True, exist_ok=True)
     run = FigureRun(model, sizes, out, progress=progress)
     result = GalleryResult(out=out)
@@ -127,7 +103,7 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         "wall_seconds": round(time.perf_counter() - wall, 1),
         "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
     }
-    _write_json(path, doc)
+    write_text(path, json.dumps(doc, indent=1, default=str))
     result.computed.append(spec.name)
     return load_tables(path)[0]  # draw from what is on disk, as a later run will
 
