@@ -196,6 +196,9 @@ def test_training_needles_are_never_the_evaluation_ones():
     # distractors never ask the needle's question
     for _ in range(50):
         assert make_needle(rng, avoid=generated[0]).question != generated[0].question
+    # each generated needle states its key phrase right after the phrase its question asks for
+    for n in generated[:200]:
+        assert n.text.endswith(n.key + ".") and n.key[0].islower()
 
 
 def test_grown_model_scores_old_tokens_exactly_as_v1(v2_tok):

@@ -158,10 +158,31 @@ def test_needle_sample_spans_meta_and_token_budget(essay_tok):
             assert s.prompt[:start].endswith(". ")
         enc = s.encode(essay_tok)
         assert essay_tok.decode(enc.input_ids[slice(*enc.needle)]) == " " + n.text
+
     assert needle.generate(cfg, essay_tok, 2, seed=3) == samples
     assert [s.meta["needle_id"] for s in needle.generate(cfg, essay_tok, 2, seed=4)] != [
         s.meta["needle_id"] for s in samples
     ]
+
+
+def test_needle_key_phrase_answers(essay_tok):
+    # every key phrase is the end of its sentence, right after the phrase the question asks for
+    for n in (*needle.SEAL_NEEDLES, needle.SAN_FRANCISCO):
+        assert n.text.endswith(n.key + ".")
+        opening = n.text[: -len(n.key) - 1].strip()
+        assert opening.endswith(("is", "drawn to")), opening
+    assert needle.SEAL_NEEDLES[8].key.startswith("the stained glass window")
+    cfg = needle.NeedleConfig(context_lengths=(300,), depths=(50,), answer="key_phrase")
+    (s,) = needle.generate(cfg, essay_tok, seed=3)
+    n = {n.id: n for n in needle.SEAL_NEEDLES}[s.meta["needle_id"]]
+    assert s.answer == " " + n.key and s.prompt[slice(*s.needle)] == n.text
+    no_key = needle.Needle(id="x", text="A cat is here.", question="What is here?")
+    with pytest.raises(ValueError, match="key phrase on every needle"):
+        needle.NeedleConfig(context_lengths=(300,), needles=(no_key,), answer="key_phrase")
+    with pytest.raises(ValueError, match="answer must be one of"):
+        needle.NeedleConfig(context_lengths=(300,), answer="phrase")
+    with pytest.raises(ValueError, match="must be a non-empty part of its text"):
+        needle.Needle(id="x", text="A cat is here.", question="What is here?", key="a dog")
 
 
 def test_needle_config_validation():

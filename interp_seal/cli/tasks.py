@@ -73,6 +73,10 @@ def register(subparsers) -> None:
     niah.add_argument(
         "--buffer", type=nonnegative_int, default=200, help="tokens kept for question + answer"
     )
+    niah.add_argument(
+        "--answer", default="sentence", choices=needle.ANSWERS,
+        help="the expected answer: the needle sentence (SEAL) or its key phrase",
+    )  # fmt: skip
     mdqa = gen.add_argument_group("passages")
     mdqa.add_argument("--num-passages", type=positive_int, default=10)
     mdqa.add_argument("--hops", type=int, default=1, choices=(1, 2))
@@ -110,6 +114,7 @@ def _samples(args: argparse.Namespace) -> list:
         needles=NEEDLE_SETS[args.needles],
         haystack=needle.read_haystack(args.haystack),
         buffer=args.buffer,
+        answer=args.answer,
     )
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     return needle.generate(cfg, tokenizer, n, args.seed)

@@ -9,7 +9,8 @@ generated needles, generated haystacks and other seeds of the passage generator)
 
 1. **Needle grid** (SEAL Fig. 5 layout): SEAL's ten needles (appendix B.2) in the shipped
    haystack, ``n_per_cell`` seeded needles per (depth, context length) cell; teacher-forced
-   exact match of the whole needle sentence (``interp_seal.evaluation.evaluate_niah``).
+   exact match of the needle's key phrase, the part of the sentence the question asks for
+   (``interp_seal.evaluation.evaluate_niah``).
 2. **QA F1 by passages**: greedy answers (up to a newline) to synthetic multi-document QA in
    LongBench's prompt (``tasks.passages``, seed 0), scored with LongBench's token F1
    (``analysis.masking.evaluate_condition`` with no head masked), 1- and 2-hop.
@@ -119,7 +120,7 @@ class TaskReport:
         lengths = list(next(iter(self.niah.values())))
         out = [
             f"Needle in a haystack (SEAL's ten needles, shipped haystack, {s['niah_per_cell']} "
-            "needles per cell, teacher-forced exact match of the needle sentence):",
+            "needles per cell, teacher-forced exact match of the needle's key phrase):",
             "",
             "| depth % \\ tokens | " + " | ".join(lengths) + " |",
             "|---|" + "---|" * len(lengths),
@@ -174,8 +175,11 @@ class TaskReport:
 
 
 def measure_needle(handle: ModelHandle, settings: TaskSettings) -> dict[str, dict[str, float]]:
-    """SEAL's needles in the shipped haystack: exact match per depth and context length."""
-    cfg = needle.NeedleConfig(context_lengths=settings.niah_lengths, depths=settings.niah_depths)
+    """SEAL's needles in the shipped haystack: exact match of the key phrase per depth and
+    context length (the organism is trained to answer with the key phrase)."""
+    cfg = needle.NeedleConfig(
+        context_lengths=settings.niah_lengths, depths=settings.niah_depths, answer="key_phrase"
+    )
     samples = needle.generate(cfg, handle.tokenizer, settings.niah_per_cell, seed=settings.seed)
     grid = evaluate_niah(handle, samples, progress=False)
     return {

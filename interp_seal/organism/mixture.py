@@ -97,16 +97,16 @@ class MixtureConfig:
     warmup: int = 100
     decay_frac: float = 0.3
     tokens_per_step: int = 2048
-    p_repeat: float = 0.3
+    p_repeat: float = 0.15
     p_lines: float = 0.2
-    p_needle: float = 0.3
+    p_needle: float = 0.35
     repeat_len: tuple[int, int] = (6, 16)
     lines: tuple[int, int] = (2, 150)
     needle_tokens: tuple[int, int] = (300, 2400)
-    passages: tuple[int, int] = (5, 40)
+    passages: tuple[int, int] = (2, 30)
     max_questions: int = 8
     first_digit_weight: float = 3.0
-    reach0: float = 0.2
+    reach0: float = 0.05
     ema: float = 0.95
     checkpoint_every: int = 250
     threads: int = 1
@@ -223,7 +223,9 @@ def needle_document(cfg: MixtureConfig, tokenizer, rng: random.Random, reach: fl
     length = upto(rng, cfg.needle_tokens, reach)
     needle = training_needles.make_needle(rng)
     haystack = training_needles.make_haystack(rng, n_words=int(length * 0.9) + 40, avoid=needle)
-    ncfg = NeedleConfig(context_lengths=(length,), needles=(needle,), haystack=haystack)
+    ncfg = NeedleConfig(
+        context_lengths=(length,), needles=(needle,), haystack=haystack, answer="key_phrase"
+    )
     depth = rng.uniform(0, 100)
     sample = needle_sample(ncfg, tokenizer, context_length=length, depth=depth, needle=needle)
     return [sample.prompt, sample.answer], [1]
@@ -244,6 +246,7 @@ def passages_document(cfg: MixtureConfig, rng: random.Random, reach: float = 1.0
 def _pool(tokenizer) -> tuple[int, ...]:
     rng = random.Random("organism-v2/repeat-pool")
     texts = [training_needles.make_needle(rng).text for _ in range(300)]
+    texts += [n.text for n in (*SEAL_NEEDLES, SAN_FRANCISCO)]
     cfg = passages.PassagesConfig(num_passages=10, filler_sentences=2)
     texts += [s.prompt + s.answer for s in passages.generate(cfg, 20, seed=12345)]
     return tuple(sorted({i for t in texts for i in _ids(tokenizer, t)}))
@@ -258,7 +261,9 @@ def repeat_pool(tokenizer) -> list[int]:
 
     The tokens the new tasks must copy (needle words, name syllables, digits), so that the
     induction head v1 grew on digits and line indices extends to them (with every vocabulary
-    token instead, repeat accuracy stayed at 0 for 500 steps: most rows are rare).
+    token instead, repeat accuracy stayed at 0 for 500 steps: most rows are rare). The words of
+    the evaluation needles are in the pool too (as single words in random order, never their
+    sentences): a word that is never a target keeps its random output row and cannot be copied.
     """
     return list(_pool(tokenizer))
 

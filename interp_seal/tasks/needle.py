@@ -39,6 +39,7 @@ PROMPT = (
     "Based on the content of the book, Question: {question}\nAnswer:"
 )
 ANSWER = " {needle}"
+ANSWERS = ("sentence", "key_phrase")
 SENTENCE_END = "."
 
 
@@ -50,15 +51,24 @@ class Needle:
         id: a short stable name, written to files and to ``Sample.meta["needle_id"]``.
         text: the sentence inserted in the haystack; also the expected answer (SEAL).
         question: the retrieval question.
+        key: the needle's *key phrase*, the part of ``text`` the question asks for (``"the
+            large oak table positioned beneath the chandelier"``); the answer when a grid is
+            built with ``answer="key_phrase"``. ``None``: the needle has no key phrase.
     """
 
     id: str
     text: str
     question: str
+    key: str | None = None
 
     def __post_init__(self):
         if not self.text.strip() or not self.question.strip():
             raise ValueError(f"needle {self.id!r} needs a non-empty text and question")
+        if self.key is not None and (not self.key.strip() or self.key not in self.text):
+            raise ValueError(
+                f"needle {self.id!r}: key phrase {self.key!r} must be a non-empty part of its "
+                f"text {self.text!r}"
+            )
 
 
 # SEAL appendix B.2, verbatim (line numbers of the PDF extraction removed)
@@ -67,51 +77,61 @@ SEAL_NEEDLES = (
         id="seal_01",
         text="Immediately noticeable upon entering the room is the large oak table positioned beneath the chandelier.",
         question="What is immediately noticeable upon entering the room?",
+        key="the large oak table positioned beneath the chandelier",
     ),
     Needle(
         id="seal_02",
         text="A striking feature of the room is the tall bookshelf that spans the entire length of the far wall.",
         question="What is a striking feature of the room?",
+        key="the tall bookshelf that spans the entire length of the far wall",
     ),
     Needle(
         id="seal_03",
         text="Dominating the center of the room is a grand piano, its polished surface reflecting the light from the windows.",
         question="What dominates the center of the room?",
+        key="a grand piano, its polished surface reflecting the light from the windows",
     ),
     Needle(
         id="seal_04",
         text="Catching your eye as you step inside is the intricate tapestry hanging on the left wall, its colors vivid and bright.",
         question="What catches your eye as you step inside?",
+        key="the intricate tapestry hanging on the left wall, its colors vivid and bright",
     ),
     Needle(
         id="seal_05",
         text="The first thing that draws your attention is the large framed photograph resting on the mantel.",
         question="What is the first thing that draws your attention?",
+        key="the large framed photograph resting on the mantel",
     ),
     Needle(
         id="seal_06",
         text="Clearly visible as you enter is the large circular rug that covers most of the hardwood floor.",
         question="What is clearly visible as you enter?",
+        key="the large circular rug that covers most of the hardwood floor",
     ),
     Needle(
         id="seal_07",
         text="What stands out immediately is the tall standing lamp positioned next to the armchair in the corner.",
         question="What stands out immediately in the room?",
+        key="the tall standing lamp positioned next to the armchair in the corner",
     ),
     Needle(
         id="seal_08",
         text="The most noticeable item upon stepping inside is the antique grandfather clock, ticking rhythmically in the corner.",
         question="What is the most noticeable item upon stepping inside?",
+        key="the antique grandfather clock, ticking rhythmically in the corner",
     ),
     Needle(
         id="seal_09",
         text="Your attention is immediately drawn to the stained glass window, casting colorful patterns of light across the floor.",
         question="What is your attention immediately drawn to?",
+        key="the stained glass window, casting colorful patterns of light across the floor",
     ),
     Needle(
         id="seal_10",
         text="Visible as soon as you enter the room is a large painting of a landscape, mounted prominently on the main wall.",
         question="What is visible as soon as you enter the room?",
+        key="a large painting of a landscape, mounted prominently on the main wall",
     ),
 )
 
@@ -120,6 +140,7 @@ SAN_FRANCISCO = Needle(
     id="san_francisco",
     text="The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.",
     question="What is the best thing to do in San Francisco?",
+    key="eat a sandwich and sit in Dolores Park on a sunny day",
 )
 
 
@@ -165,6 +186,9 @@ class NeedleConfig:
         haystack: the haystack text (default: the built-in essays; see ``read_haystack``).
         buffer: tokens kept free for the question and the answer (gkamradt: 200).
         template: the prompt, with ``{context}`` and ``{question}`` placeholders.
+        answer: ``"sentence"`` (SEAL: the whole needle sentence) or ``"key_phrase"`` (the
+            needle's ``key``, the phrase the question asks for: the form in which a model
+            trained to answer questions, like the model organism, states it).
     """
 
     context_lengths: tuple[int, ...]
@@ -173,6 +197,7 @@ class NeedleConfig:
     haystack: str = field(default_factory=read_haystack, repr=False)
     buffer: int = 200
     template: str = PROMPT
+    answer: str = "sentence"
 
     def __post_init__(self):
         if not self.context_lengths or min(self.context_lengths) < 1:
@@ -191,6 +216,13 @@ class NeedleConfig:
         for key in ("{context}", "{question}"):
             if self.template.count(key) != 1:
                 raise ValueError(f"template must contain {key} exactly once: {self.template!r}")
+        if self.answer not in ANSWERS:
+            raise ValueError(f"answer must be one of {ANSWERS}, got {self.answer!r}")
+        if self.answer == "key_phrase" and (missing := [n.id for n in self.needles if not n.key]):
+            raise ValueError(
+                f"answer='key_phrase' needs a key phrase on every needle; {missing} have none "
+                "(set Needle.key to the part of the sentence the question asks for)"
+            )
 
 
 def _offsets(tokenizer, text: str) -> list[tuple[int, int]]:
@@ -252,7 +284,7 @@ def make_sample(
     return Sample(
         task="needle",
         prompt=head + context + tail.replace("{question}", needle.question),
-        answer=ANSWER.format(needle=needle.text),
+        answer=ANSWER.format(needle=needle.text if cfg.answer == "sentence" else needle.key),
         needle=(len(head) + start, len(head) + end),
         meta={
             "needle_id": needle.id,

@@ -5,7 +5,7 @@ phrase is exactly what the question asks about, and whose remainder is the answe
 ("Dominating the center of the room is a grand piano, ..." / "What dominates the center of
 the room?"). A model trained on those ten, or on the toolkit's evaluation haystack, would be
 evaluated on its training data. This module generates needles of the same style from word
-lists (five sentence templates x places x things x descriptions: hundreds of thousands of
+lists (fifteen sentence templates x places x things x descriptions: hundreds of thousands of
 distinct needles, none of them SEAL's) and haystacks of filler sentences, so that the model
 organism can be trained on NIAH and evaluated on SEAL's needles in the shipped haystack.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from interp_seal.tasks.needle import Needle, read_haystack
+from interp_seal.tasks.needle import SAN_FRANCISCO, SEAL_NEEDLES, Needle, read_haystack
 
 PLACES = (
     "hall", "kitchen", "attic", "library", "garden", "porch", "cellar", "study", "gallery",
@@ -57,17 +57,47 @@ THINGS = (
 TAILS = (
     "", ", its {part} {state}", " covered in {material}", " made of {material}",
     " with a {adjective} {part}", " that once belonged to a sailor", " wrapped in {material}",
+    " positioned {prep} {spot}", " resting {prep} {spot}", ", its {part} catching the light",
+    " that covers most of {spot}",
 )  # fmt: skip
 PARTS = ("handle", "frame", "edge", "lid", "base", "surface", "ribbon")
 STATES = ("worn smooth", "slightly cracked", "freshly polished", "chipped at one side")
 MATERIALS = ("linen", "dust", "old paper", "dark glass", "ivy", "gold leaf", "wool")
-# (opening phrase, question), formatted with the slots drawn in ``make_needle``
+ENTERINGS = ("walking into", "visiting", "reaching", "opening", "leaving", "crossing")
+MOVES = (
+    "walk in", "come through the door", "climb the stairs", "look around", "turn the corner",
+    "open the gate", "sit down", "look up",
+)  # fmt: skip
+ORGANS = ("eye", "gaze", "ear", "interest", "curiosity")
+CATCHES = (
+    ("Holding", "holds"),
+    ("Meeting", "meets"),
+    ("Greeting", "greets"),
+    ("Grabbing", "grabs"),
+)
+PULLS = ("pulled", "led", "turned", "guided")
+ITEMS = ("object", "piece", "sight", "detail", "thing")
+SUPERLATIVES = ("striking", "curious", "memorable", "unusual", "beautiful", "surprising")
+STANDS = ("shines", "waits", "sits", "hangs", "glows")
+# (opening phrase, question, joiner): the needle is ``opening + joiner + key + "."``. Paraphrase
+# families of SEAL's shapes (a fronted phrase, ``the ... thing that``, ``as you ...``, ``your
+# eye is drawn to``, ``What ... is``), filled from word lists that avoid SEAL's own phrases.
 TEMPLATES = (
-    ("{Pose} {prep} {spot} of the {place}", "What is {pose} {prep} {spot} of the {place}?"),
-    ("The {ordinal} thing you {action} in the {place}", "What is the {ordinal} thing you {action} in the {place}?"),
-    ("A {quality} feature of the {place}", "What is a {quality} feature of the {place}?"),
-    ("{Adverb} {sense} from {spot} of the {place}", "What is {adverb} {sense} from {spot} of the {place}?"),
-    ("{Verb} {spot} of the {place}", "What {verbs} {spot} of the {place}?"),
+    ("{Pose} {prep} {spot} of the {place}", "What is {pose} {prep} {spot} of the {place}?", " is "),
+    ("The {ordinal} thing you {action} in the {place}", "What is the {ordinal} thing you {action} in the {place}?", " is "),
+    ("A {quality} feature of the {place}", "What is a {quality} feature of the {place}?", " is "),
+    ("{Adverb} {sense} from {spot} of the {place}", "What is {adverb} {sense} from {spot} of the {place}?", " is "),
+    ("{Verb} {spot} of the {place}", "What {verbs} {spot} of the {place}?", " is "),
+    ("{Adverb} {sense} upon {entering} the {place}", "What is {adverb} {sense} upon {entering} the {place}?", " is "),
+    ("{Catching} your {organ} as you {move}", "What {catches} your {organ} as you {move}?", " is "),
+    ("The {ordinal} thing that {catches} your {organ}", "What is the {ordinal} thing that {catches} your {organ}?", " is "),
+    ("{Adverb} {sense} as you {move}", "What is {adverb} {sense} as you {move}?", " is "),
+    ("Your {organ} is {adverb} {pulled} to", "What is your {organ} {adverb} {pulled} to?", " "),
+    ("What {stands} {adverb}", "What {stands} {adverb} in the {place}?", " is "),
+    ("The most {superlative} {item} in the {place}", "What is the most {superlative} {item} in the {place}?", " is "),
+    ("{Sense} as soon as you {move}", "What is {sense} as soon as you {move}?", " is "),
+    ("The best thing to {action} in the {place}", "What is the best thing to {action} in the {place}?", " is "),
+    ("A {quality} {item} of the {place}", "What is a {quality} {item} of the {place}?", " is "),
 )  # fmt: skip
 FILLER_WORDS = (
     "the", "a", "of", "and", "to", "in", "it", "was", "that", "for", "on", "with", "as", "his",
@@ -84,15 +114,24 @@ FILLER_WORDS = (
 )  # fmt: skip
 
 
+EVALUATION_QUESTIONS = frozenset(n.question for n in (*SEAL_NEEDLES, SAN_FRANCISCO))
+
+
 def _slots(rng: random.Random) -> dict[str, str]:
     pose, pose_lower = rng.choice(POSES)
     verb, verbs = rng.choice(VERBS)
+    catching, catches = rng.choice(CATCHES)
     adverb = rng.choice(ADVERBS)
+    sense = rng.choice(SENSES)
     return {
         "Pose": pose, "pose": pose_lower, "prep": rng.choice(PREPOSITIONS),
         "spot": rng.choice(SPOTS), "place": rng.choice(PLACES), "ordinal": rng.choice(ORDINALS),
         "action": rng.choice(ACTIONS), "quality": rng.choice(QUALITIES), "Adverb": adverb,
-        "adverb": adverb.lower(), "sense": rng.choice(SENSES), "Verb": verb, "verbs": verbs,
+        "adverb": adverb.lower(), "sense": sense, "Sense": sense.capitalize(), "Verb": verb,
+        "verbs": verbs, "entering": rng.choice(ENTERINGS), "move": rng.choice(MOVES),
+        "organ": rng.choice(ORGANS), "Catching": catching, "catches": catches,
+        "pulled": rng.choice(PULLS), "item": rng.choice(ITEMS), "stands": rng.choice(STANDS),
+        "superlative": rng.choice(SUPERLATIVES),
     }  # fmt: skip
 
 
@@ -103,25 +142,31 @@ def _description(rng: random.Random) -> str:
     article = rng.choice(("a", "the", "an" if thing[0] in "aeiou" else "a"))
     tail = rng.choice(TAILS).format(
         part=rng.choice(PARTS), state=rng.choice(STATES), material=rng.choice(MATERIALS),
-        adjective=rng.choice(ADJECTIVES),
+        adjective=rng.choice(ADJECTIVES), prep=rng.choice(PREPOSITIONS), spot=rng.choice(SPOTS),
     )  # fmt: skip
     return f"{article} {thing}{tail}"
 
 
 def make_needle(rng: random.Random, avoid: Needle | None = None) -> Needle:
-    """A generated needle: ``{opening} is {description}.`` and ``What is {opening}?``.
+    """A generated needle: ``{opening} is {description}.``, ``What is {opening}?`` and the
+    description as its key phrase.
 
-    ``avoid``: a needle whose question must not be repeated (for distractors).
+    ``avoid``: a needle whose question must not be repeated (for distractors). A draw that
+    repeats one of SEAL's questions (the evaluation needles) is redrawn.
     """
     while True:
-        opening, question = rng.choice(TEMPLATES)
+        opening, question, joiner = rng.choice(TEMPLATES)
         slots = _slots(rng)
+        key = _description(rng)
         needle = Needle(
             id="generated",
-            text=f"{opening.format(**slots)} is {_description(rng)}.",
+            text=f"{opening.format(**slots)}{joiner}{key}.",
             question=question.format(**slots),
+            key=key,
         )
-        if avoid is None or needle.question != avoid.question:
+        if needle.question not in EVALUATION_QUESTIONS and (
+            avoid is None or needle.question != avoid.question
+        ):
             return needle
 
 
@@ -165,8 +210,9 @@ def make_haystack(
 def vocabulary() -> Iterator[str]:
     """Every word the generators can write (for growing a word-level tokenizer)."""
     groups = (PLACES, SPOTS, PREPOSITIONS, QUALITIES, ADVERBS, SENSES, ORDINALS, ACTIONS,
-              ADJECTIVES, THINGS, TAILS, PARTS, STATES, MATERIALS, filler_words())  # fmt: skip
+              ADJECTIVES, THINGS, TAILS, PARTS, STATES, MATERIALS, ENTERINGS, MOVES, ORGANS,
+              PULLS, ITEMS, SUPERLATIVES, STANDS, filler_words())  # fmt: skip
     for group in groups:
         yield from group
-    for pair in (*POSES, *VERBS, *TEMPLATES):
-        yield from pair
+    for row in (*POSES, *VERBS, *CATCHES, *TEMPLATES):
+        yield from row
