@@ -260,6 +260,25 @@ def test_channel_drill_down_equals_channel_sweep(organism, records, dash, channe
     assert dash.progress.value == dash.progress.max == n_channels
 
 
+def test_drill_down_click_opens_channels_and_keeps_the_edits(organism, records, dash):
+    click(dash, 1, 2)  # prune L1H2
+    before = dash.results.copy()
+    dash.click_mode.value = "channels"
+    top = organism.spec.n_layers - 1  # the cheapest channel sweep
+    click(dash, top, 3)  # drill into the head: locked, its channel map open, the edits unchanged
+    assert dash.state.selected == (top, 3) and dash.state.table() == {(1, 2): 0.0}
+    pd.testing.assert_frame_equal(dash.results, before)
+    ref = channel_sweep(organism, records, heads=[(top, 3)], options=_quiet())
+    last = ref[(ref.metric == "exact_match") & (ref.length == LENGTHS[-1])].sort_values("channel")
+    z = np.array(dash.channel_figure.data[-1].z, dtype=float)[0]
+    np.testing.assert_allclose(z, last.delta, atol=1e-9)
+    dash.drill((organism.spec.n_layers, 0))
+    assert "does not exist" in dash.message.value and dash.state.selected == (top, 3)
+    dash.click_mode.value = "edit"
+    click(dash, 0, 3)
+    assert dash.state.table() == {(1, 2): 0.0, (0, 3): 0.0}
+
+
 def _quiet():
     from interp_seal.analysis.sweeps import SweepOptions
 

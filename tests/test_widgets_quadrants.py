@@ -4,6 +4,7 @@ numbers (head_quadrants, channel_sweep, scale_table_sweep) after simulated click
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from plotly.callbacks import BoxSelector, InputDeviceState, Points
 
@@ -93,6 +94,17 @@ def test_bad_input(setup, explorer, tmp_path):
     explorer.editor.value = f"L{handle.spec.n_layers}H0 x 0.5"
     explorer.save(tmp_path / "x.safetensors")
     assert "does not exist" in explorer.message.value and not list(tmp_path.iterdir())
+    # a table from another model: a message, nothing placed; loading the right one then works
     other = heads.assign(layer=heads.layer + handle.spec.n_layers)
-    with pytest.raises(ValueError, match="another model"):
-        QuadrantExplorer(evaluator, other, mid=10, long=60)
+    empty = QuadrantExplorer(evaluator, other, mid=10, long=60)
+    assert "another model" in empty.message.value and empty.quadrants is None
+    assert empty.map_box.children == ()
+    empty.seal_preset()
+    assert "no head table is loaded" in empty.message.value and empty.editor.value == ""
+    explorer.load(other, mid=10, long=60)  # a loaded explorer keeps its table
+    assert "another model" in explorer.message.value
+    assert explorer.quadrants.heads.layer.max() < handle.spec.n_layers
+    empty.load(heads, mid=10, long=60)
+    expected = explorer.quadrants.heads
+    pd.testing.assert_frame_equal(empty.quadrants.heads, expected)
+    assert list(empty.map.data[0].x) == list(explorer.map.data[0].x)

@@ -10,7 +10,9 @@ Panels, all driven by one ``DashboardState`` (``state.py``):
   match on a fixed set of LongEval records, computed by ``EditEvaluator`` from a cached clean run
   so that an edit costs only the layers from the lowest edited one up (SEAL Fig. 2d, live);
 - the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits;
-- the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c);
+- the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c): with the
+  click toggle on "drill down", a click on a head locks it and opens its channels instead of
+  editing it;
 - save the edits as a per-head scale file (``interp-seal tune merge`` accepts it) or merge them
   into a checkpoint; the state as JSON, to copy, paste and restore.
 
@@ -171,6 +173,11 @@ class Dashboard:
         self.state_box = w.Textarea(layout=w.Layout(width="100%", height="70px"))
         self.apply_button = w.Button(description="restore state", icon="upload")
         self.apply_button.on_click(lambda _: self.restore(self.state_box.value))
+        self.click_mode = w.ToggleButtons(
+            options=[("edit: keep / prune / scale", "edit"), ("drill down: channels", "channels")],
+            value="edit",
+            description="a click",
+        )
         self.channel_button = w.Button(description="channels of locked head", icon="search")
         self.channel_button.on_click(lambda _: self.open_channels())
         self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="200px"))
@@ -184,6 +191,7 @@ class Dashboard:
                         w.VBox(
                             [
                                 self.grid_box,
+                                self.click_mode,
                                 self.factor,
                                 w.HBox([self.undo_button, self.reset_button]),
                             ]
@@ -214,7 +222,8 @@ class Dashboard:
     # -- events ----------------------------------------------------------------------------
     def _on_grid_click(self, _trace, points, _state) -> None:
         if points.xs:
-            self.click((int(points.ys[0]), int(points.xs[0])))
+            head = (int(points.ys[0]), int(points.xs[0]))
+            (self.drill if self.click_mode.value == "channels" else self.click)(head)
 
     def _on_factor(self, change) -> None:
         if not self._rendering:
@@ -240,6 +249,15 @@ class Dashboard:
     def click(self, head: Head) -> None:
         """A click on ``head`` in the grid: keep -> prune -> scale -> keep."""
         self._guard(lambda: self.apply(self.state.cycled(head)))
+
+    def drill(self, head: Head) -> None:
+        """A click in drill-down mode: lock ``head`` (its edit unchanged) and open its channels."""
+        try:
+            check_head(self.handle.spec, head)
+        except ValueError as err:
+            return self._say(str(err), error=True)
+        self.apply(replace(self.state, selected=head), record=False)
+        self.open_channels()
 
     def set_factor(self, factor: float) -> None:
         """The slider: the factor of the next scale step, and of the locked head if scaled."""

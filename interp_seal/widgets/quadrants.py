@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 
 from interp_seal.analysis import SweepUnit, head_quadrants, quadrant_scale_table
 from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.analysis.quadrants import HeadQuadrants
 from interp_seal.interventions import ablate, scale_table
 from interp_seal.models import ModelSpec
 from interp_seal.viz import channel_map, quadrant_map, scale_table_curves
@@ -92,23 +93,17 @@ class QuadrantExplorer:
         metric: str = "exact_match",
     ):
         self.evaluator, self.handle, self.metric = evaluator, evaluator.handle, metric
-        spec = self.handle.spec
-        check_table_fits(head_table, spec, "head sweep table")
-        if channel_table is not None:
-            check_table_fits(channel_table, spec, "channel sweep table")
-        self.quadrants = head_quadrants(head_table, mid=mid, long=long, metric=metric)
-        self.channel_tables = channel_table
+        self.quadrants: HeadQuadrants | None = None
+        self.channel_tables: pd.DataFrame | None = None
         self.selected: list[Head] = []
         self.curves: pd.DataFrame | None = None
         self.message = w.HTML()
-        self.map = go.FigureWidget(quadrant_map(self.quadrants))
-        self.map.data[0].on_click(self._on_click)
-        self.map.data[0].on_selection(self._on_select)
-        self.channel_box, self.curve_box = w.Box(), w.Box()
+        self.map_box, self.channel_box, self.curve_box = w.Box(), w.Box(), w.Box()
+        self.load(head_table, mid=mid, long=long, channel_table=channel_table)
         self.factor = w.FloatText(value=0.9, description="factor")
         self.quadrant = w.Dropdown(options=["Q1", "Q2", "Q3", "Q4"], description="quadrant")
         add_q = w.Button(description="add quadrant")
-        add_q.on_click(lambda _: self.add(self.quadrants.members(self.quadrant.value)))
+        add_q.on_click(lambda _: self.add_quadrant(self.quadrant.value))
         add_sel = w.Button(description="add selection")
         add_sel.on_click(lambda _: self.add(self.selected))
         seal = w.Button(description="Q1 x 0.9, Q3 x 1.1")
@@ -122,7 +117,7 @@ class QuadrantExplorer:
         self.widget = w.VBox(
             [
                 self.message,
-                w.HBox([self.map, self.channel_box]),
+                w.HBox([self.map_box, self.channel_box]),
                 w.HBox([self.factor, self.quadrant, add_q, add_sel, seal]),
                 w.HBox([self.editor, w.VBox([evaluate, self.path, save])]),
                 self.curve_box,
@@ -133,6 +128,40 @@ class QuadrantExplorer:
         from IPython.display import display
 
         display(self.widget)
+
+    def load(
+        self,
+        head_table: pd.DataFrame,
+        *,
+        mid: int,
+        long: int,
+        channel_table: pd.DataFrame | None = None,
+    ) -> None:
+        """Place the heads of ``head_table`` (and keep ``channel_table`` for channel maps).
+
+        A table that does not fit this model (another model's sweep), or lacks the two lengths,
+        leaves a message and the explorer as it was (empty, when constructed with it)."""
+        spec = self.handle.spec
+        try:
+            check_table_fits(head_table, spec, "head sweep table")
+            if channel_table is not None:
+                check_table_fits(channel_table, spec, "channel sweep table")
+            quadrants = head_quadrants(head_table, mid=mid, long=long, metric=self.metric)
+        except ValueError as err:
+            return self._say(str(err), error=True)
+        self.quadrants, self.channel_tables, self.selected = quadrants, channel_table, []
+        self.map = go.FigureWidget(quadrant_map(quadrants))
+        self.map.data[0].on_click(self._on_click)
+        self.map.data[0].on_selection(self._on_select)
+        self.map_box.children = (self.map,)
+        self._say(f"{len(quadrants.heads)} heads placed")
+
+    def _loaded(self) -> bool:
+        if self.quadrants is None:
+            self._say(
+                "no head table is loaded: call load() with this model's head sweep", error=True
+            )
+        return self.quadrants is not None
 
     # -- events ----------------------------------------------------------------------------
     def _on_click(self, _trace, points, _state) -> None:
@@ -155,8 +184,15 @@ class QuadrantExplorer:
         table.update({head: float(self.factor.value) for head in heads})
         self.editor.value = format_table(table)
 
+    def add_quadrant(self, quadrant: str) -> None:
+        """Add every head of ``quadrant`` (``"Q1"`` ... ``"Q4"``) at the current factor."""
+        if self._loaded():
+            self.add(self.quadrants.members(quadrant))
+
     def seal_preset(self) -> None:
         """SEAL Fig. 2d's table: every Q1 head x 0.9, every Q3 head x 1.1."""
+        if not self._loaded():
+            return
         table = quadrant_scale_table(self.quadrants, {"Q1": 0.9, "Q3": 1.1})
         self.editor.value = format_table(table)
 
