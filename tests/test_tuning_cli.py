@@ -130,3 +130,26 @@ def test_mudaf_top_k_needs_scores(llama_checkpoint, tmp_path, capsys):
     ]
     assert main(args) == 2
     assert "--top-k and --sample-k need --scores" in capsys.readouterr().err
+
+
+def test_tune_index_style_reaches_training_samples_and_evaluation(llama_checkpoint, tmp_path):
+    """``--index-style`` sets the line indices of the training samples and evaluation records."""
+    run = tmp_path / "seal_h"
+    args = ["tune", "seal-h", "--model", llama_checkpoint, *SMALL, "--index-style", "integers"]
+    assert main([*args, "--out", str(run)]) == 0
+    scale_file = load_scales(run / "scales.safetensors", load_model(llama_checkpoint).spec)
+    assert scale_file.hyperparameters["index_style"] == "integers"
+    log = json.loads((run / "train_log.json").read_text())
+    assert log["hyperparameters"]["index_style"] == "integers"
+
+    out = tmp_path / "eval"
+    args = ["tune", "evaluate", "--model", llama_checkpoint, "--lengths", "3", "--n", "4"]
+    assert main([*args, "--index-style", "integers", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "accuracy.csv").set_index("length")
+    base = load_model(llama_checkpoint)
+    direct = evaluate_line_retrieval(base, [3], n=4, index_style="integers", progress=False)
+    other = evaluate_line_retrieval(base, [3], n=4, progress=False)
+    direct, other = direct.set_index("length"), other.set_index("length")
+    logprob = table.loc[3, "answer_logprob"]
+    assert logprob == pytest.approx(direct.loc[3, "answer_logprob"], abs=1e-6)
+    assert logprob != pytest.approx(other.loc[3, "answer_logprob"], abs=1e-6)

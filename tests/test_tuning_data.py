@@ -48,6 +48,11 @@ def test_format_samples_per_task(llama_checkpoint):
     tok = load_model(llama_checkpoint).tokenizer
     lines = format_samples("line_retrieval", tok, 3, num_lines=5, seed=1)
     assert len(lines) == 3 and all(s.meta["num_lines"] == 5 for s in lines)
+    assert all(s.meta["index_style"] == "adjective-noun" for s in lines)
+    integers = format_samples("line_retrieval", tok, 3, num_lines=5, seed=1, index_style="integers")
+    assert [s.meta["index_style"] for s in integers] == ["integers"] * 3
+    assert all(f"line {s.meta['random_idx'][0]}: " in s.prompt for s in integers)
+    assert all(str(s.meta["random_idx"][0]).isdigit() for s in integers)
     needles = format_samples("needle", tok, 3, tokens=300, seed=1)
     assert [s.meta["depth_percent"] for s in needles] == [0, 50, 100]
     assert all(s.needle is not None and s.meta["context_length"] == 300 for s in needles)

@@ -33,6 +33,7 @@ import torch
 from interp_seal.cli.common import head, nonnegative_int, positive_int, read_table
 from interp_seal.outputs import write_table, write_text
 from interp_seal.tasks.chat import TEMPLATES
+from interp_seal.tasks.line_retrieval import INDEX_STYLES
 from interp_seal.tuning.data import TASKS
 
 DEFAULT_LR = {
@@ -105,6 +106,7 @@ def register(subparsers) -> None:
     ev.add_argument("--threads", type=positive_int, help="torch threads")
     ev.add_argument("--out", type=Path, help="write accuracy.csv here")
     _chat_argument(ev)
+    _index_argument(ev)
     ev.set_defaults(func=run_evaluate)
 
     rt = sub.add_parser("retrieval", help="per-head retrieval scores, base vs tuned (MuDAF Fig. 5)")
@@ -137,6 +139,15 @@ def _chat_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _index_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--index-style",
+        choices=INDEX_STYLES,
+        default="adjective-noun",
+        help="line retrieval: the line indices",
+    )
+
+
 def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--task", choices=TASKS, default="line_retrieval", help="training format")
@@ -149,6 +160,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
         "--num-passages", type=positive_int, default=10, help="passages: passages per sample"
     )
     p.add_argument("--data-seed", type=int, default=1000, help="seed of the generated samples")
+    _index_argument(p)
     _chat_argument(p)
     p.add_argument("--lr", type=float, default=DEFAULT_LR.get(method), help="AdamW lr (constant)")
     p.add_argument("--epochs", type=positive_int, default=1)
@@ -183,6 +195,7 @@ def _prepare(args):
         tokens=args.tokens,
         num_passages=args.num_passages,
         seed=args.data_seed,
+        index_style=args.index_style,
     )
     samples = wrap_samples(samples, args.chat_template, handle.tokenizer)
     cfg = TrainConfig(
@@ -207,6 +220,7 @@ def _hyperparameters(args, cfg) -> dict:
         "num_lines": args.num_lines,
         "tokens": args.tokens,
         "data_seed": args.data_seed,
+        "index_style": args.index_style,
     }
 
 
@@ -357,6 +371,7 @@ def run_evaluate(args) -> None:
         seed=args.seed,
         batch_size=args.batch_size,
         chat_template=args.chat_template,
+        index_style=args.index_style,
     )
     print(table.pivot(index="method", columns="length", values="exact_match").to_string())
     if args.out:

@@ -165,6 +165,7 @@ def format_samples(
     tokens: int | None = None,
     num_passages: int = 10,
     seed: int = 0,
+    index_style: str = "adjective-noun",
 ) -> list[Sample]:
     """SEAL's training data: ``n`` samples in ``task``'s format with random content (Sec. 4.1).
 
@@ -175,6 +176,8 @@ def format_samples(
         tokenizer: the tuned model's tokenizer (sizes are in its tokens).
         n: samples (SEAL: 50).
         seed: seeds the content; use another seed than the evaluation data.
+        index_style: line retrieval: the line indices (``line_retrieval.INDEX_STYLES``), as
+            in the records the tuned model is evaluated on.
     """
     from interp_seal.tasks import line_retrieval, needle, passages
 
@@ -182,8 +185,10 @@ def format_samples(
         if (num_lines is None) == (tokens is None):
             raise ValueError("line_retrieval samples need exactly one of num_lines or tokens")
         if num_lines is None:
-            num_lines = line_retrieval.num_lines_for_tokens(tokenizer, tokens, seed=seed)
-        cfg = line_retrieval.LineRetrievalConfig(num_lines=num_lines)
+            num_lines = line_retrieval.num_lines_for_tokens(
+                tokenizer, tokens, index_style=index_style, seed=seed
+            )
+        cfg = line_retrieval.LineRetrievalConfig(num_lines=num_lines, index_style=index_style)
         return line_retrieval.generate(cfg, n, seed=seed)
     if task == "needle":
         if tokens is None:

@@ -34,10 +34,12 @@ def accuracy_by_method(
     batch_size: int = 8,
     progress: bool = True,
     chat_template: str = "none",
+    index_style: str = "adjective-noun",
 ) -> pd.DataFrame:
     """``evaluate_line_retrieval``'s table for ``"base"`` and each variant, with a ``method`` column.
 
-    ``chat_template`` (``interp_seal.tasks.chat``) wraps the records, as in tuning.
+    ``chat_template`` (``interp_seal.tasks.chat``) wraps the records and ``index_style`` sets
+    their line indices, as in tuning.
     """
     tables = []
     for method, variant in {"base": None, **variants}.items():
@@ -52,6 +54,7 @@ def accuracy_by_method(
             batch_size=batch_size,
             progress=progress,
             chat_template=chat_template,
+            index_style=index_style,
         )
         tables.append(table.assign(method=method))
     frame = pd.concat(tables, ignore_index=True)
