@@ -28,6 +28,9 @@ def test_seal_then_merge_then_evaluate(llama_checkpoint, tmp_path, capsys):
     assert scale_file.hyperparameters["lr"] == 1e-2 and scale_file.hyperparameters["samples"] == 4
     log = json.loads((run / "train_log.json").read_text())
     assert log["method"] == "seal-h" and log["steps"] == 4 and len(log["losses"]) == 4
+    base = sum(p.numel() for p in load_model(llama_checkpoint).model.parameters())
+    assert log["trainable_parameters"] == scale_file.scales.numel() == 2 * 4
+    assert log["base_parameters"] == base
 
     merged = tmp_path / "merged"
     assert (
@@ -83,9 +86,17 @@ def test_peft_commands_write_a_plain_checkpoint(llama_checkpoint, tmp_path, meth
     assert main(["tune", method, "--model", llama_checkpoint, *SMALL, "--out", str(run)]) == 0
     model = transformers.AutoModelForCausalLM.from_pretrained(run / "model")
     assert list(model.state_dict()) == list(load_model(llama_checkpoint).model.state_dict())
-    assert json.loads((run / "train_log.json").read_text())["method"] == (
-        "seal-d" if method == "dora" else "seal-l"
-    )
+    log = json.loads((run / "train_log.json").read_text())
+    assert log["method"] == ("seal-d" if method == "dora" else "seal-l")
+    # rank 4 on q/k/v/o: 4 * (in + out) per projection; DoRA adds one magnitude per output row
+    projections = [
+        m
+        for name, m in load_model(llama_checkpoint).model.named_modules()
+        if name.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj", "o_proj")
+    ]
+    lora = sum(4 * (m.in_features + m.out_features) for m in projections)
+    magnitudes = sum(m.out_features for m in projections) if method == "dora" else 0
+    assert log["trainable_parameters"] == lora + magnitudes
 
 
 def test_mudaf_and_sft_commands_then_retrieval_scores(llama_checkpoint, tmp_path, capsys):

@@ -227,9 +227,12 @@ def _hyperparameters(args, cfg) -> dict:
 def _train(args, tuner, handle, samples, cfg):
     """Run the loop and write ``train_log.json`` (main process); returns the ``TrainResult``."""
     from interp_seal.engine import pad_id_of
+    from interp_seal.tuning.counts import parameter_count
     from interp_seal.tuning.data import encode_examples
     from interp_seal.tuning.loop import train
 
+    count = parameter_count(tuner)
+    print(f"{tuner.method}: {count.trainable:,} trainable of {count.base:,} ({count.table_cell})")
     examples = encode_examples(samples, handle.tokenizer)
     result = train(tuner, examples, cfg, pad_id=pad_id_of(handle.tokenizer), out_dir=args.out)
     if result.is_main_process:
@@ -237,6 +240,8 @@ def _train(args, tuner, handle, samples, cfg):
             "method": tuner.method,
             "model": handle.name_or_path,
             "task": args.task,
+            "trainable_parameters": count.trainable,
+            "base_parameters": count.base,
             "steps": result.steps,
             "processes": result.processes,
             "resumed_from": result.resumed_from,
