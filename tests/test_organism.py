@@ -187,6 +187,10 @@ def test_training_needles_are_never_the_evaluation_ones():
     questions = {n.question for n in (*SEAL_NEEDLES, SAN_FRANCISCO)}
     assert not seal & {n.text for n in generated}
     assert not questions & {n.question for n in generated}
+    openings = {
+        n.text[: n.text.index(n.key)].strip().lower() for n in (*SEAL_NEEDLES, SAN_FRANCISCO)
+    }
+    assert not openings & {n.text[: n.text.index(n.key)].strip().lower() for n in generated}
     assert len({n.text for n in generated}) > 1900  # hundreds of thousands of combinations
     # no 6-word run of the shipped haystack appears in a generated haystack
     words = read_haystack().split()

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import LlamaForCausalLM
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from interp_seal.organism.loop import run_loop
-from interp_seal.organism.tokenizer import build_tokenizer
+from interp_seal.organism.tokenizer import SPECIALS, build_tokenizer
 from interp_seal.organism.train import (
     FULL_LEVEL,
     KEYS,
@@ -157,29 +157,31 @@ def v2_corpus() -> list[str]:
     return lines + [re.sub(r"\{\w+\}", "", t) for t in texts]
 
 
-def v2_tokenizer():
-    """v1's tokenizer grown: same ids for v1's pieces, new words appended, names by syllable.
+def v2_tokenizer(base: PreTrainedTokenizerFast | None = None) -> PreTrainedTokenizerFast:
+    """``base``'s tokenizer (default: v1's) grown: same ids for its pieces, new words appended,
+    names by syllable.
 
     Real words are single tokens (with and without a leading space, and capitalised where a
     sentence or title can start with them); the made-up names of ``tasks.passages`` split into
-    their syllables (`` Kalomi`` -> `` Ka`` ``##lo`` ``##mi``).
+    their syllables (`` Kalomi`` -> `` Ka`` ``##lo`` ``##mi``). Growing a v2 tokenizer again
+    (continuing a v2 run after the generators gained words) keeps every id it had.
     """
-    v1 = organism_tokenizer()
+    old = base if base is not None else organism_tokenizer()
     words = sorted(
         {w for text in v2_corpus() for w in text.replace("\n", " ").split() if w.isalpha()}
     )
     variants = [v for w in words for v in (w, " " + w, w.capitalize(), " " + w.capitalize())]
     syllables = [s.capitalize() for s in passages.SYLLABLES]
     firsts = [p for s in syllables for p in (s, " " + s)]
-    vocab = v1.get_vocab()
-    v1_pieces = [p for p, _ in sorted(vocab.items(), key=lambda kv: kv[1])][4:]
+    vocab = old.get_vocab()
+    old_pieces = [p for p, _ in sorted(vocab.items(), key=lambda kv: kv[1])][len(SPECIALS) :]
     tok = build_tokenizer(
-        [*v1_pieces, *v2_corpus(), *variants, *firsts],
-        extra=[" " + k for k in KEYS],
+        [*v2_corpus(), *variants, *firsts],
+        extra=[*old_pieces, *(" " + k for k in KEYS)],  # verbatim, in id order
         subwords=[*passages.SYLLABLES, "ese"],
     )
     grown = tok.get_vocab()
-    assert all(grown[p] == i for p, i in vocab.items()), "v2 tokenizer must keep v1's ids"
+    assert all(grown[p] == i for p, i in vocab.items()), "a grown tokenizer must keep the old ids"
     return tok
 
 
@@ -301,6 +303,13 @@ def draw(cur: Curriculum, cfg: MixtureConfig, tokenizer, rng: random.Random) -> 
 V1_DIR = Path(__file__).resolve().parent / "checkpoint"
 
 
+def base_tokenizer(cfg: MixtureConfig) -> PreTrainedTokenizerFast | None:
+    """The tokenizer saved with ``cfg.base`` (None: v1's, rebuilt by ``organism_tokenizer``)."""
+    if cfg.base is None or not (Path(cfg.base) / "tokenizer.json").exists():
+        return None
+    return PreTrainedTokenizerFast.from_pretrained(cfg.base)
+
+
 def base_model(cfg: MixtureConfig, tokenizer) -> LlamaForCausalLM:
     """The v1 checkpoint (``cfg.base`` or ``V1_DIR``), its vocabulary grown for v2."""
     base = Path(cfg.base) if cfg.base else V1_DIR
@@ -330,7 +339,7 @@ def train_v2(
     """Continue v1 on the mixture into ``out`` (resumable exactly like ``train.train``)."""
     out = Path(out)
     torch.set_num_threads(cfg.threads)
-    tokenizer = v2_tokenizer()
+    tokenizer = v2_tokenizer(base_tokenizer(cfg))
     model = base_model(cfg, tokenizer)
     cur = Curriculum(level=FULL_LEVEL)
     return run_loop(

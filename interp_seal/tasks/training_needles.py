@@ -26,59 +26,75 @@ PLACES = (
     "hall", "kitchen", "attic", "library", "garden", "porch", "cellar", "study", "gallery",
     "workshop", "bedroom", "courtyard", "hallway", "office", "studio", "chapel", "greenhouse",
     "balcony", "parlor", "cabin", "museum", "theater", "station", "lobby", "classroom",
+    "room", "lounge", "foyer", "den",
 )  # fmt: skip
 SPOTS = (
     "the door", "the window", "the fireplace", "the staircase", "the far wall", "the entrance",
     "the corner", "the ceiling", "the old desk", "the bookcase", "the back wall", "the arch",
+    "the mantel", "the left wall", "the main wall", "the floor", "the center", "the armchair",
 )  # fmt: skip
 POSES = (
     ("Resting", "resting"), ("Hanging", "hanging"), ("Standing", "standing"),
     ("Leaning", "leaning"), ("Hidden", "hidden"), ("Tucked", "tucked"), ("Placed", "placed"),
 )  # fmt: skip
 PREPOSITIONS = ("near", "beside", "under", "above", "behind", "against", "next to", "across from")
-QUALITIES = ("curious", "lovely", "rare", "charming", "odd", "famous", "welcome", "quiet")
-ADVERBS = ("Easily", "Plainly", "Barely", "Partly", "Always", "Instantly")
-SENSES = ("seen", "heard", "noticed", "visible", "reachable")
+QUALITIES = (
+    "curious", "lovely", "rare", "charming", "odd", "famous", "welcome", "quiet", "striking",
+)  # fmt: skip
+ADVERBS = ("Easily", "Plainly", "Barely", "Partly", "Always", "Instantly", "Immediately", "Clearly")
+SENSES = ("seen", "heard", "noticed", "visible", "reachable", "noticeable")
 VERBS = (
     ("Filling", "fills"), ("Guarding", "guards"), ("Lighting", "lights"), ("Crowning", "crowns"),
     ("Warming", "warms"), ("Framing", "frames"), ("Brightening", "brightens"),
+    ("Dominating", "dominates"),
 )  # fmt: skip
 ORDINALS = ("first", "last", "only", "oldest", "strangest", "finest")
 ACTIONS = ("see", "notice", "find", "remember", "touch")
 ADJECTIVES = (
     "small", "heavy", "bright", "dusty", "carved", "painted", "silver", "wooden", "faded",
     "narrow", "round", "square", "copper", "velvet", "marble", "brass", "green", "crimson",
+    "large", "tall", "grand", "antique", "oak", "circular", "framed", "intricate", "polished",
 )  # fmt: skip
 THINGS = (
     "clock", "mirror", "vase", "chest", "sculpture", "map", "trunk", "bench", "globe", "lantern",
     "cabinet", "harp", "bowl", "quilt", "statue", "telescope", "basket", "candle", "typewriter",
     "violin", "compass", "kettle", "ladder", "banner", "shield", "fountain", "model ship",
+    "table", "bookshelf", "piano", "tapestry", "photograph", "rug", "lamp", "window", "painting",
+    "armchair", "chandelier", "portrait",
 )  # fmt: skip
 TAILS = (
     "", ", its {part} {state}", " covered in {material}", " made of {material}",
     " with a {adjective} {part}", " that once belonged to a sailor", " wrapped in {material}",
     " positioned {prep} {spot}", " resting {prep} {spot}", ", its {part} catching the light",
-    " that covers most of {spot}",
+    " that covers most of {spot}", " hanging on {spot}", " mounted on {spot}",
+    " that spans {spot}", ", ticking in {spot}",
 )  # fmt: skip
 PARTS = ("handle", "frame", "edge", "lid", "base", "surface", "ribbon")
 STATES = ("worn smooth", "slightly cracked", "freshly polished", "chipped at one side")
 MATERIALS = ("linen", "dust", "old paper", "dark glass", "ivy", "gold leaf", "wool")
-ENTERINGS = ("walking into", "visiting", "reaching", "opening", "leaving", "crossing")
+ENTERINGS = (
+    "walking into", "visiting", "reaching", "opening", "leaving", "crossing", "entering",
+    "stepping into",
+)  # fmt: skip
 MOVES = (
     "walk in", "come through the door", "climb the stairs", "look around", "turn the corner",
-    "open the gate", "sit down", "look up",
+    "open the gate", "sit down", "look up", "step inside", "enter", "enter the room",
 )  # fmt: skip
 ORGANS = ("eye", "gaze", "ear", "interest", "curiosity")
 CATCHES = (
+    ("Catching", "catches"),
+    ("Drawing", "draws"),
     ("Holding", "holds"),
     ("Meeting", "meets"),
     ("Greeting", "greets"),
     ("Grabbing", "grabs"),
 )
-PULLS = ("pulled", "led", "turned", "guided")
-ITEMS = ("object", "piece", "sight", "detail", "thing")
-SUPERLATIVES = ("striking", "curious", "memorable", "unusual", "beautiful", "surprising")
-STANDS = ("shines", "waits", "sits", "hangs", "glows")
+PULLS = ("pulled", "led", "turned", "guided", "drawn")
+ITEMS = ("object", "piece", "sight", "detail", "thing", "item", "feature")
+SUPERLATIVES = (
+    "striking", "curious", "memorable", "unusual", "beautiful", "surprising", "noticeable",
+)  # fmt: skip
+STANDS = ("shines", "waits", "sits", "hangs", "glows", "stands out")
 # (opening phrase, question, joiner): the needle is ``opening + joiner + key + "."``. Paraphrase
 # families of SEAL's shapes (a fronted phrase, ``the ... thing that``, ``as you ...``, ``your
 # eye is drawn to``, ``What ... is``), filled from word lists that avoid SEAL's own phrases.
@@ -117,6 +133,15 @@ FILLER_WORDS = (
 EVALUATION_QUESTIONS = frozenset(n.question for n in (*SEAL_NEEDLES, SAN_FRANCISCO))
 
 
+def opening_of(needle: Needle) -> str:
+    """What a needle says before its key phrase, lowercased (``"a striking feature of the room
+    is"``)."""
+    return needle.text[: needle.text.index(needle.key)].strip().lower()
+
+
+EVALUATION_OPENINGS = frozenset(opening_of(n) for n in (*SEAL_NEEDLES, SAN_FRANCISCO))
+
+
 def _slots(rng: random.Random) -> dict[str, str]:
     pose, pose_lower = rng.choice(POSES)
     verb, verbs = rng.choice(VERBS)
@@ -152,7 +177,9 @@ def make_needle(rng: random.Random, avoid: Needle | None = None) -> Needle:
     description as its key phrase.
 
     ``avoid``: a needle whose question must not be repeated (for distractors). A draw that
-    repeats one of SEAL's questions (the evaluation needles) is redrawn.
+    repeats one of SEAL's questions or opening phrases (the evaluation needles) is redrawn. The
+    word lists share everyday words with SEAL's needles (``room``, ``entering``, ``large``,
+    ``piano``): a model that never saw those words as keys cannot match them at evaluation.
     """
     while True:
         opening, question, joiner = rng.choice(TEMPLATES)
@@ -164,8 +191,10 @@ def make_needle(rng: random.Random, avoid: Needle | None = None) -> Needle:
             question=question.format(**slots),
             key=key,
         )
-        if needle.question not in EVALUATION_QUESTIONS and (
-            avoid is None or needle.question != avoid.question
+        if (
+            needle.question not in EVALUATION_QUESTIONS
+            and opening_of(needle) not in EVALUATION_OPENINGS
+            and (avoid is None or needle.question != avoid.question)
         ):
             return needle
 
