@@ -1,6 +1,7 @@
 """Organism v2: continue v1 on a mixture of lines, needles in haystacks and multi-document QA.
 
-Command (the shipped v2 checkpoint; its README.md has the measured time)::
+Command (v2 has not shipped yet; the second candidate, its two-phase recipe and its measured
+time are in ``docs/organism_v2_candidate/README.md``)::
 
     interp-seal organism train --v2 --out runs/organism-v2 --seed 0
 
