@@ -232,6 +232,26 @@ def test_v2_training_resumes_to_the_same_model(tmp_path):
     assert set(state["curriculum"]["exact"]) <= {"repeat", "lines", "needle", "passages"}
 
 
+def test_cli_recipe_overrides_reach_the_run_and_bad_ones_are_refused(tmp_path, capsys):
+    args = ["organism", "train", "--v2", "--smoke", "--out", str(tmp_path / "m"), "--set"]
+    sets = ["p_needle=0.25", "p_lines=0.15", "passages=2,3", "bf16=false"]
+    assert main([*args, *sets]) == 0
+    config = json.loads((tmp_path / "m" / "state" / "trainer.json").read_text())["config"]
+    assert (config["p_needle"], config["p_lines"], config["passages"], config["bf16"]) == (
+        0.25, 0.15, [2, 3], False,
+    )  # fmt: skip
+    for bad, message in [
+        ("p_neeedle=0.2", "expected FIELD=VALUE"),
+        ("steps=5", "have their own options"),
+        ("p_needle=lots", "is not a float"),
+    ]:
+        with pytest.raises(SystemExit, match=message):
+            main([*args, bad])
+    capsys.readouterr()
+    assert main([*args, "p_needle=0.9"]) != 0
+    assert "sum to at most 1" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ card writer (any checkpoint)
 
 

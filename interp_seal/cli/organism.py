@@ -36,7 +36,15 @@ def register(subparsers) -> None:
     train.add_argument(
         "--v2", action="store_true", help="continue v1 on lines + needles + passages (v2 recipe)"
     )
-    train.add_argument("--base", help="with --v2: the v1 checkpoint dir (default: the bundled)")
+    train.add_argument("--base", help="with --v2: the checkpoint dir to continue (default: v1)")
+    train.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="recipe fields to override, e.g. p_needle=0.25 passages=2,30 (see MixtureConfig / "
+        "OrganismConfig); recorded with the resumable state",
+    )
     train.set_defaults(func=run_train)
 
     evaluate = sub.add_parser("evaluate", help="accuracy vs length and per-head pruning")
@@ -80,6 +88,36 @@ def register(subparsers) -> None:
     evaluate.set_defaults(func=run_evaluate)
 
 
+def recipe_overrides(config, items: list[str]) -> dict:
+    """``["p_needle=0.25", "passages=2,30"]`` -> typed overrides of ``config``'s fields (a field's
+    default value gives its type: numbers, booleans, tuples as comma lists)."""
+    import dataclasses
+
+    fields = {f.name: f.default for f in dataclasses.fields(config)}
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in fields or name in ("seed", "steps", "threads", "base"):
+            raise SystemExit(
+                f"--set {item!r}: expected FIELD=VALUE with FIELD one of "
+                f"{sorted(set(fields) - {'seed', 'steps', 'threads', 'base'})} (seed, steps, "
+                "threads and base have their own options)"
+            )
+        default = fields[name]
+        try:
+            if isinstance(default, tuple):
+                out[name] = tuple(type(default[0])(x) for x in text.split(","))
+            elif isinstance(default, bool):
+                out[name] = {"true": True, "false": False}[text.lower()]
+            else:
+                out[name] = type(default)(text)
+        except (ValueError, KeyError):
+            raise SystemExit(
+                f"--set {item!r}: {text!r} is not a {type(default).__name__} like {default!r}"
+            ) from None
+    return out
+
+
 def run_train(args: argparse.Namespace) -> int:
     from interp_seal.organism.mixture import MixtureConfig, train_v2
     from interp_seal.organism.train import OrganismConfig, train
@@ -96,6 +134,7 @@ def run_train(args: argparse.Namespace) -> int:
         config, run = MixtureConfig, train_v2
     else:
         config, run = OrganismConfig, train
+    overrides.update(recipe_overrides(config, args.set))
     cfg = config.smoke(**overrides) if args.smoke else config(**overrides)
     out = run(cfg, args.out, resume=args.resume, max_minutes=args.max_minutes)
     print(f"wrote {out}")
