@@ -24,10 +24,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.common import head, nonnegative_int, positive_int
+from interp_seal.cli.common import (
+    chat_template_argument,
+    head,
+    index_style_argument,
+    nonnegative_int,
+    positive_int,
+)
 from interp_seal.outputs import write_html, write_table
-from interp_seal.tasks.chat import TEMPLATES
-from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 MODES = ("zero", "scale", "mean", "uniform")
 
@@ -83,13 +87,8 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--n", type=positive_int, default=50, help="records per length")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
-    parser.add_argument(
-        "--chat-template",
-        choices=TEMPLATES,
-        default="none",
-        help="wrap records in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
-    )
+    index_style_argument(parser)
+    chat_template_argument(parser)
     parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
     parser.add_argument("--factor", type=float, help="multiplier for --mode scale")
     parser.add_argument("--out", type=Path, required=True, help="output directory")

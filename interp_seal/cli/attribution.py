@@ -25,9 +25,8 @@ from pathlib import Path
 
 from interp_seal.analysis.logit_attribution import VARIANTS
 from interp_seal.analysis.patching import CORRUPTIONS
-from interp_seal.cli.common import nonnegative_int, positive_int
+from interp_seal.cli.common import index_style_argument, nonnegative_int, positive_int
 from interp_seal.outputs import write_table, write_text
-from interp_seal.tasks.line_retrieval import INDEX_STYLES
 
 
 def register(subparsers) -> None:
@@ -60,7 +59,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
     parser.add_argument("--num-lines", type=positive_int, default=20, help="lines in the record")
-    parser.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
+    index_style_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--sample", type=nonnegative_int, default=0, help="which record of the seed"

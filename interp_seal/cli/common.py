@@ -9,6 +9,9 @@ exit with status 2, so the message always names the flag the user typed:
 
 ``read_table`` reads a CSV table given by an option (score tables), checking its columns.
 
+Options several commands share: ``index_style_argument`` (``--index-style``, LongEval's line
+indices) and ``chat_template_argument`` (``--chat-template``, ``interp_seal.tasks.chat``).
+
 ``check_outputs`` is called by ``interp_seal.cli.main`` for every command that has ``--out``:
 a directory by default, a file for commands that set ``out_is_file=True``. It uses
 ``interp_seal.outputs``, which also writes every result file atomically.
@@ -59,6 +62,30 @@ def head(text: str) -> tuple[int, int]:
 def head_label(heads: list[tuple[int, int]]) -> str:
     """``[(1, 3), (0, 2)]`` -> ``"1.3 0.2"`` (as typed on the command line)."""
     return " ".join(f"{layer}.{index}" for layer, index in heads)
+
+
+def index_style_argument(parser) -> None:
+    """``--index-style``: the line indices of LongEval records (``line_retrieval.INDEX_STYLES``)."""
+    from interp_seal.tasks.line_retrieval import INDEX_STYLES
+
+    parser.add_argument(
+        "--index-style",
+        choices=INDEX_STYLES,
+        default="adjective-noun",
+        help="line retrieval: the line indices",
+    )
+
+
+def chat_template_argument(parser) -> None:
+    """``--chat-template``: wrap prompts in a conversation template (``tasks.chat.TEMPLATES``)."""
+    from interp_seal.tasks.chat import TEMPLATES
+
+    parser.add_argument(
+        "--chat-template",
+        choices=TEMPLATES,
+        default="none",
+        help="wrap prompts in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
+    )
 
 
 def read_table(path: Path, flag: str, columns: Iterable[str]):

@@ -19,9 +19,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.common import head, head_label, positive_int
-from interp_seal.tasks.chat import TEMPLATES
-from interp_seal.tasks.line_retrieval import INDEX_STYLES
+from interp_seal.cli.common import (
+    chat_template_argument,
+    head,
+    head_label,
+    index_style_argument,
+    positive_int,
+)
 
 ABLATION_CHOICES = ("zero", "scale", "uniform")
 
@@ -41,7 +45,7 @@ def register(subparsers) -> None:
     )
     lines.add_argument("--n", type=positive_int, default=50, help="records per length")
     lines.add_argument("--seed", type=int, default=0)
-    lines.add_argument("--index-style", choices=INDEX_STYLES, default="adjective-noun")
+    index_style_argument(lines)
     lines.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
     lines.add_argument(
         "--ablate",
@@ -128,12 +132,7 @@ def run_lines(args: argparse.Namespace) -> int:
 
 
 def _chat_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--chat-template",
-        choices=TEMPLATES,
-        default="none",
-        help="wrap prompts in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
-    )
+    chat_template_argument(parser)
     parser.add_argument(
         "--max-new-tokens", type=positive_int, default=100, help="generation budget (LongChat: 100)"
     )

@@ -10,6 +10,7 @@ interp-seal organism evaluate --write-card                        # every task, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 
@@ -88,20 +89,20 @@ def register(subparsers) -> None:
     evaluate.set_defaults(func=run_evaluate)
 
 
+OWN_OPTIONS = ("seed", "steps", "threads", "base")  # recipe fields with a flag of their own
+
+
 def recipe_overrides(config, items: list[str]) -> dict:
     """``["p_needle=0.25", "passages=2,30"]`` -> typed overrides of ``config``'s fields (a field's
     default value gives its type: numbers, booleans, tuples as comma lists)."""
-    import dataclasses
-
-    fields = {f.name: f.default for f in dataclasses.fields(config)}
+    fields = {f.name: f.default for f in dataclasses.fields(config) if f.name not in OWN_OPTIONS}
     out = {}
     for item in items:
         name, sep, text = item.partition("=")
-        if not sep or name not in fields or name in ("seed", "steps", "threads", "base"):
+        if not sep or name not in fields:
             raise SystemExit(
-                f"--set {item!r}: expected FIELD=VALUE with FIELD one of "
-                f"{sorted(set(fields) - {'seed', 'steps', 'threads', 'base'})} (seed, steps, "
-                "threads and base have their own options)"
+                f"--set {item!r}: expected FIELD=VALUE with FIELD one of {sorted(fields)} "
+                f"({', '.join(OWN_OPTIONS)} have their own options)"
             )
         default = fields[name]
         try:

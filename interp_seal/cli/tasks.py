@@ -23,7 +23,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from interp_seal.cli.common import nonnegative_int, positive_int
+from interp_seal.cli.common import index_style_argument, nonnegative_int, positive_int
 from interp_seal.tasks import jsonl, line_retrieval, needle, passages
 
 NEEDLE_SETS = {"seal": needle.SEAL_NEEDLES, "san_francisco": (needle.SAN_FRANCISCO,)}
@@ -54,9 +54,7 @@ def register(subparsers) -> None:
     gen.add_argument("--seed", type=int, default=0)
     lines = gen.add_argument_group("line_retrieval")
     lines.add_argument("--num-lines", type=positive_int, default=200)
-    lines.add_argument(
-        "--index-style", default="adjective-noun", choices=line_retrieval.INDEX_STYLES
-    )
+    index_style_argument(lines)
     lines.add_argument(
         "--longchat",
         action="store_true",

@@ -30,10 +30,15 @@ from pathlib import Path
 
 import torch
 
-from interp_seal.cli.common import head, nonnegative_int, positive_int, read_table
+from interp_seal.cli.common import (
+    chat_template_argument,
+    head,
+    index_style_argument,
+    nonnegative_int,
+    positive_int,
+    read_table,
+)
 from interp_seal.outputs import write_table, write_text
-from interp_seal.tasks.chat import TEMPLATES
-from interp_seal.tasks.line_retrieval import INDEX_STYLES
 from interp_seal.tuning.data import TASKS
 
 DEFAULT_LR = {
@@ -105,8 +110,8 @@ def register(subparsers) -> None:
     ev.add_argument("--batch-size", type=positive_int, default=8)
     ev.add_argument("--threads", type=positive_int, help="torch threads")
     ev.add_argument("--out", type=Path, help="write accuracy.csv here")
-    _chat_argument(ev)
-    _index_argument(ev)
+    chat_template_argument(ev)
+    index_style_argument(ev)
     ev.set_defaults(func=run_evaluate)
 
     rt = sub.add_parser("retrieval", help="per-head retrieval scores, base vs tuned (MuDAF Fig. 5)")
@@ -130,24 +135,6 @@ def register(subparsers) -> None:
     merge.set_defaults(func=run_merge)
 
 
-def _chat_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--chat-template",
-        choices=TEMPLATES,
-        default="none",
-        help="wrap samples in the model's own template ('tokenizer'), LongChat's 'vicuna', or not",
-    )
-
-
-def _index_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--index-style",
-        choices=INDEX_STYLES,
-        default="adjective-noun",
-        help="line retrieval: the line indices",
-    )
-
-
 def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--task", choices=TASKS, default="line_retrieval", help="training format")
@@ -160,8 +147,8 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
         "--num-passages", type=positive_int, default=10, help="passages: passages per sample"
     )
     p.add_argument("--data-seed", type=int, default=1000, help="seed of the generated samples")
-    _index_argument(p)
-    _chat_argument(p)
+    index_style_argument(p)
+    chat_template_argument(p)
     p.add_argument("--lr", type=float, default=DEFAULT_LR.get(method), help="AdamW lr (constant)")
     p.add_argument("--epochs", type=positive_int, default=1)
     p.add_argument(

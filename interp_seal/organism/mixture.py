@@ -44,7 +44,6 @@ from interp_seal.organism.loop import run_loop
 from interp_seal.organism.tokenizer import SPECIALS, build_tokenizer
 from interp_seal.organism.train import (
     FULL_LEVEL,
-    KEYS,
     LEVELS,
     Batch,
     Curriculum,
@@ -178,7 +177,7 @@ def v2_tokenizer(base: PreTrainedTokenizerFast | None = None) -> PreTrainedToken
     old_pieces = [p for p, _ in sorted(vocab.items(), key=lambda kv: kv[1])][len(SPECIALS) :]
     tok = build_tokenizer(
         [*v2_corpus(), *variants, *firsts],
-        extra=[*old_pieces, *(" " + k for k in KEYS)],  # verbatim, in id order
+        extra=old_pieces,  # verbatim, in id order (v1's line-index keys among them)
         subwords=[*passages.SYLLABLES, "ese"],
     )
     grown = tok.get_vocab()

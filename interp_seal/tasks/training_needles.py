@@ -97,7 +97,8 @@ SUPERLATIVES = (
 STANDS = ("shines", "waits", "sits", "hangs", "glows", "stands out")
 # (opening phrase, question, joiner): the needle is ``opening + joiner + key + "."``. Paraphrase
 # families of SEAL's shapes (a fronted phrase, ``the ... thing that``, ``as you ...``, ``your
-# eye is drawn to``, ``What ... is``), filled from word lists that avoid SEAL's own phrases.
+# eye is drawn to``, ``What ... is``); ``make_needle`` redraws any that repeats SEAL's own
+# opening phrases or questions.
 TEMPLATES = (
     ("{Pose} {prep} {spot} of the {place}", "What is {pose} {prep} {spot} of the {place}?", " is "),
     ("The {ordinal} thing you {action} in the {place}", "What is the {ordinal} thing you {action} in the {place}?", " is "),
