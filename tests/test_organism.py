@@ -174,10 +174,17 @@ def test_v2_tokenizer_keeps_v1_ids_and_round_trips_every_format(v2_tok):
         ids = v2_tok(text)["input_ids"]
         assert v2_tok.unk_token_id not in ids
         assert v2_tok.decode(ids, skip_special_tokens=True) == text
-    # real words are one token; a made-up name splits into its syllables
+    # real words and the passages' made-up names are one token; other made-up words split
     assert len(v2_tok(" chandelier", add_special_tokens=False)["input_ids"]) == 1
-    names = v2_tok.convert_ids_to_tokens(v2_tok(" Kalomi", add_special_tokens=False)["input_ids"])
-    assert names == [" Ka", "##lo", "##mi"]
+    pieces = v2_tok.convert_ids_to_tokens
+    assert all(
+        pieces(v2_tok(text, add_special_tokens=False)["input_ids"]) == [text]
+        for name in passages.NAMES
+        for text in (name, " " + name)
+    )
+    assert pieces(v2_tok(" Kalomi Renese", add_special_tokens=False)["input_ids"]) == [
+        " Kalo", "##mi", " Ren", "##ese",
+    ]  # fmt: skip
 
 
 def test_training_needles_are_never_the_evaluation_ones():

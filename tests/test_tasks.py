@@ -246,18 +246,20 @@ def test_synthetic_two_hop_sample_is_exact():
     (s,) = passages.generate(cfg, 1, seed=0)
     start, _ = s.meta["context_span"]
     assert s.prompt[start:] == (
-        "Passage 1:\nTeekpen\nTeekpen is a small country on the western coast of the Nozan Sea. "
-        "The capital of Teekpen is Zanli. The official language of Teekpen is Noruese. The "
-        "surrounding region is known for its mild winters and long dry summers.\n"
-        "Passage 2:\nOlsa Olruthu\nOlsa Olruthu is a weaver who was born in Terenol in 1855. "
-        "Several short biographies have been written, though none is considered complete.\n"
-        "Passage 3:\nTerenol\nTerenol is a small country on the western coast of the Thuvel Sea. "
-        "The capital of Terenol is Kador. The official language of Terenol is Loraese. Its "
-        "markets are busiest in the early morning.\n\nAnswer the question based on the given "
-        "passages. Only give me the answer and do not output any other words.\n\nQuestion: What "
-        "is the capital of the country where Olsa Olruthu was born?\nAnswer:"
+        "Passage 1:\nSormor\nSormor is a small country on the northern coast of the Ganthu Sea. "
+        "The capital of Sormor is Casvel. The official language of Sormor is Olvisese. Its "
+        "markets are busiest in the early morning.\n"
+        "Passage 2:\nEkol Thuno\nEkol Thuno was born in Penma in 1889. The occupation of Ekol "
+        "Thuno is potter. Several short biographies have been written, though none is considered "
+        "complete.\n"
+        "Passage 3:\nPenma\nPenma is a small country on the northern coast of the Penbel Sea. "
+        "The capital of Penma is Thuzan. The official language of Penma is Lidorese. Visitors "
+        "often remark on the narrow streets and the quiet harbors.\n\nAnswer the question based "
+        "on the given passages. Only give me the answer and do not output any other words.\n\n"
+        "Question: What is the official language of the country where Ekol Thuno was born?\n"
+        "Answer:"
     )
-    assert (s.golden, s.answer, s.meta["answers"]) == ((1, 2), " Kador", ["Kador"])
+    assert (s.golden, s.answer, s.meta["answers"]) == ((1, 2), " Lidorese", ["Lidorese"])
     # passage token spans decode to the passage blocks
     tok = build_tokenizer([s.prompt + s.answer])
     enc = s.encode(tok)
@@ -269,7 +271,7 @@ def test_synthetic_two_hop_sample_is_exact():
 def test_passages_config_validation():
     with pytest.raises(ValueError, match="hops must be 1 or 2"):
         passages.PassagesConfig(hops=3)
-    with pytest.raises(ValueError, match=r"num_passages must be in 2\.\.300"):
+    with pytest.raises(ValueError, match=r"num_passages must be in 2\.\.200"):
         passages.PassagesConfig(num_passages=1)
 
 

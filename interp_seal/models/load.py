@@ -3,7 +3,8 @@
 Resolution order for ``name_or_path``:
 
 1. ``"organism"`` (the default model): the model organism bundled with interp-seal
-   (``interp_seal/organism/checkpoint``), a standard HF checkpoint directory.
+   (``interp_seal/organism/checkpoint``, v2), a standard HF checkpoint directory. v1 stays
+   loadable by its path, ``interp_seal.organism.mixture.V1_DIR``.
 2. an existing local directory: must hold ``config.json`` (a ``save_pretrained`` checkpoint);
    its files are checked first (``checks.py``: a truncated ``model.safetensors`` fails at once).
    GGUF sources (``"smollm2"``, a ``*.gguf`` path, a directory or hub name with ``gguf_file``)

@@ -1,7 +1,7 @@
 """Organism v2: continue v1 on a mixture of lines, needles in haystacks and multi-document QA.
 
-Command (v2 has not shipped yet; the second candidate, its two-phase recipe and its measured
-time are in ``docs/organism_v2_candidate/README.md``)::
+The shipped organism (``checkpoint/``) was trained by this module; its commands, phases and
+measured CPU time are on its card (``interp_seal/organism/checkpoint/README.md``). One phase::
 
     interp-seal organism train --v2 --out runs/organism-v2 --seed 0
 
@@ -9,7 +9,7 @@ v1 (``train.py``) learned LongEval line retrieval through an induction-head boot
 induction and key-matching heads are exactly what the two other formats of the toolkit need
 (copy the needle sentence once its start is found; copy a name out of the golden passage).
 So v2 does not start from scratch: it grows v1's vocabulary (``v2_tokenizer``: every old id
-kept, new words appended, made-up passage names split into syllables) and embedding rows
+kept, new words appended, each made-up passage name one token) and embedding rows
 (``grow_embeddings``), then trains on a mixture. Each batch is, with probabilities ``p_*``:
 
 - **repeat**: short random sequences of any vocabulary words, repeated once (keeps the
@@ -153,18 +153,18 @@ def v2_corpus() -> list[str]:
     texts += [t for group in passages.FILLER.values() for t in group]
     texts += [t for group in passages.ONE_HOP.values() for t, _ in group]
     texts += [t for t, _ in passages.TWO_HOP]
-    texts += list(training_needles.vocabulary())
+    texts += [*passages.NAMES, *training_needles.vocabulary()]
     return lines + [re.sub(r"\{\w+\}", "", t) for t in texts]
 
 
 def v2_tokenizer(base: PreTrainedTokenizerFast | None = None) -> PreTrainedTokenizerFast:
-    """``base``'s tokenizer (default: v1's) grown: same ids for its pieces, new words appended,
-    names by syllable.
+    """``base``'s tokenizer (default: v1's) grown: same ids for its pieces, new words appended.
 
     Real words are single tokens (with and without a leading space, and capitalised where a
-    sentence or title can start with them); the made-up names of ``tasks.passages`` split into
-    their syllables (`` Kalomi`` -> `` Ka`` ``##lo`` ``##mi``). Growing a v2 tokenizer again
-    (continuing a v2 run after the generators gained words) keeps every id it had.
+    sentence or title can start with them), and so is each of the 784 made-up names of
+    ``tasks.passages`` (`` Kalo``); a language is its name plus ``##ese``, and any other
+    made-up word splits into syllables. Growing a v2 tokenizer again (continuing a v2 run after
+    the generators gained words) keeps every id it had.
     """
     old = base if base is not None else organism_tokenizer()
     words = sorted(
@@ -251,6 +251,7 @@ def _pool(tokenizer) -> tuple[int, ...]:
     texts += [n.text for n in (*SEAL_NEEDLES, SAN_FRANCISCO)]
     cfg = passages.PassagesConfig(num_passages=10, filler_sentences=2)
     texts += [s.prompt + s.answer for s in passages.generate(cfg, 20, seed=12345)]
+    texts.append(" ".join(passages.NAMES))
     return tuple(sorted({i for t in texts for i in _ids(tokenizer, t)}))
 
 
@@ -298,9 +299,8 @@ def draw(cur: Curriculum, cfg: MixtureConfig, tokenizer, rng: random.Random) -> 
 # ---------------------------------------------------------------------------------- training
 
 
-# The v1 organism: the shipped checkpoint (v2 has not replaced it; see docs/organism.md). A v2
-# that ships must keep v1 beside it (e.g. ``checkpoint_v1``) and point this there.
-V1_DIR = Path(__file__).resolve().parent / "checkpoint"
+# The v1 organism (line retrieval only), kept beside the shipped v2 as the base v2 continues.
+V1_DIR = Path(__file__).resolve().parent / "checkpoint_v1"
 
 
 def base_tokenizer(cfg: MixtureConfig) -> PreTrainedTokenizerFast | None:

@@ -5,9 +5,9 @@ countries and people, so that no answer can come from world knowledge (the same 
 SEAL's synthetic data, Sec. 4.1). A *country* passage gives its capital and official language;
 a *person* passage gives their occupation, birth country and birth year. Questions:
 
-- 1 hop: one fact of one passage (``What is the capital of Velmora?``), one golden passage;
+- 1 hop: one fact of one passage (``What is the capital of Velmor?``), one golden passage;
 - 2 hops: a person's birth country, then that country's capital or language (``What is the
-  capital of the country where Tosa Ravendi was born?``), two golden passages, as in
+  capital of the country where Sali Renvel was born?``), two golden passages, as in
   HotpotQA-style bridge questions.
 
 The other passages are distractors of the same two kinds, and passages are shuffled, as in
@@ -32,7 +32,11 @@ OCCUPATIONS = (
     "painter", "botanist", "composer", "sculptor", "chemist", "poet", "cartographer", "historian",
     "weaver", "potter", "novelist", "violinist", "mapmaker", "glassblower", "surveyor",
 )  # fmt: skip
-MAX_PASSAGES = 300  # about 2 two-syllable names per passage, 28**2 = 784 of them
+# Every made-up word (country, capital, language stem, sea, first and last name) is two
+# syllables: 28**2 = 784 of them, each one token of the organism's vocabulary, so that matching a
+# question's name against a passage's is one token against one token, as a line index is.
+NAMES = tuple(a.capitalize() + b for a in SYLLABLES for b in SYLLABLES)
+MAX_PASSAGES = 200  # at most 4 names per country and 2 per person: 600 of the 784
 SIDES = ("northern", "southern", "eastern", "western")
 # per passage kind: the fact sentence(s), neutral filler sentences and 1-hop questions
 # (question template, fact key)
@@ -42,7 +46,7 @@ TEXT = {
         "The capital of {name} is {capital}. "
         "The official language of {name} is {language}."
     ),
-    "person": "{name} is a {occupation} who was born in {country} in {year}.",
+    "person": "{name} was born in {country} in {year}. The occupation of {name} is {occupation}.",
 }
 FILLER = {
     "country": (
@@ -102,11 +106,11 @@ class PassagesConfig:
             raise ValueError(f"filler_sentences must be in 0..{most}, got {self.filler_sentences}")
 
 
-def _names(rng: random.Random, n: int, syllables: int, taken: set[str]) -> list[str]:
-    """``n`` new capitalised made-up words of ``syllables`` syllables, unique within ``taken``."""
+def _names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
+    """``n`` made-up words of ``NAMES``, unique within ``taken``."""
     out = []
     while len(out) < n:
-        word = "".join(rng.choices(SYLLABLES, k=syllables)).capitalize()
+        word = rng.choice(NAMES)
         if word not in taken:
             taken.add(word)
             out.append(word)
@@ -124,14 +128,14 @@ def make_sample(cfg: PassagesConfig, rng: random.Random, sample_id: str) -> Samp
     n_countries = (cfg.num_passages + 1) // 2
     n_people = cfg.num_passages - n_countries
     taken: set[str] = set()
-    names, capitals = _names(rng, n_countries, 3, taken), _names(rng, n_countries, 2, taken)
-    languages, seas = _names(rng, n_countries, 2, taken), _names(rng, n_countries, 2, taken)
+    names, capitals = _names(rng, n_countries, taken), _names(rng, n_countries, taken)
+    languages, seas = _names(rng, n_countries, taken), _names(rng, n_countries, taken)
     countries = [
         {"name": names[i], "capital": capitals[i], "language": languages[i] + "ese",
          "side": rng.choice(SIDES), "sea": seas[i]}
         for i in range(n_countries)
     ]  # fmt: skip
-    firsts, lasts = _names(rng, n_people, 2, taken), _names(rng, n_people, 3, taken)
+    firsts, lasts = _names(rng, n_people, taken), _names(rng, n_people, taken)
     people = [
         {"name": f"{firsts[i]} {lasts[i]}", "occupation": rng.choice(OCCUPATIONS),
          "country": rng.choice(countries)["name"], "year": rng.randint(1700, 1990)}
