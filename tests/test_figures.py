@@ -15,13 +15,13 @@ import pytest
 from interp_seal.analysis.retrieval_scores import passage_retrieval_scores
 from interp_seal.analysis.sweeps import head_sweep
 from interp_seal.cli import main
-from interp_seal.evaluation import evaluate_line_retrieval
+from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval
 from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
-from interp_seal.figures.mudaf import passage_samples
+from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import extensions
 from interp_seal.models import extend_context, load_model
-from interp_seal.tasks import LineRetrievalConfig, line_retrieval
+from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -115,14 +115,38 @@ def test_head_sweep_and_quadrants_equal_a_fresh_sweep(gallery, organism):
     np.testing.assert_allclose(a.delta, b.delta, rtol=1e-5, atol=1e-6)
 
 
+def quick_questions(n: int):
+    """MuDAF's evaluation questions at the quick size, generated here (1 hop, seed 0)."""
+    return passages.generate(PassagesConfig(num_passages=QUICK.retrieval_passages), n, 0)
+
+
+def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
+    out, _ = gallery
+    direct = evaluate_lengths(organism, {0: quick_questions(QUICK.retrieval_n)}, progress=False)
+    exact = direct.exact_match.iloc[0]
+    base = tables(out, "mudaf_table2_methods")["accuracy"].set_index("method").loc["base"]
+    assert base.exact_match == pytest.approx(exact) and base.n == QUICK.retrieval_n
+    assert base.n_tokens == pytest.approx(direct.n_tokens.iloc[0])
+    masking = tables(out, "mudaf_fig4_masking")["masking"]
+    none = masking[masking.strategy == "none"].iloc[0]
+    assert none.exact_match == pytest.approx(exact) and none.n_samples == QUICK.retrieval_n
+    # MuDAF / SFT tune on the same format, other questions: none shared with the evaluation
+    train = FigureRun("organism", QUICK, tmp_path, progress=False).tuning_samples("passages")
+    assert len(train) == QUICK.tune_n
+    assert all(len(s.passages) == QUICK.retrieval_passages and len(s.golden) == 1 for s in train)
+    evaluation = {s.prompt for s in quick_questions(QUICK.retrieval_n)}
+    assert not evaluation & {s.prompt for s in train}
+    # Fig. 10 marks the generator's golden passage (column 0 is the text before passage 1)
+    heat = tables(out, "mudaf_fig10_heatmaps")
+    question = passages.generate(PassagesConfig(num_passages=QUICK.heatmap_passages), 1, 0)[0]
+    assert list(heat["golden"].passage) == [g + 1 for g in question.golden]
+    assert sorted(heat["attention"].passage.unique()) == list(range(QUICK.heatmap_passages + 1))
+
+
 def test_retrieval_scores_and_dla_equal_the_analyses(gallery, organism):
     out, _ = gallery
     heads = tables(out, "mudaf_fig3_scores")["heads"].sort_values(["layer", "head"])
-
-    class _Run:
-        sizes = QUICK
-
-    samples = passage_samples(_Run(), QUICK.retrieval_lines, QUICK.retrieval_n)
+    samples = quick_questions(QUICK.retrieval_n)
     fresh = passage_retrieval_scores(organism, samples, progress=False).heads
     fresh = fresh.sort_values(["layer", "head"])
     np.testing.assert_allclose(heads.f1, fresh.f1, atol=1e-9)

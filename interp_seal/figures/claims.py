@@ -168,8 +168,8 @@ def masking_hurts(d: Data):
     spread = float(rnd.std(ddof=1)) / math.sqrt(len(rnd)) if len(rnd) > 1 else 0.0
     se = math.sqrt(se_diff(ret, n, float(rnd.mean()), n) ** 2 + spread**2)
     diff = float(rnd.mean()) - ret
-    text = (f"zeroing top retrieval heads {ret:.2f} vs random heads {rnd.mean():.2f} "
-            f"(mean of {len(rnd)} draws, n={int(n)})")  # fmt: skip
+    text = (f"passage QA exact match, zeroing top retrieval heads {ret:.2f} vs random heads "
+            f"{rnd.mean():.2f} (mean of {len(rnd)} draws, n={int(n)} questions)")  # fmt: skip
     return text, diff, se, verdict(diff, se)
 
 

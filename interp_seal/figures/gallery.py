@@ -16,10 +16,10 @@ from interp_seal.figures.driver import load_tables
 from interp_seal.figures.registry import FIGURES
 
 ORGANISM_NOTE = (
-    "The organism v1 was trained on line retrieval only (2-48 lines). Needle-in-a-haystack and "
-    "the MuDAF experiments use tasks it never learned (needles) or line records read as passages, "
-    "so their numbers are weak by construction; the claims table's verdicts say what these "
-    "numbers can and cannot show. Regenerate with the same command after a new organism lands."
+    "The organism v2 was trained on all three formats (LongEval lines, needles answered by their "
+    "key phrase, LongBench-format passage QA); its model card "
+    "(`interp_seal/organism/checkpoint/README.md`) lists which of the issue's properties it "
+    "meets. The claims table's verdicts say what these numbers can and cannot show."
 )
 
 

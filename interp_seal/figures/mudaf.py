@@ -1,10 +1,14 @@
 """MuDAF's figures and tables (Liu et al., 2025), each computed through the library.
 
 Same shape as ``interp_seal.figures.seal``: ``compute(run)`` -> named tables, ``draw(tables)``
--> plotly figure, ``read(tables)`` -> one line. Multi-document data is LongEval records with
-every line a passage and the queried line the golden one (``tuning.data.with_line_passages``),
-which the line-retrieval organism can read; a model with a QA skill can be given LongBench-style
-passages the same way.
+-> plotly figure, ``read(tables)`` -> one line. The data is MuDAF's setting (Sec. 3.1):
+multi-document QA in LongBench's hotpotqa passage format, golden and distractor passages in
+random order, here the synthetic 1-hop questions of ``interp_seal.tasks.passages`` with the
+generator's golden passage. Evaluation questions are seed ``EVAL_SEED`` (0), the same for every
+method; the MuDAF / SFT tuning data (``FigureRun.tuning_samples("passages")``) is another seed,
+so training and evaluation never share a question. The task score (MuDAF reports QA F1,
+Table 2) is the teacher-forced exact match of the answer, one forward per question
+(``interp_seal.evaluation.teacher_force``).
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from interp_seal.analysis.retrieval_scores import (
     needle_retrieval_scores,
     passage_retrieval_scores,
 )
+from interp_seal.evaluation import summarize, teacher_force
 from interp_seal.figures.run import FigureRun
-from interp_seal.figures.seal import evaluate
-from interp_seal.tasks import LineRetrievalConfig, NeedleConfig, line_retrieval, needle
-from interp_seal.tuning.data import with_line_passages
+from interp_seal.models import ModelHandle
+from interp_seal.tasks import NeedleConfig, PassagesConfig, needle, passages
+from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.evaluate import retrieval_by_method
 from interp_seal.tuning.mudaf import sample_heads, score_matrix
 from interp_seal.viz import paper_figures as pv
@@ -30,18 +35,28 @@ from interp_seal.viz.tuning import target_head_scores
 
 Tables = dict[str, pd.DataFrame]
 WEAK = 0.1  # MuDAF Sec. 4.4: heads with R_h < 0.1 are weak
+EVAL_SEED = 0  # evaluation questions; tuning data uses figures.run.DATA_SEED
 
 
-def passage_samples(run: FigureRun, lines: int, n: int):
-    records = line_retrieval.generate(LineRetrievalConfig(num_lines=lines), n, 0)
-    return [with_line_passages(s) for s in records]
+def qa_samples(num_passages: int, n: int) -> list[Sample]:
+    """``n`` 1-hop questions over ``num_passages`` passages (one golden), seed ``EVAL_SEED``."""
+    return passages.generate(PassagesConfig(num_passages=num_passages), n, EVAL_SEED)
+
+
+def eval_samples(run: FigureRun) -> list[Sample]:
+    """The questions of every MuDAF figure but Fig. 10: ``retrieval_n`` x ``retrieval_passages``."""
+    return qa_samples(run.sizes.retrieval_passages, run.sizes.retrieval_n)
+
+
+def qa_exact_match(handle: ModelHandle, samples: list[Sample]) -> dict[str, float]:
+    """Teacher-forced exact match of the answers (``n``, ``n_tokens``, ``exact_match``,
+    ``first_token``, ``answer_logprob``: ``evaluation.summarize``)."""
+    return {k: float(v) for k, v in summarize(teacher_force(handle, samples)).items()}
 
 
 def base_scores(run: FigureRun) -> pd.DataFrame:
-    """Every head's MuDAF retrieval score (F1, EM, rank) on the base model (resumable)."""
-    s = run.sizes
-    samples = passage_samples(run, s.retrieval_lines, s.retrieval_n)
-    return passage_retrieval_scores(run.handle, samples, PassageScoreConfig(),
+    """Every head's MuDAF retrieval score (F1, EM, rank; Sec. 3.1) on the base model (resumable)."""
+    return passage_retrieval_scores(run.handle, eval_samples(run), PassageScoreConfig(),
                                     results=run.work("retrieval_base", "log.jsonl"),
                                     progress=run.progress).heads  # fmt: skip
 
@@ -78,11 +93,10 @@ def fig3_read(t: Tables) -> str:
 
 # -- Fig. 5-6 and 9: target heads before / after MuDAF vs Vanilla SFT ------------------------
 def fig5_compute(run: FigureRun) -> Tables:
-    s = run.sizes
     sets = target_sets(run)
     handles = {"base": run.handle, "sft": run.tuned_model("sft")}
     handles |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
-    samples = passage_samples(run, s.retrieval_lines, s.retrieval_n)
+    samples = eval_samples(run)
 
     def one(key):
         table = retrieval_by_method(
@@ -147,19 +161,19 @@ def fig9_read(t: Tables) -> str:
 
 # -- Fig. 7 / Table 4: number of selected heads; Table 2: task score by method ---------------
 def fig7_compute(run: FigureRun) -> Tables:
-    s = run.sizes
     scores = score_matrix(base_scores(run), run.handle.spec)
-    samples = passage_samples(run, s.retrieval_lines, s.retrieval_n)
+    samples = eval_samples(run)
 
     def one(key):
         heads = sample_heads(scores, key["k"], seed=0) if key["k"] else ()
         model = run.tuned_model("mudaf", heads=heads) if heads else run.tuned_model("sft")
         table = retrieval_by_method({"m": model}, samples, targets=heads, progress=False)
-        acc = evaluate(run, model, s.retrieval_lines, s.n)
+        acc = qa_exact_match(model, samples)
         tf1 = float(table[table.target].f1.mean()) if heads else float("nan")
         return {"target_f1": tf1, "mean_f1": float(table.f1.mean()), **acc}
 
-    return {"heads": run.rows("mudaf_fig7", [{"k": k} for k in (0, *s.head_counts)], one)}
+    keys = [{"k": k} for k in (0, *run.sizes.head_counts)]
+    return {"heads": run.rows("mudaf_fig7", keys, one)}
 
 
 def fig7_draw(t: Tables):
@@ -176,20 +190,20 @@ def fig7_draw(t: Tables):
 def fig7_read(t: Tables) -> str:
     h = t["heads"]
     return (
-        "Exact match by number of heads: "
+        "Passage QA, teacher-forced exact match of the answer by number of heads: "
         + ", ".join(f"{int(r.k)}: {r.exact_match:.2f}" for _, r in h.iterrows())
-        + f" (n={int(h.n.iloc[0])})."
+        + f" (n={int(h.n.iloc[0])} questions)."
     )
 
 
 def table2_compute(run: FigureRun) -> Tables:
-    s = run.sizes
     sets = target_sets(run)
-    models = {"base": None, "sft": run.tuned_model("sft")}
+    models = {"base": run.handle, "sft": run.tuned_model("sft")}
     models |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
+    samples = eval_samples(run)
     keys = [{"method": m} for m in models]
     return {"accuracy": run.rows("mudaf_table2", keys,
-                                 lambda k: evaluate(run, models[k["method"]], s.retrieval_lines, s.n))}  # fmt: skip
+                                 lambda k: qa_exact_match(models[k["method"]], samples))}  # fmt: skip
 
 
 def table2_draw(t: Tables):
@@ -197,17 +211,17 @@ def table2_draw(t: Tables):
 
     a = t["accuracy"]
     fig = go.Figure(go.Bar(x=a.method, y=a.exact_match, text=a.exact_match.round(2)))
-    fig.update_layout(title="MuDAF Table 2 (organism stand-in): line retrieval by method",
-                      yaxis_title="exact match", template="plotly_white")  # fmt: skip
+    fig.update_layout(title="MuDAF Table 2: passage QA by method",
+                      yaxis_title="exact match (teacher-forced)", template="plotly_white")  # fmt: skip
     return fig
 
 
 def table2_read(t: Tables) -> str:
     a = t["accuracy"]
     return (
-        "Exact match: "
+        "Passage QA, teacher-forced exact match of the answer: "
         + ", ".join(f"{r.method} {r.exact_match:.2f}" for _, r in a.iterrows())
-        + "."
+        + f" (n={int(a.n.iloc[0])} questions)."
     )
 
 
@@ -218,7 +232,7 @@ def fig4_compute(run: FigureRun) -> Tables:
     niah = needle_retrieval_scores(run.handle, needle.generate(cfg, run.handle.tokenizer, 1, 0),
                                    results=run.work("needle_scores", "log.jsonl"),
                                    progress=run.progress).heads  # fmt: skip
-    samples = line_retrieval.generate(LineRetrievalConfig(num_lines=s.long), s.n, 0)
+    samples = eval_samples(run)
     mcfg = MaskingConfig(ks=(s.mask_k,), modes=("zero", "uniform"), seeds=s.mask_seeds)
     frame = masking_experiment(run.handle, samples, base_scores(run), niah=niah, config=mcfg,
                                results=run.work("masking", "log.jsonl"), progress=run.progress)  # fmt: skip
@@ -232,7 +246,7 @@ def fig4_draw(t: Tables):
 def fig4_read(t: Tables) -> str:
     m = t["masking"]
     z = m[m["mode"] == "zero"].groupby("strategy").exact_match.mean()
-    text = "Exact match with heads zeroed (random: mean of draws): "
+    text = "Passage QA exact match (teacher-forced) with heads zeroed (random: mean of draws): "
     text += ", ".join(f"{k} {v:.2f}" for k, v in z.items()) + "."
     if t["niah"].score.max() == 0:
         text += " No head has a copy-paste (NIAH) score on this model: its 'niah' set is tie order."
@@ -241,8 +255,7 @@ def fig4_read(t: Tables) -> str:
 
 # -- Fig. 10: passage-level attention heatmaps ------------------------------------------------
 def fig10_compute(run: FigureRun) -> Tables:
-    s = run.sizes
-    sample = passage_samples(run, s.heatmap_lines, 1)
+    sample = qa_samples(run.sizes.heatmap_passages, 1)
     models = {
         "base": run.handle,
         "mudaf": run.tuned_model("mudaf", heads=target_sets(run)["mudaf"]),

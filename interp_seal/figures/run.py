@@ -25,8 +25,9 @@ from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
 from interp_seal.records import append_records, read_records
+from interp_seal.tasks.sample import Sample
 
-DATA_SEED = 1000  # tuning data; evaluation records use seed 0 (as `interp-seal tune`)
+DATA_SEED = 1000  # tuning data; evaluation records and questions use seed 0 (as `interp-seal tune`)
 DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2, "seal-l": 2e-4, "seal-d": 2e-4}
 
 
@@ -71,17 +72,25 @@ class FigureRun:
         """A new copy of the model (tuners that edit weights in place get their own)."""
         return load_model(self.model)
 
-    def tuning_samples(self, *, n: int | None = None, lines: int | None = None, passages=False):
-        from interp_seal.tuning.data import format_samples, with_line_passages
+    def tuning_samples(
+        self, task: str = "line_retrieval", *, n: int | None = None, lines: int | None = None
+    ) -> list[Sample]:
+        """``n`` (default ``tune_n``) tuning samples in ``task``'s format, seed ``DATA_SEED``.
 
-        samples = format_samples(
-            "line_retrieval",
-            self.handle.tokenizer,
-            n or self.sizes.tune_n,
-            num_lines=lines or self.sizes.tune_lines,
-            seed=DATA_SEED,
+        ``"line_retrieval"``: SEAL's records of ``lines`` (default ``tune_lines``) lines;
+        ``"passages"``: MuDAF's multi-document QA (Sec. 4.1 trains on HotpotQA), the 1-hop
+        synthetic questions of the evaluation with ``retrieval_passages`` passages and golden
+        ids (``tuning.data.format_samples``).
+        """
+        from interp_seal.tuning.data import format_samples
+
+        size = (
+            {"num_passages": self.sizes.retrieval_passages}
+            if task == "passages"
+            else {"num_lines": lines or self.sizes.tune_lines}
         )
-        return [with_line_passages(s) for s in samples] if passages else samples
+        n = n or self.sizes.tune_n
+        return format_samples(task, self.handle.tokenizer, n, seed=DATA_SEED, **size)
 
     def _train(self, tuner, samples, name: str, *, lr: float, epochs: int = 1, ctx=None) -> None:
         from interp_seal.engine import pad_id_of
@@ -149,7 +158,7 @@ class FigureRun:
 
                 cfg = MudafConfig(heads=heads, alpha=alpha if heads else 0.0)
                 tuner = MudafTuner(handle, cfg)
-                samples = self.tuning_samples(passages=True)
+                samples = self.tuning_samples("passages")
                 self._train(tuner, samples, tag, lr=self.sizes.mudaf_lr)
                 model = tuner.model
             save_checkpoint(model, handle.tokenizer, ckpt)

@@ -1,13 +1,16 @@
 """How big each figure's experiment is: the default (the committed organism gallery) and ``--quick``.
 
-Lengths are numbers of LongEval lines (the organism was trained on 2-48 lines, about 700
-tokens; ``max_position_embeddings`` is 4,096). Every number of records per point is written on
-the gallery page next to the result it produced.
+SEAL's lengths are numbers of LongEval lines (``max_position_embeddings`` is 4,096); MuDAF's
+sizes are numbers of passages of the synthetic multi-document QA (``interp_seal.tasks.passages``,
+1-hop). Every number of records per point is written on the gallery page next to the result it
+produced.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+from interp_seal.tasks.passages import PassagesConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,16 +25,18 @@ class FigureSizes:
         sweep_n: records per length in the head and channel sweeps.
         channel_heads: heads opened in the channel sweep (SEAL Fig. 2c): the ones whose
             pruning hurts most at ``long``.
-        tune_n, tune_lines: SEAL's tuning data: samples and their line count (SEAL: 50).
+        tune_n, tune_lines: tuning samples (SEAL: 50; MuDAF and SFT use ``tune_n`` too, with
+            ``retrieval_passages`` passages) and SEAL's line count.
         lrs, sample_counts: SEAL Table 4's grid (SEAL-H, accuracy at ``long``).
         extension_lengths: line counts beyond the trained reach (SEAL Table 2).
         ntk_factor: NTK-aware scaling factor; se_group, se_window: Self-Extend's G and W.
         needle_lengths, needle_depths: SEAL Fig. 5's grid (tokens, percent).
-        retrieval_n, retrieval_lines: MuDAF retrieval-score samples (each line is a passage).
+        retrieval_n, retrieval_passages: MuDAF's evaluation questions and their passages (one
+            golden): retrieval scores (Sec. 3.1), task exact match, masking (Fig. 4).
         mudaf_k: target heads drawn for MuDAF; mudaf_lr: its learning rate (and SFT's).
         head_counts: MuDAF Table 4 / Fig. 7's numbers of selected heads.
         mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws.
-        heatmap_lines: line count of the MuDAF Fig. 10 record (one passage per line).
+        heatmap_passages: passages of the MuDAF Fig. 10 question.
     """
 
     n: int = 50
@@ -51,13 +56,13 @@ class FigureSizes:
     needle_lengths: tuple[int, ...] = (250, 500, 1000)
     needle_depths: tuple[float, ...] = (0, 25, 50, 75, 100)
     retrieval_n: int = 50
-    retrieval_lines: int = 80
+    retrieval_passages: int = 10
     mudaf_k: int = 4
     mudaf_lr: float = 1e-4
     head_counts: tuple[int, ...] = (1, 2, 4, 8)
     mask_k: int = 4
     mask_seeds: tuple[int, ...] = (0, 1, 2)
-    heatmap_lines: int = 16
+    heatmap_passages: int = 5
 
     def __post_init__(self):
         if self.mid >= self.long or min(self.n, self.sweep_n, self.tune_n) < 1:
@@ -65,6 +70,8 @@ class FigureSizes:
                 f"sizes need mid < long and at least one record per point (mid={self.mid}, "
                 f"long={self.long}, n={self.n}, sweep_n={self.sweep_n}, tune_n={self.tune_n})"
             )
+        for p in (self.retrieval_passages, self.heatmap_passages):
+            PassagesConfig(num_passages=p)  # refuses a count outside 2..MAX_PASSAGES
         if max(self.sample_counts) > self.tune_n:
             raise ValueError(
                 f"sample_counts {self.sample_counts} exceed tune_n={self.tune_n}; Table 4's "
@@ -92,10 +99,10 @@ QUICK = FigureSizes(
     needle_lengths=(300,),
     needle_depths=(0, 100),
     retrieval_n=3,
-    retrieval_lines=8,
+    retrieval_passages=4,
     mudaf_k=2,
     head_counts=(1, 2),
     mask_k=2,
     mask_seeds=(0,),
-    heatmap_lines=6,
+    heatmap_passages=3,
 )
