@@ -234,14 +234,16 @@ def needle_document(cfg: MixtureConfig, tokenizer, rng: random.Random, reach: fl
 
 
 def passages_document(cfg: MixtureConfig, rng: random.Random, reach: float = 1.0):
-    """A LongBench-format QA prompt over synthetic passages (``tasks.passages``)."""
+    """A LongBench-format QA prompt over synthetic passages (``tasks.passages``), its answer
+    followed by a newline: QA F1 scores a greedy answer up to the first newline (LongBench
+    models end theirs), so the organism learns to end its answer."""
     pcfg = passages.PassagesConfig(
         num_passages=upto(rng, cfg.passages, reach),
         hops=rng.choice((1, 2)),
         filler_sentences=rng.randint(0, 2),
     )
     sample = passages.make_sample(pcfg, rng, "train")
-    return [sample.prompt, sample.answer], [1]
+    return [sample.prompt, sample.answer + "\n"], [1]
 
 
 @functools.cache
