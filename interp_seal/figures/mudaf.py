@@ -228,7 +228,9 @@ def table2_read(t: Tables) -> str:
 # -- Fig. 4: masking retrieval heads vs random vs NIAH heads ---------------------------------
 def fig4_compute(run: FigureRun) -> Tables:
     s = run.sizes
-    cfg = NeedleConfig(context_lengths=s.needle_lengths, depths=s.needle_depths)
+    cfg = NeedleConfig(
+        context_lengths=s.needle_lengths, depths=s.needle_depths, answer=s.needle_answer
+    )
     niah = needle_retrieval_scores(run.handle, needle.generate(cfg, run.handle.tokenizer, 1, 0),
                                    results=run.work("needle_scores", "log.jsonl"),
                                    progress=run.progress).heads  # fmt: skip

@@ -230,7 +230,9 @@ def fig4_read(t: Tables) -> str:
 # -- Fig. 5: needle in a haystack for the five methods ---------------------------------------
 def fig5_compute(run: FigureRun) -> Tables:
     s = run.sizes
-    cfg = NeedleConfig(context_lengths=s.needle_lengths, depths=s.needle_depths)
+    cfg = NeedleConfig(
+        context_lengths=s.needle_lengths, depths=s.needle_depths, answer=s.needle_answer
+    )
     samples = needle.generate(cfg, run.handle.tokenizer, 1, seed=0)
     vs = variants(run)
 

@@ -31,6 +31,8 @@ class FigureSizes:
         extension_lengths: line counts beyond the trained reach (SEAL Table 2).
         ntk_factor: NTK-aware scaling factor; se_group, se_window: Self-Extend's G and W.
         needle_lengths, needle_depths: SEAL Fig. 5's grid (tokens, percent).
+        needle_answer: what a needle's answer is (``tasks.needle.ANSWERS``): its key phrase,
+            as the organism v2 was trained to answer, or SEAL's whole sentence.
         retrieval_n, retrieval_passages: MuDAF's evaluation questions and their passages (one
             golden): retrieval scores (Sec. 3.1), task exact match, masking (Fig. 4).
         mudaf_k: target heads drawn for MuDAF; mudaf_lr: its learning rate (and SFT's).
@@ -40,21 +42,22 @@ class FigureSizes:
     """
 
     n: int = 50
-    lengths: tuple[int, ...] = (20, 40, 60, 80, 100)
-    mid: int = 60
-    long: int = 80
+    lengths: tuple[int, ...] = (40, 80, 120, 160, 200)
+    mid: int = 120
+    long: int = 160
     sweep_n: int = 30
     channel_heads: int = 2
     tune_n: int = 50
-    tune_lines: int = 80
+    tune_lines: int = 160
     lrs: tuple[float, ...] = (5e-3, 1e-2, 3e-2)
     sample_counts: tuple[int, ...] = (10, 30, 50)
-    extension_lengths: tuple[int, ...] = (100, 140, 180)
+    extension_lengths: tuple[int, ...] = (200, 250, 300)
     ntk_factor: float = 4.0
     se_group: int = 4
     se_window: int = 256
-    needle_lengths: tuple[int, ...] = (250, 500, 1000)
+    needle_lengths: tuple[int, ...] = (500, 1000, 2000)
     needle_depths: tuple[float, ...] = (0, 25, 50, 75, 100)
+    needle_answer: str = "key_phrase"
     retrieval_n: int = 50
     retrieval_passages: int = 10
     mudaf_k: int = 4
