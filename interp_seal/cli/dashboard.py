@@ -1,7 +1,7 @@
 """``interp-seal dashboard``: the head-pruning dashboard as a web page.
 
     interp-seal dashboard --model organism
-    interp-seal dashboard --model path/to/checkpoint --lengths 20 40 80 --n 20 --port 8765
+    interp-seal dashboard --model path/to/checkpoint --lengths 40 80 120 160 --n 20 --port 8765
 
 Serves the dashboard with Voila on 127.0.0.1 and prints its URL; ``--port 0`` (the default)
 picks a free port. Each browser tab runs its own kernel: it loads the model, teacher-forces
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
         "--model", default="organism", help="'organism', checkpoint dir or hub name"
     )
     parser.add_argument(
-        "--lengths", type=positive_int, nargs="+", default=[20, 40, 60, 80], help="lines per record"
+        "--lengths", type=positive_int, nargs="+", default=[40, 80, 120, 160], help="lines per record"
     )
     parser.add_argument("--n", type=positive_int, default=20, help="records per length")
     parser.add_argument("--seed", type=int, default=0)

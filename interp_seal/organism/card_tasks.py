@@ -77,8 +77,8 @@ class TaskSettings:
     mask_seeds: tuple[int, ...] = (0, 1, 2)
     max_new_tokens: int = 6
     seal_lines: int = 200
-    seal_lr: float = 0.05
-    seal_epochs: int = 2
+    seal_lr: float = 0.01  # SEAL Sec. 5: SEAL-H lr 1e-2, one epoch
+    seal_epochs: int = 1
     seal_samples: int = 50
     seal_eval_samples: int = 50
     seed: int = SEED
