@@ -23,7 +23,11 @@ def register(subparsers) -> None:
         "--model", default="organism", help="'organism', checkpoint dir or hub name"
     )
     parser.add_argument(
-        "--lengths", type=positive_int, nargs="+", default=[40, 80, 120, 160], help="lines per record"
+        "--lengths",
+        type=positive_int,
+        nargs="+",
+        default=[40, 80, 120, 160],
+        help="lines per record",
     )
     parser.add_argument("--n", type=positive_int, default=20, help="records per length")
     parser.add_argument("--seed", type=int, default=0)
