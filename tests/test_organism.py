@@ -1,6 +1,6 @@
 """The bundled model organism: shipped checkpoint properties (CI-sized) and training smoke.
 
-The card (``interp_seal/organism/checkpoint/README.md``) holds the full measurements (200
+The card (``interp_seal/organism/checkpoint/README.md``) holds the full measurements (50
 samples per length); these tests re-check them on subsets, on the exact same samples as the
 card (seed 0 prefixes), so the asserted margins are wide enough for float noise only.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -20,7 +21,7 @@ from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.organism.card import PARTS, LineSettings, measure_parts, reports
-from interp_seal.organism.card_tasks import TaskSettings
+from interp_seal.organism.card_tasks import TaskSettings, measure_needle, measure_passages
 from interp_seal.organism.mixture import (
     V1_DIR,
     MixtureConfig,
@@ -39,7 +40,12 @@ from interp_seal.tasks.needle import generate as needle_generate
 from interp_seal.tasks.passages import PassagesConfig
 from interp_seal.tasks.training_needles import make_haystack, make_needle
 
-SHORT, LONG = 10, 80  # lines; the card's pruning length is LONG
+SHORT, LONG = 10, 200  # lines: the card's shortest and longest lengths
+# v2's card (measurements.json): needles at 500 tokens, mean 0.60 and 0.4-0.8 per depth; QA F1
+# 0.85 with 5 passages (1-hop). The thresholds leave room for float noise on the same samples
+# (needles) and for the smaller sample (QA: 12 of the card's 20 questions).
+NEEDLE_SHORT_MEAN, NEEDLE_SHORT_MIN = 0.5, 0.3
+QA_F1_5 = 0.75
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +84,7 @@ def test_accuracy_high_when_short_and_degrades_when_long(organism, card):
     measurement of the same samples."""
     short, long = exact_match(organism, SHORT, 40), exact_match(organism, LONG, 40)
     assert short >= 0.95
-    assert 0.1 <= long <= 0.8
+    assert 0.2 <= long <= 0.7  # issue 12's range at the longest card length
     # the card's accuracy (200 samples, seed 0) contains these first 40 samples
     assert abs(card["accuracy"][str(SHORT)] - short) <= 0.05
 
@@ -102,13 +108,13 @@ def _pruning_moves_accuracy(organism, card, n: int, per_side: int) -> None:
 
 @pytest.mark.slow
 def test_pruning_moves_accuracy_both_ways(organism, card):
-    """Two heads each way on 60 samples (~50 s on one thread)."""
-    _pruning_moves_accuracy(organism, card, n=60, per_side=2)
+    """Two heads each way on the card's sweep records (~40 s on one thread)."""
+    _pruning_moves_accuracy(organism, card, n=card["prune_samples"], per_side=2)
 
 
 def test_strongest_pruning_effects_hold(organism, card):
-    """The default-selection variant: the strongest head each way on 60 samples."""
-    _pruning_moves_accuracy(organism, card, n=60, per_side=1)
+    """The default-selection variant: the strongest head each way, on the card's records."""
+    _pruning_moves_accuracy(organism, card, n=card["prune_samples"], per_side=1)
 
 
 def test_pruning_equals_zeroing_o_proj_columns(organism):
@@ -126,6 +132,42 @@ def test_pruning_equals_zeroing_o_proj_columns(organism):
             weight.copy_(saved)
     assert via_primitive == via_weights
     assert via_primitive < exact_match(organism, LONG, 30)  # L0H3 is a retrieval head
+
+
+# ------------------------------------------------- v2 task properties (needles, passages)
+
+
+def card_tasks(card, **overrides) -> TaskSettings:
+    """The card's task settings (``measurements.json``), with ``overrides``."""
+    saved = card["tasks"]["settings"]
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
+    return TaskSettings(**{**settings, **overrides})
+
+
+def test_needles_found_at_the_shortest_length_and_lost_with_length(organism, card):
+    """SEAL's ten needles in the shipped haystack (SEAL Fig. 5 layout), the card's first two
+    context lengths re-measured on the card's own samples: the grid is drawn length-major,
+    so its first columns' samples come first."""
+    lengths = tuple(card["tasks"]["settings"]["niah_lengths"][:2])
+    grid = measure_needle(organism, card_tasks(card, niah_lengths=lengths))
+    per_cell = card["tasks"]["settings"]["niah_per_cell"]
+    for depth, row in grid.items():
+        for length, value in row.items():
+            # the same samples: equal up to one needle flipping on float noise
+            assert abs(value - card["tasks"]["niah"][depth][length]) <= 1 / per_cell + 1e-9
+    short, longer = (float(np.mean([row[str(n)] for row in grid.values()])) for n in lengths)
+    assert short >= NEEDLE_SHORT_MEAN
+    assert min(row[str(lengths[0])] for row in grid.values()) >= NEEDLE_SHORT_MIN
+    assert longer < short
+
+
+def test_passage_qa_answered_and_falls_as_passages_are_added(organism):
+    """LongBench-format synthetic QA (1-hop), greedy answers scored by token F1 (the card's
+    measurement on the first questions of its seed)."""
+    f1 = measure_passages(organism, TaskSettings(passage_counts=(5, 20), passage_samples=12))
+    assert f1["1-hop"]["5"] >= QA_F1_5
+    assert f1["1-hop"]["20"] < f1["1-hop"]["5"]
+    assert f1["2-hop"]["20"] <= f1["2-hop"]["5"]
 
 
 def test_training_resumes_to_the_same_model(tmp_path):
