@@ -21,7 +21,12 @@ from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.organism.card import PARTS, LineSettings, measure_parts, reports
-from interp_seal.organism.card_tasks import TaskSettings, measure_needle, measure_passages
+from interp_seal.organism.card_tasks import (
+    TaskSettings,
+    measure_needle,
+    measure_passages,
+    measure_retrieval,
+)
 from interp_seal.organism.mixture import (
     V1_DIR,
     MixtureConfig,
@@ -168,6 +173,22 @@ def test_passage_qa_answered_and_falls_as_passages_are_added(organism):
     assert f1["1-hop"]["5"] >= QA_F1_5
     assert f1["1-hop"]["20"] < f1["1-hop"]["5"]
     assert f1["2-hop"]["20"] <= f1["2-hop"]["5"]
+
+
+def test_retrieval_heads_found_and_masking_them_loses_the_answers(organism, card):
+    """MuDAF's passage-retrieval F1 (Sec. 3.1, eps 0.3) and masking (Fig. 4) on the first 10 of
+    the card's questions: the card's retrieval heads (F1 >= 0.5) score >= 0.5 here too, and
+    zeroing the top 4 costs more QA F1 than zeroing 4 random heads."""
+    f1, masking = measure_retrieval(organism, card_tasks(card, retrieval_samples=10))
+    f1 = np.array(f1)
+    card_f1 = np.array(card["tasks"]["retrieval_f1"])
+    strong = [tuple(h) for h in np.argwhere(card_f1 >= 0.5)]
+    assert len(strong) == 3  # the card's count (issue 12 asks for 4)
+    assert all(f1[h] >= 0.5 for h in strong)
+    qa = {(row["strategy"], row["seed"]): row["qa_f1"] for row in masking}
+    randoms = [v for (strategy, _), v in qa.items() if strategy == "random"]
+    assert qa["none", -1] >= 0.7
+    assert qa["retrieval", -1] < float(np.mean(randoms)) and qa["retrieval", -1] <= 0.1
 
 
 def test_training_resumes_to_the_same_model(tmp_path):
