@@ -342,9 +342,7 @@ def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(handle.name_or_path)
     brute = brute_passage_scores(model, tok, samples)
     pd.testing.assert_frame_equal(heads, brute, check_dtype=False, **CLOSE)
-    # some head puts more than eps of its attention on a golden passage (a model that never
-    # attends to passages scores 0 everywhere, and its ranking is only tie order)
-    assert brute["f1"].max() > 0
+    assert brute["f1"].max() > 0.5  # the organism has passage-retrieval heads (v2: 0.75)
 
     # 2. masking: the top-K heads, and zeroing them in the weights instead of by hooks
     top = [tuple(x) for x in brute[["layer", "head"]].head(2).itertuples(index=False)]
