@@ -8,11 +8,19 @@ RMSNorm weights are ``1 + 0.3 * randn`` so that bugs hidden by all-ones norms sh
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# GGUF conversions (SmolLM2 is ~540 MB as float32) go to a cache of this test session, shared
+# by its tests and the commands they start, and removed at the end: the user's cache
+# (~/.cache/interp_seal) is neither read nor grown.
+SESSION_CACHE = tempfile.mkdtemp(prefix="interp-seal-test-cache-")
+os.environ["INTERP_SEAL_CACHE"] = SESSION_CACHE
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -37,6 +45,10 @@ from interp_seal.tasks import line_retrieval  # noqa: E402
 torch.set_num_threads(1)
 
 FAMILIES = ("llama", "mistral", "qwen2")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

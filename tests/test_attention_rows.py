@@ -16,6 +16,7 @@ from interp_seal.analysis.attention_rows import (
     capture_attention_rows,
 )
 from interp_seal.models import load_model
+from interp_seal.models.kv_cache import cache_arg, returned_cache
 
 POSITIONS = (-1, 0, 7, 15)
 
@@ -65,9 +66,9 @@ def test_cached_decoding_rows_equal_eager(family_checkpoint, ids):
     handle = load_model(family_checkpoint)
     seq = ids[:1]
     with torch.no_grad():
-        cache = handle.model(seq[:, :-1], use_cache=True).past_key_values
+        cache = returned_cache(handle.model(seq[:, :-1], use_cache=True))
         with attention_row_hooks(handle) as capture:
-            handle.model(seq[:, -1:], past_key_values=cache, use_cache=True)
+            handle.model(seq[:, -1:], **cache_arg(cache), use_cache=True)
             rows = capture.take()
     torch.testing.assert_close(rows, eager_rows(family_checkpoint, seq, (-1,)), atol=1e-5, rtol=0)
     with pytest.raises(RuntimeError, match="no attention rows"):

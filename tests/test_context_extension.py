@@ -23,6 +23,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from interp_seal.interventions import ablate, hf_hooks
 from interp_seal.models import ContextExtension, extend_context, load_model
 from interp_seal.models import rope_extension as rx
+from interp_seal.models.kv_cache import cache_arg, returned_cache
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,7 @@ def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):
         with extend_context(handle, se):
             full = handle.model(ids).logits
             out = handle.model(ids[:, :-1], use_cache=True)
-            step = handle.model(ids[:, -1:], past_key_values=out.past_key_values).logits
+            step = handle.model(ids[:, -1:], **cache_arg(returned_cache(out))).logits
     torch.testing.assert_close(wide, plain, atol=1e-4, rtol=1e-4)
     assert (full - plain).abs().max() > 1e-2
     torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-4, rtol=1e-4)

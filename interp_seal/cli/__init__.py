@@ -13,7 +13,8 @@ import argparse
 import importlib
 import sys
 
-from interp_seal.cli.common import check_outputs
+from interp_seal import __version__
+from interp_seal.cli.common import ArgumentParser, check_outputs
 
 GROUPS = (
     "tasks",
@@ -28,11 +29,25 @@ GROUPS = (
 )
 
 
+def version_line() -> str:
+    """``interp-seal 0.1.0 (torch ..., transformers ...)``: what a bug report needs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package in ("torch", "transformers"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package} not installed")
+    return f"interp-seal {__version__} ({', '.join(found)})"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="interp-seal",
         description="Find and fix the attention heads behind long-context retrieval (SEAL, MuDAF).",
     )
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         importlib.import_module(f"interp_seal.cli.{group}").register(sub)

@@ -86,14 +86,16 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--lengths", type=positive_int, nargs="+", default=[20, 40], help="lines per record"
     )
     parser.add_argument("--n", type=positive_int, default=50, help="records per length")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated records")
     index_style_argument(parser)
     chat_template_argument(parser)
     parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
     parser.add_argument("--factor", type=float, help="multiplier for --mode scale")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
-    parser.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    parser.add_argument(
+        "--format", choices=("csv", "parquet"), default="csv", help="file format of the tables"
+    )
     parser.add_argument(
         "--batch-rows",
         type=positive_int,

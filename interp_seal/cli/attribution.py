@@ -37,12 +37,23 @@ def register(subparsers) -> None:
 
     dla = sub.add_parser("dla", help="direct logit attribution of heads, MLPs and embedding")
     _common(dla)
-    dla.add_argument("--variant", choices=VARIANTS, default="frozen_norm")
+    dla.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="frozen_norm",
+        help="frozen_norm: the final norm's 1/rms frozen from the run (components sum to the "
+        "logit); seal: without 1/rms (SEAL Eq. 1)",
+    )
     dla.set_defaults(func=run_dla)
 
     patch = sub.add_parser("patch", help="activation patching (and --atp attribution patching)")
     _common(patch)
-    patch.add_argument("--corrupt", choices=CORRUPTIONS, default="key")
+    patch.add_argument(
+        "--corrupt",
+        choices=CORRUPTIONS,
+        default="key",
+        help="corrupted prompt: another line asked for (key) or another number stored (value)",
+    )
     patch.add_argument(
         "--last",
         type=nonnegative_int,
@@ -60,7 +71,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-lines", type=positive_int, default=20, help="lines in the record")
     index_style_argument(parser)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated record")
     parser.add_argument(
         "--sample", type=nonnegative_int, default=0, help="which record of the seed"
     )

@@ -12,6 +12,9 @@ exit with status 2, so the message always names the flag the user typed:
 Options several commands share: ``index_style_argument`` (``--index-style``, LongEval's line
 indices) and ``chat_template_argument`` (``--chat-template``, ``interp_seal.tasks.chat``).
 
+``HelpFormatter`` shows each option's default in ``--help`` (every parser of the command line
+uses it).
+
 ``check_outputs`` is called by ``interp_seal.cli.main`` for every command that has ``--out``:
 a directory by default, a file for commands that set ``out_is_file=True``. It uses
 ``interp_seal.outputs``, which also writes every result file atomically.
@@ -24,6 +27,28 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from interp_seal.outputs import check_output_dir, check_output_file
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with ``(default: X)`` after each option that has a default worth showing.
+
+    Options without a value (flags, ``None``) and help texts that already describe their default
+    are left as written.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` with ``HelpFormatter``; sub-command parsers inherit it."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def _int(text: str) -> int:

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
         help="lines per record",
     )
     parser.add_argument("--n", type=positive_int, default=20, help="records per length")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the evaluation records")
     parser.add_argument(
         "--port", type=nonnegative_int, default=0, help="port on 127.0.0.1 (0: a free one)"
     )

@@ -44,7 +44,7 @@ def register(subparsers) -> None:
         "--lengths", type=positive_int, nargs="+", default=[10, 20, 40], help="lines per record"
     )
     lines.add_argument("--n", type=positive_int, default=50, help="records per length")
-    lines.add_argument("--seed", type=int, default=0)
+    lines.add_argument("--seed", type=int, default=0, help="seed of the generated records")
     index_style_argument(lines)
     lines.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
     lines.add_argument(

@@ -19,11 +19,11 @@ from interp_seal.cli.common import positive_int
 def register(subparsers) -> None:
     p = subparsers.add_parser("figures", help="regenerate the SEAL / MuDAF figures and gallery")
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
-    p.add_argument("--out", type=Path, required=True, help="gallery directory")
+    p.add_argument("--out", type=Path, help="gallery directory (required unless --list)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="figures to (re)generate")
     p.add_argument("--quick", action="store_true", help="CI-sized experiments")
     p.add_argument("--no-png", action="store_true", help="write data and HTML only")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     p.add_argument("--list", action="store_true", help="list the figures and exit")
     p.set_defaults(func=run)
 
@@ -37,6 +37,10 @@ def run(args) -> None:
         for spec in FIGURES:
             print(f"{spec.name:28s} {spec.paper}")
         return
+    if args.out is None:
+        raise ValueError(
+            "--out is required: the gallery directory to write (or --list the figures)"
+        )
     torch.set_num_threads(args.threads)
     command = "interp-seal " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["figures"] else None
     result = regenerate(args.model, args.out, only=args.only, quick=args.quick,

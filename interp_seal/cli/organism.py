@@ -26,7 +26,7 @@ def register(subparsers) -> None:
 
     train = sub.add_parser("train", help="train the organism from scratch (resumable)")
     train.add_argument("--out", required=True, help="output directory (checkpoints in OUT/state)")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=0, help="seed of the weights and the data")
     train.add_argument("--steps", type=positive_int, help="total steps (default: the recipe's)")
     train.add_argument("--max-minutes", type=float, help="stop (resumably) after this long")
     train.add_argument("--resume", action="store_true", help="continue from OUT/state")
@@ -50,8 +50,19 @@ def register(subparsers) -> None:
 
     evaluate = sub.add_parser("evaluate", help="accuracy vs length and per-head pruning")
     evaluate.add_argument("--model", default="organism", help="'organism' or a checkpoint dir")
-    evaluate.add_argument("--lines", type=positive_int, nargs="+", default=list(DEFAULT_LENGTHS))
-    evaluate.add_argument("--prune-lines", type=positive_int, default=DEFAULT_PRUNE_LINES)
+    evaluate.add_argument(
+        "--lines",
+        type=positive_int,
+        nargs="+",
+        default=list(DEFAULT_LENGTHS),
+        help="record lengths (lines) of the accuracy table",
+    )
+    evaluate.add_argument(
+        "--prune-lines",
+        type=positive_int,
+        default=DEFAULT_PRUNE_LINES,
+        help="record length (lines) of the per-head pruning sweep",
+    )
     evaluate.add_argument("--samples", type=positive_int, default=200, help="samples per length")
     evaluate.add_argument(
         "--prune-samples", type=positive_int, default=100, help="samples of the pruning sweep"
@@ -81,8 +92,8 @@ def register(subparsers) -> None:
     evaluate.add_argument(
         "--training-json", help="a JSON file with the training run's record, kept on the card"
     )
-    evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--threads", type=positive_int, default=2)
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation records")
+    evaluate.add_argument("--threads", type=positive_int, default=2, help="torch threads")
     evaluate.add_argument(
         "--write-card", action="store_true", help="write the numbers into the model's README.md"
     )

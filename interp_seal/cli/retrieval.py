@@ -51,7 +51,12 @@ def register(subparsers) -> None:
         action="store_true",
         help="EM ranks only passages above eps (the official MuDAF code)",
     )
-    passages.add_argument("--backend", choices=("hf", "nnsight"), default="hf")
+    passages.add_argument(
+        "--backend",
+        choices=("hf", "nnsight"),
+        default="hf",
+        help="how attention rows are captured (identical numbers)",
+    )
     passages.set_defaults(func=run_passage_scores)
 
     needle = sub.add_parser("needle-scores", help="Retrieval Head copy-paste scores (NIAH)")
@@ -69,17 +74,27 @@ def register(subparsers) -> None:
     masking.add_argument("--niah-scores", type=Path, help="copy-paste head_scores.csv")
     masking.add_argument("--ks", type=positive_int, nargs="+", default=[16], help="heads to mask")
     masking.add_argument(
-        "--modes", nargs="+", choices=("zero", "uniform"), default=["zero", "uniform"]
+        "--modes",
+        nargs="+",
+        choices=("zero", "uniform"),
+        default=["zero", "uniform"],
+        help="how a masked head is ablated: output x 0, or uniform attention",
     )
-    masking.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    masking.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the random head draws"
+    )
     masking.add_argument(
         "--pool",
         type=positive_int,
         help="draw the k masked heads from the top POOL (MuDAF Fig. 4: 50)",
     )
     masking.add_argument("--qa-f1", action="store_true", help="also greedy-decode and score QA F1")
-    masking.add_argument("--max-new-tokens", type=positive_int, default=32)
-    masking.add_argument("--batch-size", type=positive_int, default=1)
+    masking.add_argument(
+        "--max-new-tokens", type=positive_int, default=32, help="greedy steps per answer"
+    )
+    masking.add_argument(
+        "--batch-size", type=positive_int, default=1, help="questions decoded together"
+    )
     masking.set_defaults(func=run_masking)
 
 

@@ -44,16 +44,18 @@ def register(subparsers) -> None:
     sub = group.add_subparsers(dest="tasks_command", required=True)
 
     gen = sub.add_parser("generate", help="write a task file (JSONL)")
-    gen.add_argument("--task", required=True, choices=sorted(jsonl.FORMATS))
+    gen.add_argument(
+        "--task", required=True, choices=sorted(jsonl.FORMATS), help="the task format to write"
+    )
     gen.add_argument("--out", required=True, help="output .jsonl file")
     gen.add_argument(
         "--n",
         type=positive_int,
         help="samples (default 50); needle: per length x depth cell (default 1)",
     )
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=0, help="seed of the samples")
     lines = gen.add_argument_group("line_retrieval")
-    lines.add_argument("--num-lines", type=positive_int, default=200)
+    lines.add_argument("--num-lines", type=positive_int, default=200, help="lines per record")
     index_style_argument(lines)
     lines.add_argument(
         "--longchat",
@@ -63,8 +65,16 @@ def register(subparsers) -> None:
     niah = gen.add_argument_group("needle")
     niah.add_argument("--tokenizer", help="tokenizer (local path or hub name) measuring lengths")
     niah.add_argument("--lengths", type=grid, nargs="+", help="context lengths in tokens")
-    niah.add_argument("--depths", type=grid, nargs="+", default=[needle.linear_grid(0, 100, 11)])
-    niah.add_argument("--needles", default="seal", choices=sorted(NEEDLE_SETS))
+    niah.add_argument(
+        "--depths",
+        type=grid,
+        nargs="+",
+        default=[needle.linear_grid(0, 100, 11)],
+        help="needle depths in percent of the haystack",
+    )
+    niah.add_argument(
+        "--needles", default="seal", choices=sorted(NEEDLE_SETS), help="the set of needles"
+    )
     niah.add_argument(
         "--haystack", help="haystack text file or directory of .txt (default: built-in)"
     )
@@ -76,12 +86,14 @@ def register(subparsers) -> None:
         help="the expected answer: the needle sentence (SEAL) or its key phrase",
     )  # fmt: skip
     mdqa = gen.add_argument_group("passages")
-    mdqa.add_argument("--num-passages", type=positive_int, default=10)
-    mdqa.add_argument("--hops", type=int, default=1, choices=(1, 2))
+    mdqa.add_argument("--num-passages", type=positive_int, default=10, help="passages per question")
+    mdqa.add_argument(
+        "--hops", type=int, default=1, choices=(1, 2), help="passages an answer chains through"
+    )
     gen.set_defaults(func=generate, out_is_file=True)
 
     show = sub.add_parser("show", help="summarise a task file")
-    show.add_argument("file")
+    show.add_argument("file", help="a task file (JSONL)")
     show.add_argument("--golden", help="golden passage ids of a LongBench file (.json or .jsonl)")
     show.set_defaults(func=show_file)
 

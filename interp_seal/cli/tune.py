@@ -74,7 +74,12 @@ def register(subparsers) -> None:
             else "Vanilla SFT baseline (LM loss only)",
         )
         _training_args(p, method)
-        p.add_argument("--trainable", choices=("all", "attention"), default="all")
+        p.add_argument(
+            "--trainable",
+            choices=("all", "attention"),
+            default="all",
+            help="parameters trained: the whole model (the paper) or the attention of the heads' layers",
+        )
         p.add_argument(
             "--layers", type=nonnegative_int, nargs="+", help="layers whose attention trains"
         )
@@ -107,7 +112,7 @@ def register(subparsers) -> None:
     )
     ev.add_argument("--n", type=positive_int, default=50, help="records per length")
     ev.add_argument("--seed", type=int, default=0, help="evaluation records' seed")
-    ev.add_argument("--batch-size", type=positive_int, default=8)
+    ev.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
     ev.add_argument("--threads", type=positive_int, help="torch threads")
     ev.add_argument("--out", type=Path, help="write accuracy.csv here")
     chat_template_argument(ev)
@@ -118,7 +123,12 @@ def register(subparsers) -> None:
     rt.add_argument("--model", default="organism", help="the base model")
     rt.add_argument("--tuned", nargs="*", default=[], metavar="NAME=DIR", help="tuned models")
     rt.add_argument("--targets", type=Path, help="heads.json of the MuDAF run (marks targets)")
-    rt.add_argument("--task", choices=("line_retrieval", "passages"), default="passages")
+    rt.add_argument(
+        "--task",
+        choices=("line_retrieval", "passages"),
+        default="passages",
+        help="questions whose passage attention is scored",
+    )
     rt.add_argument("--num-lines", type=positive_int, help="line retrieval: lines per record")
     rt.add_argument("--num-passages", type=positive_int, default=10, help="passages per sample")
     rt.add_argument("--n", type=positive_int, default=50, help="samples")
@@ -130,7 +140,13 @@ def register(subparsers) -> None:
     merge = sub.add_parser("merge", help="fold a scale file into the weights (HF checkpoint)")
     merge.add_argument("--model", default="organism", help="the model the scales were tuned on")
     merge.add_argument("--scales", type=Path, required=True, help="a scales.safetensors file")
-    merge.add_argument("--into", choices=("o_proj", "v_proj"), default="o_proj")
+    merge.add_argument(
+        "--into",
+        choices=("o_proj", "v_proj"),
+        default="o_proj",
+        help="weights the scales multiply (v_proj: exact only when the heads sharing a KV head "
+        "share their scales)",
+    )
     merge.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
     merge.set_defaults(func=run_merge)
 
@@ -150,7 +166,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     index_style_argument(p)
     chat_template_argument(p)
     p.add_argument("--lr", type=float, default=DEFAULT_LR.get(method), help="AdamW lr (constant)")
-    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument("--epochs", type=positive_int, default=1, help="passes over the tuning data")
     p.add_argument(
         "--batch-size", type=positive_int, default=1, help="samples per process per step"
     )
@@ -158,7 +174,11 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument(
         "--checkpoint-every", type=nonnegative_int, default=10, help="steps between checkpoints"
     )
-    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations in the backward pass (less memory, more time)",
+    )
     p.add_argument("--cpu", action="store_true", help="train on CPU (gloo between processes)")
     p.add_argument("--threads", type=positive_int, help="torch threads per process")
     p.add_argument("--out", type=Path, required=True, help="output directory")

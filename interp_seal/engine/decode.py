@@ -19,6 +19,7 @@ from torch import Tensor
 
 from interp_seal.interventions import HeadEdit, hf_hooks
 from interp_seal.models import ModelHandle
+from interp_seal.models.kv_cache import cache_arg, returned_cache
 
 
 @torch.no_grad()
@@ -51,10 +52,10 @@ def greedy_decode(
     with edits:
         cache = None
         if not full and ids.shape[1] > 1:
-            cache = handle.model(ids[:, :-1], use_cache=True, logits_to_keep=1).past_key_values
+            cache = returned_cache(handle.model(ids[:, :-1], use_cache=True, logits_to_keep=1))
         feed = ids if full else ids[:, -1:]
         for _ in range(max_new_tokens):
-            out = handle.model(feed, past_key_values=cache, use_cache=not full, logits_to_keep=1)
+            out = handle.model(feed, **cache_arg(cache), use_cache=not full, logits_to_keep=1)
             token = int(out.logits[0, -1].argmax())
             if on_token is not None:
                 on_token(token)
@@ -65,5 +66,5 @@ def greedy_decode(
             if full:
                 feed = torch.cat([feed, step], dim=1)
             else:
-                cache, feed = out.past_key_values, step
+                cache, feed = returned_cache(out), step
     return new

@@ -17,6 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp_seal.models import ModelHandle
+from interp_seal.models.kv_cache import cache_arg
 
 
 class _StopForward(Exception):
@@ -87,7 +88,7 @@ def run_layers(
     """The model's own decoder ``layers`` on ``hidden``, with the recorded ``kwargs``, continuing
     the key/value ``cache`` if one is given (never the recorded run's own cache)."""
     for layer in layers:
-        args = kwargs[layer] | {"past_key_values": cache}
+        args = kwargs[layer] | cache_arg(cache)
         hidden = layer_output(handle.layers()[layer](hidden, **args))
     return hidden
 

@@ -19,6 +19,7 @@ from torch import Tensor
 from transformers import Cache
 
 from interp_seal.models import ModelHandle
+from interp_seal.models.kv_cache import cache_arg, repeat_rows, returned_cache
 
 
 def last_logits(handle: ModelHandle, ids: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch vocab"]:
@@ -50,7 +51,7 @@ class SharedPrefix:
             return cls()
         with torch.no_grad():
             out = handle.model.base_model(first[None, :start].to(handle.device), use_cache=True)
-        return cls(start=start, cache=out.past_key_values)
+        return cls(start=start, cache=returned_cache(out))
 
     def suffix(self, ids: Int[Tensor, "*batch pos"]) -> Int[Tensor, "*batch suffix"]:
         return ids[..., self.start :]
@@ -59,10 +60,7 @@ class SharedPrefix:
         """A copy of the prefix's cache for ``rows`` runs (a forward appends to its cache)."""
         if self.cache is None:
             return None
-        cache = copy.deepcopy(self.cache)
-        if rows > 1:
-            cache.batch_repeat_interleave(rows)
-        return cache
+        return repeat_rows(copy.deepcopy(self.cache), rows)
 
     def last_logits(
         self, handle: ModelHandle, suffix: Int[Tensor, "batch suffix"]
@@ -72,7 +70,7 @@ class SharedPrefix:
             return last_logits(handle, suffix)
         out = handle.model(
             suffix.to(handle.device),
-            past_key_values=self.fresh_cache(suffix.shape[0]),
+            **cache_arg(self.fresh_cache(suffix.shape[0])),
             use_cache=True,
             logits_to_keep=1,
         )

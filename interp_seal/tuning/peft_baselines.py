@@ -14,6 +14,7 @@ model of the base architecture (``interp_seal.tuning.counts`` gives Table 1's pa
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -75,7 +76,11 @@ class PeftTuner(Tuner):
             use_dora=cfg.dora,
             bias="none",
         )
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), warnings.catch_warnings():
+            # peft 0.21 reads transformers' deprecated ``is_gradient_checkpointing`` (renamed
+            # ``is_activation_checkpointing`` in transformers 5.x): a FutureWarning about peft's
+            # code on every tuning run that nothing here can act on.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")
             torch.manual_seed(cfg.seed)
             model = get_peft_model(handle.model, lora)
         super().__init__(model, base_parameters=base_parameters)
