@@ -7,7 +7,13 @@ Two rules for everything interp-seal writes:
    ``check_output_dir`` / ``check_output_file`` probe the destination (they create and delete a
    temporary file in the deepest directory that exists) and raise ``OutputPathError`` with what
    is wrong and how to fix it. They create nothing that stays.
-2. **Never leave half a file.** ``atomic_path`` hands out a temporary name beside the target;
+2. **One run per directory, and never someone else's directory.** ``claim_output_dir`` takes
+   ``--out`` for the duration of a command: an exclusive lock (a second run on the same
+   directory stops at once, naming the PID that holds it; the lock dies with its process, even
+   after ``kill -9``), and a refusal to write into a non-empty directory that holds none of our
+   runs (unless ``force``), following symlinks to what they point at. A directory becomes one
+   of our runs through its ``.interp-seal-run`` mark (or a run manifest of ours).
+3. **Never leave half a file.** ``atomic_path`` hands out a temporary name beside the target;
    the target appears (``os.replace``, atomic on POSIX) only once the writer has finished, so a
    kill or an exception leaves either the old file or none (after ``kill -9`` a hidden
    ``.<name>.tmp-<pid>`` file may stay beside it; the target name never holds half a file). ``write_text``, ``write_table`` and
@@ -17,12 +23,22 @@ Two rules for everything interp-seal writes:
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+RUN_MARK = ".interp-seal-run"
+"""The file that marks a directory as one of our runs; locked while a run writes there."""
+RUN_MANIFESTS = (RUN_MARK, "manifest.json", "run.json")
+"""Any of these in a directory means an interp-seal run wrote it (record stores, galleries)."""
 
 
 class OutputPathError(ValueError):
@@ -82,6 +98,113 @@ def check_output_file(path: str | Path, *, flag: str = "--out") -> Path:
     return path
 
 
+def resolve_output_dir(path: str | Path, *, flag: str = "--out") -> Path:
+    """``path`` with symlinks followed; a dangling link or a loop is an ``OutputPathError``."""
+    path = Path(path)
+    try:
+        resolved = path.resolve(strict=False)
+    except (RuntimeError, OSError) as err:  # Python 3.11 raises RuntimeError on a loop
+        raise OutputPathError(
+            f"{flag} {path}: cannot follow its symbolic links ({err}); remove the loop or "
+            "choose another directory"
+        ) from None
+    if path.is_symlink() and not resolved.exists():
+        raise OutputPathError(
+            f"{flag} {path} is a symbolic link to {os.readlink(path)}, which does not exist; "
+            "create the directory it points to, or remove the link"
+        )
+    return resolved
+
+
+def is_our_run(directory: Path) -> bool:
+    """Whether ``directory`` holds an interp-seal run (its mark or one of our manifests)."""
+    return any((directory / name).is_file() for name in RUN_MANIFESTS)
+
+
+@contextmanager
+def claim_output_dir(
+    path: str | Path, *, force: bool = False, flag: str = "--out", command: str = ""
+) -> Iterator[Path]:
+    """Hold ``path`` as this run's output directory for the ``with`` block; yields it resolved.
+
+    Refuses (``OutputPathError``, before any work) a directory another run holds, and a
+    non-empty directory with none of our runs in it unless ``force``. On leaving the block
+    the lock is released; a run that failed before writing anything leaves no trace (the
+    directories it created and its mark are removed).
+    """
+    target = resolve_output_dir(path, flag=flag)
+    if target.is_dir() and not force and not is_our_run(target):
+        found = sorted(p.name for p in target.iterdir())
+        if found:
+            shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+            raise OutputPathError(
+                f"{flag} {path} holds files interp-seal did not write ({shown}); choose a new "
+                "or empty directory, or pass --force to write into it (files with the names "
+                "of results are overwritten)"
+            )
+    created = []
+    for parent in reversed([target, *target.parents]):
+        if not parent.exists():
+            created.append(parent)
+    target.mkdir(parents=True, exist_ok=True)
+    mark = target / RUN_MARK
+    marked = not mark.exists()
+    fd = os.open(mark, os.O_RDWR | os.O_CREAT, 0o644)
+    succeeded = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            holder = _read_mark(mark)
+            raise OutputPathError(
+                f"{flag} {path} is in use by PID {holder.get('pid', '?')} "
+                f"({holder.get('command') or 'another interp-seal run'}); wait for it to "
+                "finish, or choose another directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        info = {"pid": os.getpid(), "command": command, "started": time.time()}
+        os.write(fd, (json.dumps(info) + "\n").encode())
+        yield target
+        succeeded = True
+    finally:
+        os.close(fd)  # releases the lock
+        if not succeeded and marked:
+            leftovers = [p for p in target.iterdir() if p.name != RUN_MARK]
+            if not leftovers:
+                mark.unlink(missing_ok=True)
+                for directory in reversed(created):
+                    try:
+                        directory.rmdir()
+                    except OSError:
+                        break
+
+
+def _read_mark(mark: Path) -> dict:
+    try:
+        return json.loads(mark.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def command_line() -> str:
+    """The command this process runs, as typed (for run marks)."""
+    return " ".join(["interp-seal", *sys.argv[1:]])
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Give a file-system error without a file name (a write that found the disk full) the
+    name of the ``path`` being written, so the message can say where."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path to write ``path`` through; moved onto ``path`` only on success.
@@ -94,8 +217,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with _naming(path):
+            yield tmp
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -112,7 +236,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     try:
-        yield tmp
+        with _naming(path):
+            yield tmp
         path.mkdir(exist_ok=True)
         for item in sorted(tmp.rglob("*")):
             target = path / item.relative_to(tmp)
@@ -141,8 +266,9 @@ def write_table(table, path: str | Path) -> Path:
     return Path(path)
 
 
-def write_html(figure, path: str | Path) -> Path:
-    """Write a plotly figure atomically as a self-contained HTML page."""
+def write_html(figure, path: str | Path, **options) -> Path:
+    """Write a plotly figure atomically as an HTML page (self-contained unless ``options`` say
+    otherwise: ``figure.write_html``'s keyword arguments)."""
     with atomic_path(path) as tmp:
-        figure.write_html(tmp)
+        figure.write_html(tmp, **options)
     return Path(path)

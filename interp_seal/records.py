@@ -61,14 +61,32 @@ def read_records(path: str | Path) -> list[dict]:
         data = data[: data.rfind(b"\n") + 1]
         path.write_bytes(data)
     records = []
-    for lineno, line in enumerate(data.decode().splitlines(), 1):
+    for lineno, raw in enumerate(data.splitlines(), 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"{path}:{lineno} is not UTF-8 text (damaged?); delete the file to start over"
+            ) from None
         except json.JSONDecodeError:
             raise ValueError(
                 f"{path}:{lineno} is not valid JSON; delete the file to start over"
             ) from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{lineno} is not a JSON object; delete the file to start over")
+        records.append(record)
     return records
+
+
+def check_fields(path: Path, records: list[dict], fields: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the first record of ``path`` that lacks one of ``fields``."""
+    for lineno, record in enumerate(records, 1):
+        missing = [name for name in fields if name not in record]
+        if missing:
+            raise ValueError(
+                f"{path}:{lineno} lacks the fields {missing} (damaged, or written by another "
+                "program); delete the file to start over"
+            )
 
 
 def append_records(path: str | Path, records: Iterable[dict]) -> None:
@@ -100,9 +118,12 @@ class RecordStore:
         open_manifest(Path(out) / MANIFEST, manifest, resume=resume)
         return cls(Path(out) / RECORDS)
 
-    def load(self) -> list[dict]:
-        """The finished records; drops a last line cut short by a kill."""
-        return read_records(self.path)
+    def load(self, fields: Iterable[str] = ()) -> list[dict]:
+        """The finished records; drops a last line cut short by a kill; ``ValueError`` naming
+        the line if a record lacks one of ``fields``."""
+        records = read_records(self.path)
+        check_fields(self.path, records, fields)
+        return records
 
     def append(self, records: Iterable[dict]) -> None:
         """Append records and flush them to disk before returning."""
@@ -114,7 +135,8 @@ class RecordStore:
     def get(self, key: str, fingerprint: str) -> dict | None:
         """The finished record of ``key``, or None; an error if its inputs differ."""
         if self._by_key is None:
-            self._by_key = {rec["key"]: rec for rec in self.load()}
+            records = self.load(fields=("key", "fingerprint"))
+            self._by_key = {rec["key"]: rec for rec in records}
         record = self._by_key.get(key)
         if record is not None and record["fingerprint"] != fingerprint:
             raise ValueError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shutil
 import signal
@@ -26,7 +27,7 @@ import huggingface_hub
 import pytest
 import torch
 from conftest import build_checkpoint
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 import interp_seal.models
 from interp_seal.cli import main
@@ -43,10 +44,37 @@ from interp_seal.outputs import (
     check_output_file,
     write_text,
 )
-from interp_seal.tasks import jsonl, line_retrieval
+from interp_seal.records import RecordStore
+from interp_seal.tasks import jsonl, line_retrieval, needle, passages
+from interp_seal.tuning.merge import check_mergeable
 from interp_seal.tuning.scales import ScaleFile, init_scales, load_scales, save_scales
+from interp_seal.widgets.state import FORMAT as STATE_FORMAT
+from interp_seal.widgets.state import DashboardState
 
 WINDOW = 128  # the test model's max_position_embeddings: a 3-line record (~160 tokens) is longer
+O_PROJ = "model.layers.0.self_attn.o_proj.weight"
+WEIGHT_DAMAGE = {  # checkpoints whose weights do not match their config
+    "missing_weight": lambda t: t.pop(O_PROJ),
+    "extra_weight": lambda t: t.__setitem__("model.layers.0.self_attn.gate", torch.zeros(3)),
+    "wrong_shape": lambda t: t.__setitem__(O_PROJ, torch.zeros(5, 5)),
+    "nan_weight": lambda t: t["model.layers.1.mlp.up_proj.weight"].__setitem__(
+        (0, 0), float("nan")
+    ),
+    "inf_weight": lambda t: t["model.norm.weight"].__setitem__(0, float("inf")),
+}
+CONFIG_DAMAGE = {  # configs of impossible geometry
+    "zero_heads": {"num_attention_heads": 0},
+    "kv_not_dividing": {"num_key_value_heads": 3},
+    "zero_layers": {"num_hidden_layers": 0},
+}
+TASK_DAMAGE = {  # one record with one bad field: (source file, field, value)
+    "needle_nan_depth": ("needles", "depth_percent", float("nan")),
+    "needle_depth_150": ("needles", "depth_percent", 150),
+    "needle_negative_length": ("needles", "context_length", -5),
+    "needle_span_reversed": ("needles", "needle_span", [40, 10]),
+    "passages_negative_length": ("passages", "length", -1),
+    "lines_zero_lines": ("tasks", "num_lines", 0),
+}
 
 
 @pytest.fixture(scope="session")
@@ -94,8 +122,42 @@ def files(tmp_path_factory) -> dict[str, Path]:
     bad_json = with_format | {"geometry": "{", "task": "t", "hyperparameters": "{}"}
     save_file({"scales": init_scales(spec, "head")}, str(paths["scales_bad_json"]), bad_json)
 
+    for name, change in WEIGHT_DAMAGE.items():
+        paths[name] = root / name
+        shutil.copytree(ckpt, paths[name])
+        tensors = load_file(paths[name] / "model.safetensors")
+        change(tensors)
+        save_file(tensors, str(paths[name] / "model.safetensors"), {"format": "pt"})
+    for name, fields in CONFIG_DAMAGE.items():
+        paths[name] = root / name
+        shutil.copytree(ckpt, paths[name])
+        config = json.loads((paths[name] / "config.json").read_text())
+        (paths[name] / "config.json").write_text(json.dumps(config | fields))
+    for name, factor in {"scales_negative": -0.5, "scales_huge": 1e30}.items():
+        table = init_scales(spec, "head").clone()
+        table[1, 2, 0] = factor
+        paths[name] = root / f"{name}.safetensors"
+        save_scales(
+            paths[name],
+            ScaleFile(scales=table, spec=spec, model=str(ckpt), granularity="head", task="t"),
+        )
+
     paths["tasks"] = root / "tasks.jsonl"
     jsonl.write_samples(paths["tasks"], line_retrieval.generate(_cfg(3), 2))
+    paths["passages"] = root / "passages.jsonl"
+    jsonl.write_samples(paths["passages"], passages.generate(passages.PassagesConfig(), 1))
+    tokenizer = load_model(ckpt).tokenizer
+    niah = needle.NeedleConfig(context_lengths=(60,), depths=(50.0,), buffer=10)
+    paths["needles"] = root / "needles.jsonl"
+    jsonl.write_samples(paths["needles"], needle.generate(niah, tokenizer, 1))
+    for name, (source, field, value) in TASK_DAMAGE.items():
+        record = jsonl.read_records(paths[source])[0]
+        paths[name] = root / f"{name}.jsonl"
+        paths[name].write_text(json.dumps(record | {field: value}) + "\n")  # NaN as JSON's NaN
+    paths["records_missing_key"] = root / "records_missing_key.jsonl"
+    paths["records_missing_key"].write_text('{"key": "a", "fingerprint": "f"}\n{"value": 1}\n')
+    paths["records_binary"] = root / "records_binary.jsonl"
+    paths["records_binary"].write_bytes(b'{"key": "a", "fingerprint": "f"}\n\xff\xfe{}\n')
     paths["preds"] = root / "preds.jsonl"
     paths["preds"].write_text('{"pred": "7"}\n{"pred": "8"}\n')
     paths["broken"] = root / "broken.jsonl"
@@ -128,6 +190,9 @@ class Case:
     status: int = 2
     early: bool = False
     offline: bool = True
+    extra: tuple[str, ...] = ()  # arguments that .split() cannot carry (an empty string)
+    setup: object = None  # (work directory) -> None, run before the snapshot
+    env: dict | None = None  # environment variables ({tmp} and {file} filled in)
 
 
 SMALL = "--num-lines 3 --samples 2 --checkpoint-every 0 --cpu"
@@ -353,6 +418,362 @@ CLI_CASES = {
 }
 
 
+def _foreign(work: Path) -> None:
+    """A directory of the user's own files (no run of ours)."""
+    (work / "mine").mkdir()
+    (work / "mine" / "results.csv").write_text("the user's numbers\n")
+
+
+def _link_to_foreign(work: Path) -> None:
+    _foreign(work)
+    (work / "link").symlink_to(work / "mine")
+
+
+def _dangling(work: Path) -> None:
+    (work / "link").symlink_to(work / "nowhere")
+
+
+def _loop(work: Path) -> None:
+    (work / "loop1").symlink_to(work / "loop2")
+    (work / "loop2").symlink_to(work / "loop1")
+
+
+HELD = []  # open descriptors holding locks for the duration of a case
+
+
+def _in_use(work: Path) -> None:
+    """Another run holds ``work/run``: its mark exists and is locked (by this process's
+    descriptor, which conflicts with any other open of the file, as another process's would)."""
+    import fcntl
+
+    (work / "run").mkdir()
+    mark = work / "run" / ".interp-seal-run"
+    mark.write_text(json.dumps({"pid": 4242, "command": "interp-seal analysis head-sweep"}))
+    fd = open(mark)  # noqa: SIM115 - closed by the test's finaliser
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    HELD.append(fd)
+
+
+def _release_held() -> None:
+    while HELD:
+        HELD.pop().close()
+
+
+EVAL = "evaluate lines --model {ckpt} --lengths 3 --n 1"
+FOREIGN = r"--out .*mine holds files interp-seal did not write \(results\.csv\); choose a new"
+HOSTILE_CASES = {
+    # --out: a directory of the user's, links, empty, locked by another run
+    "out-foreign-evaluate": Case(
+        argv=EVAL + " --out {tmp}/mine", message=FOREIGN, setup=_foreign, early=True
+    ),
+    "out-foreign-sweep": Case(
+        argv="analysis head-sweep --model {ckpt} --lengths 3 --n 1 --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-channel-sweep": Case(
+        argv="analysis channel-sweep --model {ckpt} --heads 0.1 --lengths 3 --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-tune": Case(
+        argv="tune seal-h --model {ckpt} " + SMALL + " --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-merge": Case(
+        argv="tune merge --model {ckpt} --scales {scales} --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-dla": Case(
+        argv="attribution dla --model {ckpt} --num-lines 3 --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-patch": Case(
+        argv="attribution patch --model {ckpt} --num-lines 3 --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-passage-scores": Case(
+        argv="retrieval passage-scores --model {ckpt} --samples {passages} --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-figures": Case(
+        argv="figures --model {ckpt} --quick --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-foreign-organism": Case(
+        argv="organism train --smoke --out {tmp}/mine", message=FOREIGN, setup=_foreign, early=True
+    ),
+    "out-foreign-tune-evaluate": Case(
+        argv="tune evaluate --model {ckpt} --scales s={scales} --lengths 3 --out {tmp}/mine",
+        message=FOREIGN,
+        setup=_foreign,
+        early=True,
+    ),
+    "out-link-to-foreign": Case(
+        argv=EVAL + " --out {tmp}/link",
+        message=r"--out .*link holds files interp-seal did not write",
+        setup=_link_to_foreign,
+        early=True,
+    ),
+    "out-dangling-link": Case(
+        argv=EVAL + " --out {tmp}/link",
+        message=r"--out .*link is a symbolic link to .*nowhere, which does not exist",
+        setup=_dangling,
+        early=True,
+    ),
+    "out-link-loop": Case(
+        argv=EVAL + " --out {tmp}/loop1",
+        message=r"--out .*loop1: cannot follow its symbolic links",
+        setup=_loop,
+        early=True,
+    ),
+    "out-empty-evaluate": Case(
+        argv=EVAL,
+        extra=("--out", ""),
+        message=r"argument --out: is empty; name the directory",
+        early=True,
+    ),
+    "out-empty-tune": Case(
+        argv="tune seal-h --model {ckpt} " + SMALL,
+        extra=("--out", ""),
+        message=r"argument --out: is empty",
+        early=True,
+    ),
+    "out-empty-tasks": Case(
+        argv="tasks generate --task line_retrieval",
+        extra=("--out", " "),
+        message=r"argument --out: is empty",
+        early=True,
+    ),
+    "out-name-too-long": Case(
+        argv=EVAL + " --out {tmp}/" + "x" * 300,
+        message=r"a file name is too long: choose a shorter --out",
+        early=True,
+    ),
+    "out-in-use-evaluate": Case(
+        argv=EVAL + " --out {tmp}/run",
+        message=r"--out .*run is in use by PID 4242 \(interp-seal analysis head-sweep\); wait",
+        setup=_in_use,
+        early=True,
+    ),
+    "out-in-use-sweep": Case(
+        argv="analysis head-sweep --model {ckpt} --lengths 3 --n 1 --out {tmp}/run --resume",
+        message=r"is in use by PID 4242",
+        setup=_in_use,
+        early=True,
+    ),
+    "out-in-use-tune": Case(
+        argv="tune seal-c --model {ckpt} " + SMALL + " --out {tmp}/run",
+        message=r"is in use by PID 4242",
+        setup=_in_use,
+        early=True,
+    ),
+    # a cache that cannot be written: one line naming the path
+    "cache-is-a-file": Case(
+        argv="evaluate lines --model smollm2 --lengths 3 --n 1",
+        message=r"a_file/gguf: a part of the path is a file, not a directory: fix the path",
+        env={"INTERP_SEAL_CACHE": "{file}"},
+    ),
+    "home-is-a-file": Case(
+        argv="evaluate lines --model smollm2 --lengths 3 --n 1",
+        message=r"a_file/\.cache/interp_seal/gguf: a part of the path is a file",
+        env={"INTERP_SEAL_CACHE": None, "HOME": "{file}"},
+    ),
+    # checkpoints whose weights or geometry are wrong
+    "model-missing-weight": Case(
+        argv=EVAL.replace("{ckpt}", "{missing_weight}"),
+        message=r"lacks the weights model\.layers\.0\.self_attn\.o_proj\.weight",
+    ),
+    "model-missing-weight-tune": Case(
+        argv="tune seal-h --model {missing_weight} " + SMALL + " --out {tmp}/run",
+        message=r"lacks the weights model\.layers\.0\.self_attn\.o_proj\.weight",
+    ),
+    "model-missing-weight-sweep": Case(
+        argv="analysis head-sweep --model {missing_weight} --lengths 3 --n 1 --out {tmp}/run",
+        message=r"lacks the weights",
+    ),
+    "model-extra-weight": Case(
+        argv=EVAL.replace("{ckpt}", "{extra_weight}"),
+        message=r"has weights the model does not use .*self_attn\.gate",
+    ),
+    "model-wrong-shape": Case(
+        argv=EVAL.replace("{ckpt}", "{wrong_shape}"),
+        message=r"wrong shape: model\.layers\.0\.self_attn\.o_proj\.weight \(\[5, 5\] in the file, "
+        r"\[64, 64\] in the model\)",
+    ),
+    "model-nan-weight": Case(
+        argv=EVAL.replace("{ckpt}", "{nan_weight}"),
+        message=r"weight model\.layers\.1\.mlp\.up_proj\.weight holds 1 NaN or infinite",
+    ),
+    "model-nan-weight-dla": Case(
+        argv="attribution dla --model {nan_weight} --num-lines 3 --out {tmp}/run",
+        message=r"holds 1 NaN or infinite values",
+    ),
+    "model-inf-weight": Case(
+        argv=EVAL.replace("{ckpt}", "{inf_weight}"),
+        message=r"weight model\.norm\.weight holds 1 NaN or infinite",
+    ),
+    "model-zero-heads": Case(
+        argv=EVAL.replace("{ckpt}", "{zero_heads}"),
+        message=r"describes an impossible model .*num_attention_heads",
+    ),
+    "model-kv-not-dividing": Case(
+        argv=EVAL.replace("{ckpt}", "{kv_not_dividing}"),
+        message=r"impossible (geometry|model).*(n_kv_heads=3|num_key_value_heads)",
+    ),
+    "model-zero-layers": Case(
+        argv=EVAL.replace("{ckpt}", "{zero_layers}"),
+        message=r"n_layers must be a whole number >= 1, got 0",
+    ),
+    # scales a merge must not fold in silently
+    "merge-negative-scale": Case(
+        argv="tune merge --model {ckpt} --scales {scales_negative} --out {tmp}/merged",
+        message=r"1 factors negative .*--allow-negative.*-0\.5 at layer 1, head 2",
+    ),
+    "merge-huge-scale": Case(
+        argv="tune merge --model {ckpt} --scales {scales_huge} --out {tmp}/merged",
+        message=r"1 factors beyond 1000 in size; the first is 1e\+30 at layer 1, head 2",
+    ),
+    "merge-huge-scale-allowed-negative": Case(
+        argv="tune merge --model {ckpt} --scales {scales_huge} --allow-negative --out {tmp}/m",
+        message=r"beyond 1000 in size",
+    ),
+    # absurd counts, refused when parsed
+    "tasks-n-huge": Case(
+        argv="tasks generate --task line_retrieval --n 1000000 --out {tmp}/t.jsonl",
+        message=r"argument --n: must be at most 100,000 records",
+        early=True,
+    ),
+    "tasks-num-lines-huge": Case(
+        argv="tasks generate --task line_retrieval --num-lines 5000000 --out {tmp}/t.jsonl",
+        message=r"argument --num-lines: must be at most 100,000 lines",
+        early=True,
+    ),
+    "tasks-num-passages-huge": Case(
+        argv="tasks generate --task passages --num-passages 999999 --out {tmp}/t.jsonl",
+        message=r"argument --num-passages: must be at most 100,000",
+        early=True,
+    ),
+    "evaluate-n-huge": Case(
+        argv="evaluate lines --model {ckpt} --lengths 3 --n 10000000",
+        message=r"argument --n: must be at most 100,000",
+        early=True,
+    ),
+    "sweep-lengths-huge": Case(
+        argv="analysis head-sweep --model {ckpt} --lengths 3 1000000 --out {tmp}/run",
+        message=r"argument --lengths: must be at most 100,000 lines",
+        early=True,
+    ),
+    "tune-samples-huge": Case(
+        argv="tune seal-h --model {ckpt} --num-lines 3 --samples 500000 --out {tmp}/run",
+        message=r"argument --samples: must be at most 100,000",
+        early=True,
+    ),
+    "dashboard-n-huge": Case(
+        argv="dashboard --model {ckpt} --n 200000",
+        message=r"argument --n: must be at most 100,000",
+        early=True,
+    ),
+    # a head named twice, refused when parsed
+    "sweep-duplicate-heads": Case(
+        argv="analysis head-sweep --model {ckpt} --heads 0.1 1.2 0.1 --out {tmp}/run",
+        message=r"argument --heads: head 0\.1 is listed twice",
+        early=True,
+    ),
+    "channel-sweep-duplicate-heads": Case(
+        argv="analysis channel-sweep --model {ckpt} --heads 1.0 1.0 --out {tmp}/run",
+        message=r"argument --heads: head 1\.0 is listed twice",
+        early=True,
+    ),
+    "evaluate-duplicate-ablate": Case(
+        argv=EVAL + " --ablate 0.3 0.3",
+        message=r"argument --ablate: head 0\.3 is listed twice",
+        early=True,
+    ),
+    "mudaf-duplicate-heads": Case(
+        argv="tune mudaf --model {ckpt} " + SMALL + " --heads 1.1 1.1 --out {tmp}/run",
+        message=r"argument --heads: head 1\.1 is listed twice",
+        early=True,
+    ),
+    # task files with impossible values, and task types a command cannot score
+    "needle-nan-depth": Case(
+        argv="retrieval needle-scores --model {ckpt} --samples {needle_nan_depth} --out {tmp}/r",
+        message=r"field 'depth_percent' must be a number from 0 to 100, got nan",
+        early=True,
+    ),
+    "needle-depth-150": Case(
+        argv="retrieval needle-scores --model {ckpt} --samples {needle_depth_150} --out {tmp}/r",
+        message=r"field 'depth_percent' must be a number from 0 to 100, got 150",
+        early=True,
+    ),
+    "needle-negative-length": Case(
+        argv="retrieval needle-scores --model {ckpt} --samples {needle_negative_length} "
+        "--out {tmp}/r",
+        message=r"field 'context_length' must be an integer >= 1, got -5",
+        early=True,
+    ),
+    "needle-span-reversed": Case(
+        argv="retrieval needle-scores --model {ckpt} --samples {needle_span_reversed} "
+        "--out {tmp}/r",
+        message=r"field 'needle_span' must be a \[start, end\] pair of integers, 0 <= start <= end",
+        early=True,
+    ),
+    "passages-negative-length": Case(
+        argv="retrieval passage-scores --model {ckpt} --samples {passages_negative_length} "
+        "--out {tmp}/r",
+        message=r"field 'length' must be an integer >= 0, got -1",
+        early=True,
+    ),
+    "lines-zero-lines": Case(
+        argv="evaluate generate {lines_zero_lines} --model {ckpt}",
+        message=r"field 'num_lines' must be an integer >= 1, got 0",
+        early=True,
+    ),
+    "passage-scores-on-lines": Case(
+        argv="retrieval passage-scores --model {ckpt} --samples {tasks} --out {tmp}/r",
+        message=r"sample 0 is a line_retrieval sample without passages with golden ids.*"
+        r"--task passages",
+        early=True,
+    ),
+    "needle-scores-on-passages": Case(
+        argv="retrieval needle-scores --model {ckpt} --samples {passages} --out {tmp}/r",
+        message=r"sample 0 is a passages sample without a needle span.*--task needle",
+        early=True,
+    ),
+    # the dashboard's own arguments
+    "dashboard-short-token": Case(
+        argv="dashboard --model {ckpt} --token abc",
+        message=r"--token must be at least 16 characters",
+        early=True,
+    ),
+    "dashboard-save-dir-missing": Case(
+        argv="dashboard --model {ckpt} --save-dir {tmp}/nowhere",
+        message=r"--save-dir .*nowhere is not a directory; create it first",
+        early=True,
+    ),
+    "dashboard-save-dir-file": Case(
+        argv="dashboard --model {ckpt} --save-dir {file}",
+        message=r"--save-dir .*a_file is not a directory",
+        early=True,
+    ),
+}
+CLI_CASES |= HOSTILE_CASES
+
+
 def _snapshot(root: Path) -> dict[str, bytes | None]:
     """Every file (its bytes) and directory (None) under ``root``."""
     return {
@@ -384,6 +805,14 @@ def test_cli_bad_input(name, files, tmp_path, request, monkeypatch, capsys):
     work.mkdir()
     (work / "a_file").write_text("keep me\n")
     names = {k: str(v) for k, v in files.items()} | {"tmp": str(work), "file": str(work / "a_file")}
+    if case.setup is not None:
+        case.setup(work)
+        request.addfinalizer(_release_held)
+    for key, value in (case.env or {}).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value.format(**names))
     if "{readonly}" in case.argv:
         names["readonly"] = str(request.getfixturevalue("readonly"))
     if case.early:
@@ -399,7 +828,7 @@ def test_cli_bad_input(name, files, tmp_path, request, monkeypatch, capsys):
     before, inputs = _snapshot(work), _snapshot(files["ckpt"].parent)
     start = time.perf_counter()
     try:
-        status = main(case.argv.format(**names).split())
+        status = main([*case.argv.format(**names).split(), *case.extra])
     except SystemExit as exit_:
         status = exit_.code
     seconds = time.perf_counter() - start
@@ -534,6 +963,40 @@ API_CASES = {
         error=ValueError,
         message=r"broken\.jsonl:3: not valid JSON",
     ),
+    "records-missing-key": ApiCase(
+        call=lambda f, h: RecordStore(f["records_missing_key"]).get("a", "f"),
+        error=ValueError,
+        message=r"records_missing_key\.jsonl:2 lacks the fields \['key', 'fingerprint'\]",
+    ),
+    "records-not-utf8": ApiCase(
+        call=lambda f, h: RecordStore(f["records_binary"]).load(),
+        error=ValueError,
+        message=r"records_binary\.jsonl:2 is not UTF-8 text",
+    ),
+    "state-for-another-model-geometry": ApiCase(
+        call=lambda f, h: DashboardState.from_json(
+            json.dumps({"format": STATE_FORMAT, "model": "m", "geometry": {"n_layers": 0}})
+        ),
+        error=ValueError,
+        message=r"state field 'geometry' is not a model geometry",
+    ),
+    "load-missing-weight": ApiCase(
+        call=lambda f, h: load_model(f["missing_weight"]),
+        error=CheckpointError,
+        message=r"lacks the weights model\.layers\.0\.self_attn\.o_proj\.weight",
+    ),
+    "load-nan-weight": ApiCase(
+        call=lambda f, h: load_model(f["nan_weight"]),
+        error=CheckpointError,
+        message=r"holds 1 NaN or infinite values",
+    ),
+    "merge-negative-api": ApiCase(
+        call=lambda f, h: check_mergeable(
+            h, load_scales(f["scales_negative"], h.spec).scales, "o_proj", allow_negative=False
+        ),
+        error=ValueError,
+        message=r"1 factors negative",
+    ),
     "out-dir-is-file": ApiCase(
         call=lambda f, h: check_output_dir(f["tasks"]),
         error=OutputPathError,
@@ -627,3 +1090,86 @@ def test_a_killed_writer_leaves_no_half_file(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert target.read_text() == "old\n"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "interp_seal.cli", *args]
+
+
+CLI_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def test_two_runs_on_one_out_one_refuses(tmp_path):
+    """Two sweeps started on one --out: the second stops at once naming the first's PID; the
+    first finishes alone, with each record once."""
+    out = tmp_path / "run"
+    sweep = _cli("analysis", "head-sweep", "--model", "organism", "--lengths", "80", "--n", "12")
+    first = subprocess.Popen([*sweep, "--out", str(out)], env=CLI_ENV, stderr=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        mark, deadline = out / ".interp-seal-run", time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the first run holds the directory
+            if mark.exists() and f'"pid": {first.pid}' in mark.read_text():
+                break
+            time.sleep(0.05)
+        second = subprocess.run([*sweep, "--out", str(out), "--resume"], env=CLI_ENV,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert first.poll() is None, "the first run ended before the second started"
+        assert second.returncode == 2, second.stderr
+        assert f"--out {out} is in use by PID {first.pid} (interp-seal analysis head-sweep" in (
+            second.stderr
+        )
+        assert "Traceback" not in second.stderr
+        assert first.wait(timeout=300) == 0, first.stderr.read()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    keys = [(r["length"], r["sample"], r["unit"]) for r in records]
+    assert len(keys) == len(set(keys)) == 12 * (1 + 4 * 8)  # baseline + 32 heads, once each
+    # the directory is the first run's: a later run may resume it
+    again = subprocess.run([*sweep, "--out", str(out), "--resume"], env=CLI_ENV,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (root only): writes past it fail with ENOSPC."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_keeps_earlier_data(small_disk, capsys):
+    earlier = small_disk / "earlier" / "accuracy.csv"
+    earlier.parent.mkdir()
+    earlier.write_text("length,exact_match\n10,1.0\n")
+    (small_disk / "earlier" / ".interp-seal-run").write_text("{}")
+    # an evaluation whose HTML page (plotly inline, ~5 MB) cannot fit
+    out = small_disk / "earlier"
+    status = main(["evaluate", "lines", "--model", "organism", "--lengths", "5", "--n", "1",
+                   "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2
+    assert re.fullmatch(r"interp-seal evaluate: error: .*/accuracy\.(csv|html): the disk is full: "
+                        r"free some space, or choose an --out on another disk \(No space left on "
+                        r"device\)", err.strip().splitlines()[-1])  # fmt: skip
+    assert "Traceback" not in err
+    names = sorted(p.name for p in out.iterdir())
+    assert not [n for n in names if ".tmp-" in n], names  # no half-written file left behind
+    assert all((out / n).stat().st_size > 0 for n in names)
+    # a task file that does not fit: refused the same way, nothing left
+    big = small_disk / "tasks.jsonl"
+    status = main(["tasks", "generate", "--task", "line_retrieval", "--num-lines", "200",
+                   "--n", "200", "--out", str(big)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2 and "the disk is full" in err and "Traceback" not in err
+    assert not big.exists()
+    assert [p.name for p in small_disk.iterdir()] == ["earlier"]

@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.cli.dashboard import free_port
 from interp_seal.interventions import scale_table
 from interp_seal.models import load_model
+from interp_seal.tuning import load_scales
 from interp_seal.widgets import line_records
 
 CHROMIUM = "/usr/bin/chromium"
@@ -64,8 +66,11 @@ def chromium():
     playwright.stop()
 
 
-def start(command: list[str], ready: str, *, timeout: float = 120) -> subprocess.Popen:
-    """Run ``command`` in its own process group until a line containing ``ready`` shows."""
+def start(
+    command: list[str], ready: str, *, timeout: float = 120, cwd: Path = ROOT
+) -> subprocess.Popen:
+    """Run ``command`` (in ``cwd``, its own process group) until a line containing ``ready``
+    shows."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen(
         command,
@@ -74,7 +79,7 @@ def start(command: list[str], ready: str, *, timeout: float = 120) -> subprocess
         text=True,
         env=env,
         start_new_session=True,
-        cwd=ROOT,
+        cwd=cwd,
     )
     deadline, seen = time.monotonic() + timeout, []
     while time.monotonic() < deadline:
@@ -131,11 +136,12 @@ def figure(page, title: str) -> list[dict]:
     return page.evaluate(FIGURE_DATA, title)
 
 
-def test_served_dashboard_click_updates_accuracy(chromium):
-    port = free_port()
+def test_served_dashboard_click_updates_accuracy(chromium, tmp_path):
+    port, token = free_port(), "test-token-0123456789abcdef"
     command = [sys.executable, "-m", "interp_seal.cli", "dashboard", "--model", "organism"]
     command += ["--lengths", *map(str, LENGTHS), "--n", str(N), "--port", str(port)]
-    server = start(command, "Voil")  # Voila prints its URL once it listens
+    command += ["--token", token, "--save-dir", str(tmp_path)]
+    server = start(command, "is running at")  # Voila prints its URL once it listens
     try:
         # meanwhile: the library's numbers for the same records; a head whose pruning changes
         # exact match, found through the library (no organism number is hard-coded)
@@ -153,7 +159,7 @@ def test_served_dashboard_click_updates_accuracy(chromium):
         assert edited != base, "no head of the first and last layer changes exact match"
 
         page = chromium.new_page(viewport={"width": 1400, "height": 1600})
-        page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
+        page.goto(f"http://127.0.0.1:{port}/?token={token}", timeout=60_000)
         page.wait_for_function(SHOWN, arg="vs context length", timeout=150_000)
         shown = figure(page, "vs context length")
         assert shown[0]["y"] == pytest.approx(base) and shown[1]["y"] == pytest.approx(base)
@@ -168,9 +174,19 @@ def test_served_dashboard_click_updates_accuracy(chromium):
         assert grid[head[0]][head[1]] == -1  # pruned: factor 0
         state = json.loads(page.locator("textarea").first.input_value())
         assert state["edits"] == [[head[0], head[1], 0.0]]
+
+        # save from the page: the file lands in --save-dir (not Voila's temporary directory),
+        # the message shows its absolute path, and it outlives the server
+        saved = tmp_path / "dashboard_scales.safetensors"
+        page.get_by_role("button", name="save scale file").click()
+        page.get_by_text(f"saved the scale file to {saved}").wait_for(timeout=30_000)
         page.close()
     finally:
         stop(server)
+    factors = load_scales(saved, handle.spec).scales[..., 0]
+    expected = torch.ones(handle.spec.n_layers, handle.spec.n_heads)
+    expected[head] = 0.0
+    assert torch.equal(factors, expected)
 
 
 LAB_CELL = """import torch

@@ -3,7 +3,9 @@ library's own numbers for that edit (evaluate_lengths, logit_attribution, channe
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -303,3 +305,85 @@ def test_cli_refuses_a_missing_model_before_serving(tmp_path, capsys):
     assert "--n" in capsys.readouterr().err
     assert main(["dashboard", "--port", "70000"]) == 2
     assert "--port must be in 0..65535" in capsys.readouterr().err
+
+
+def _state(dash: Dashboard, **fields) -> str:
+    """The dashboard's state as JSON with ``fields`` replaced (``None`` values dropped)."""
+    data = json.loads(dash.state.to_json()) | fields
+    return json.dumps({k: v for k, v in data.items() if v is not None})
+
+
+BAD_STATES = {  # field -> (replacement, the message naming it)
+    "layer-float": ({"edits": [[0.7, 1, 0.0]]}, r"'edits\[0\] layer' must be a whole number, got 0\.7"),
+    "layer-string": ({"edits": [["1", 1, 0.0]]}, r"'edits\[0\] layer' must be a whole number"),
+    "head-bool": ({"edits": [[0, True, 0.0]]}, r"'edits\[0\] head' must be a whole number, got True"),
+    "head-outside": ({"edits": [[0, 99, 0.0]]}, r"'edits\[0\]': head L0H99 does not exist"),
+    "layer-negative": ({"edits": [[-1, 0, 0.0]]}, r"'edits\[0\]': head L-1H0 does not exist"),
+    "edit-short": ({"edits": [[0, 1]]}, r"'edits\[0\]' must be \[layer, head, factor\]"),
+    "edit-not-list": ({"edits": [{"layer": 0}]}, r"'edits\[0\]' must be a list"),
+    "edits-not-list": ({"edits": "0.1"}, r"'edits' must be a list"),
+    "factor-nan": ({"edits": [[0, 1, float("nan")]]}, r"'edits\[0\] factor' is nan; use a finite"),
+    "factor-negative": ({"edits": [[0, 1, -5]]}, r"'edits\[0\] factor' is -5\.0; use a finite factor in 0\.\.2"),
+    "factor-huge": ({"edits": [[0, 1, 1e308]]}, r"'edits\[0\] factor' is 1e\+308"),
+    "factor-string": ({"edits": [[0, 1, "0.5"]]}, r"'edits\[0\] factor' must be a number"),
+    "slider-nan": ({"factor": float("nan")}, r"'factor' is nan"),
+    "slider-large": ({"factor": 5}, r"'factor' is 5\.0; use a finite factor in 0\.\.2"),
+    "selected-short": ({"selected": [1]}, r"'selected' must be \[layer, head\]"),
+    "selected-outside": ({"selected": [9, 0]}, r"'selected': head L9H0 does not exist"),
+    "record-negative": ({"dla_record": -1}, r"'dla_record' is -1, but the dashboard has records 0\.\.5"),
+    "record-past-end": ({"dla_record": 6}, r"'dla_record' is 6, but the dashboard has records 0\.\.5"),
+    "record-float": ({"dla_record": 1.5}, r"'dla_record' must be a whole number, got 1\.5"),
+    "length-unknown": ({"dla_length": 33}, r"'dla_length' is 33, but the dashboard's lengths are \[10, 60\]"),
+    "model-number": ({"model": 3}, r"'model' must be a string, got 3"),
+    "geometry-other": ({"geometry": {"n_layers": 1}}, r"made for a model with geometry"),
+    "unknown-field": ({"colour": "red"}, r"unknown fields \['colour'\]"),
+    "not-json": (None, r"not valid JSON"),
+    "not-object": ([], r"not a dashboard state"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(BAD_STATES))
+def test_a_bad_state_changes_nothing_and_names_the_field(dash, name):
+    fields, message = BAD_STATES[name]
+    click(dash, 1, 2)
+    before, results, history = dash.state, dash.results.copy(), list(dash.history)
+    if fields is None:
+        text = "{not json"
+    elif isinstance(fields, list):
+        text = json.dumps(fields)
+    else:
+        text = _state(dash, **fields)
+    dash.restore(text)
+    assert re.search(message, html.unescape(dash.message.value)), dash.message.value
+    assert dash.state == before and dash.history == history
+    pd.testing.assert_frame_equal(dash.results, results)
+    assert json.loads(dash.state_box.value) == json.loads(before.to_json())
+    dash.restore(before.to_json())  # the same view restores cleanly
+    assert dash.state == before and dash.message.value == ""
+
+
+def test_saves_stay_inside_the_save_dir_and_ask_before_overwriting(evaluator, tmp_path):
+    dash = Dashboard(evaluator, save_dir=tmp_path)
+    click(dash, 1, 2)
+    assert dash.save_scale_file("edits.safetensors") == tmp_path / "edits.safetensors"
+    assert f"saved the scale file to {tmp_path / 'edits.safetensors'}" in html.unescape(
+        dash.message.value
+    )
+    for outside in ("../escape.safetensors", "/etc/passwd", tmp_path.parent / "x.safetensors"):
+        assert dash.save_scale_file(outside) is None
+        assert "is outside" in dash.message.value
+        assert dash.merge(outside) is None and "is outside" in dash.message.value
+    assert not (tmp_path.parent / "escape.safetensors").exists()
+    # the button: a second press confirms overwriting
+    dash.scale_path.value = "edits.safetensors"
+    written = (tmp_path / "edits.safetensors").stat().st_mtime_ns
+    click(dash, 1, 3)
+    dash.save_button.click()
+    assert "exists: press 'save scale file' again to overwrite it" in html.unescape(
+        dash.message.value
+    )
+    assert (tmp_path / "edits.safetensors").stat().st_mtime_ns == written
+    dash.save_button.click()
+    assert "saved the scale file to" in dash.message.value
+    factors = load_scales(tmp_path / "edits.safetensors", evaluator.handle.spec).scales[..., 0]
+    assert factors[1, 2] == 0 and factors[1, 3] == 0 and factors.sum() == factors.numel() - 2

@@ -155,7 +155,8 @@ def run_sweep(
             args or {},
         )
         store = RecordStore.open(options.out, manifest, resume=options.resume)
-        done = {(rec["length"], rec["sample"], rec["unit"]): rec for rec in store.load()}
+        fields = ("length", "sample", "unit", "exact_match", "answer_logprob")
+        done = {(rec["length"], rec["sample"], rec["unit"]): rec for rec in store.load(fields)}
     starts = [min(u.intervention.active_layers(), default=handle.spec.n_layers) for u in units]
     steps = _plan(encoded, starts, done, options, handle.spec.n_layers)
     total = sum(1 + len(step.groups) for step in steps)

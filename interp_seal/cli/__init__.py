@@ -3,8 +3,11 @@
 Each command group lives in its own module under ``interp_seal.cli`` and exposes
 ``register(subparsers)``, which adds its sub-commands; every sub-command sets ``func``, the
 function that runs it with the parsed arguments. ``main`` wires the groups listed in
-``GROUPS`` together, checks ``--out`` before the command runs (``common.check_outputs``) and
-turns bad input (ValueError, FileNotFoundError) into one ``error:`` line and exit status 2.
+``GROUPS`` together, checks ``--out`` before the command runs (``common.check_outputs``), holds
+an output directory for the command's duration (``outputs.claim_output_dir``: one run per
+directory; ``--force`` to write into a directory that holds none of our runs), and turns bad
+input (ValueError, FileNotFoundError) and file-system errors (OSError) into one ``error:`` line
+and exit status 2.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from contextlib import nullcontext
 
 from interp_seal import __version__
-from interp_seal.cli.common import ArgumentParser, check_outputs
+from interp_seal.cli.common import ArgumentParser, add_output_options, check_outputs, os_error_line
+from interp_seal.outputs import claim_output_dir, command_line
 
 GROUPS = (
     "tasks",
@@ -51,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         importlib.import_module(f"interp_seal.cli.{group}").register(sub)
+    add_output_options(parser)
     return parser
 
 
@@ -58,9 +64,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_outputs(args)  # before any work: an unwritable --out must not cost a long run
-        return args.func(args) or 0
+        out_dir = getattr(args, "out", None)
+        claim = (
+            claim_output_dir(out_dir, force=args.force, command=command_line())
+            if out_dir is not None and not getattr(args, "out_is_file", False)
+            else nullcontext()
+        )
+        with claim:
+            return args.func(args) or 0
     except (ValueError, FileNotFoundError) as err:
         print(f"interp-seal {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"interp-seal {args.command}: error: {os_error_line(err)}", file=sys.stderr)
         return 2
 
 

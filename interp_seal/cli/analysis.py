@@ -25,11 +25,14 @@ import argparse
 from pathlib import Path
 
 from interp_seal.cli.common import (
+    DistinctHeads,
     chat_template_argument,
     head,
     index_style_argument,
+    line_count,
     nonnegative_int,
     positive_int,
+    sample_count,
 )
 from interp_seal.outputs import write_html, write_table
 
@@ -46,6 +49,7 @@ def register(subparsers) -> None:
         "--heads",
         type=head,
         nargs="+",
+        action=DistinctHeads,
         default=None,
         metavar="LAYER.HEAD",
         help="heads (default: all)",
@@ -68,6 +72,7 @@ def register(subparsers) -> None:
         "--heads",
         type=head,
         nargs="+",
+        action=DistinctHeads,
         required=True,
         metavar="LAYER.HEAD",
         help="heads to open, e.g. 1.3",
@@ -83,9 +88,9 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
     parser.add_argument(
-        "--lengths", type=positive_int, nargs="+", default=[20, 40], help="lines per record"
+        "--lengths", type=line_count, nargs="+", default=[20, 40], help="lines per record"
     )
-    parser.add_argument("--n", type=positive_int, default=50, help="records per length")
+    parser.add_argument("--n", type=sample_count, default=50, help="records per length")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated records")
     index_style_argument(parser)
     chat_template_argument(parser)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from interp_seal.analysis.logit_attribution import VARIANTS
 from interp_seal.analysis.patching import CORRUPTIONS
-from interp_seal.cli.common import index_style_argument, nonnegative_int, positive_int
+from interp_seal.cli.common import index_style_argument, line_count, nonnegative_int, positive_int
 from interp_seal.outputs import write_table, write_text
 
 
@@ -69,7 +69,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
-    parser.add_argument("--num-lines", type=positive_int, default=20, help="lines in the record")
+    parser.add_argument("--num-lines", type=line_count, default=20, help="lines in the record")
     index_style_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated record")
     parser.add_argument(

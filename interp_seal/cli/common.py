@@ -4,7 +4,8 @@ and the output check that runs before any command starts working.
 Argument types (``type=`` of ``add_argument``) make argparse print ``argument --n: ...`` and
 exit with status 2, so the message always names the flag the user typed:
 
-- ``positive_int`` / ``nonnegative_int``: counts (``--n``, ``--lengths``, ``--samples``, ...);
+- ``positive_int`` / ``nonnegative_int``: counts; ``sample_count`` (``--n``, ``--samples``)
+  and ``line_count`` (``--num-lines``, line ``--lengths``) also refuse absurd sizes;
 - ``head``: ``LAYER.HEAD`` (``1.3``) -> ``(1, 3)``.
 
 ``read_table`` reads a CSV table given by an option (score tables), checking its columns.
@@ -23,6 +24,7 @@ a directory by default, a file for commands that set ``out_is_file=True``. It us
 from __future__ import annotations
 
 import argparse
+import errno
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -66,6 +68,34 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_SAMPLES = 100_000
+"""The most records (samples, questions) one command makes: more belongs in several runs."""
+MAX_LINES = 100_000
+"""The most lines a LongEval record may have: ~2.3M tokens, far past any model's window."""
+
+
+def sample_count(text: str) -> int:
+    """A number of records or samples: ``1..MAX_SAMPLES``."""
+    value = positive_int(text)
+    if value > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_SAMPLES:,} records per run (split larger jobs into several "
+            f"runs with different --seed), got {value:,}"
+        )
+    return value
+
+
+def line_count(text: str) -> int:
+    """A number of lines of a LongEval record: ``1..MAX_LINES``."""
+    value = positive_int(text)
+    if value > MAX_LINES:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_LINES:,} lines (~2.3M tokens, past any model's window), got "
+            f"{value:,}"
+        )
+    return value
+
+
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
     value = _int(text)
@@ -82,6 +112,22 @@ def head(text: str) -> tuple[int, int]:
             f"cannot read head {text!r}; write LAYER.HEAD with both numbers counted from 0, e.g. 1.3"
         )
     return int(layer), int(index)
+
+
+class DistinctHeads(argparse.Action):
+    """``nargs="+"`` heads (``type=head``), each named once: a repeated head is an error when
+    the arguments are parsed, not half-way through a run."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen: set = set()
+        for value in values:
+            if value in seen:
+                parser.error(
+                    f"argument {option_string}: head {value[0]}.{value[1]} is listed twice; "
+                    "name each head once"
+                )
+            seen.add(value)
+        setattr(namespace, self.dest, values)
 
 
 def head_label(heads: list[tuple[int, int]]) -> str:
@@ -134,6 +180,55 @@ def read_table(path: Path, flag: str, columns: Iterable[str]):
             "the head_scores.csv that `interp-seal retrieval passage-scores` writes"
         )
     return table
+
+
+def output_path(text: str) -> Path:
+    """``--out``: a path, never the empty string (which would mean the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name the directory (or file) for the results")
+    return Path(text)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """On every command with ``--out``: reject an empty ``--out``; where ``--out`` is a
+    directory, add ``--force`` (write into a non-empty directory that holds no run of ours)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                add_output_options(sub)
+        elif "--out" in action.option_strings:
+            action.type = output_path
+            if parser.get_default("out_is_file"):
+                continue
+            parser.add_argument(
+                "--force",
+                action="store_true",
+                help="write into --out even if it holds files of something other than an "
+                "interp-seal run (results with the same names are overwritten)",
+            )
+
+
+_OS_ADVICE = {
+    errno.ENOSPC: "the disk is full: free some space, or choose an --out on another disk",
+    errno.EDQUOT: "the disk quota is exceeded: free some space, or choose another --out",
+    errno.ENAMETOOLONG: "a file name is too long: choose a shorter --out",
+    errno.EACCES: "permission denied: choose a directory you can write to, or fix its permissions",
+    errno.EPERM: "operation not permitted: choose a directory you can write to",
+    errno.EROFS: "the file system is read-only: choose a writable directory",
+    errno.ELOOP: "too many levels of symbolic links: remove the loop",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: fix the path",
+    errno.EISDIR: "a directory is where a file is needed: fix the path",
+    errno.ENOENT: "no such file or directory: check the path",
+}
+
+
+def os_error_line(err: OSError) -> str:
+    """One line for a file-system error: the path, what went wrong and what to do."""
+    where = err.filename if err.filename is not None else ""
+    if err.filename2 is not None:
+        where = f"{where} -> {err.filename2}"
+    advice = _OS_ADVICE.get(err.errno, err.strerror or str(err))
+    return f"{where + ': ' if where else ''}{advice} ({err.strerror or err})"
 
 
 def check_outputs(args: argparse.Namespace) -> None:

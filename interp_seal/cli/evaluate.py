@@ -20,11 +20,14 @@ import argparse
 from pathlib import Path
 
 from interp_seal.cli.common import (
+    DistinctHeads,
     chat_template_argument,
     head,
     head_label,
     index_style_argument,
+    line_count,
     positive_int,
+    sample_count,
 )
 
 ABLATION_CHOICES = ("zero", "scale", "uniform")
@@ -41,9 +44,9 @@ def register(subparsers) -> None:
         "--model", default="organism", help="'organism', a checkpoint dir or hub name"
     )
     lines.add_argument(
-        "--lengths", type=positive_int, nargs="+", default=[10, 20, 40], help="lines per record"
+        "--lengths", type=line_count, nargs="+", default=[10, 20, 40], help="lines per record"
     )
-    lines.add_argument("--n", type=positive_int, default=50, help="records per length")
+    lines.add_argument("--n", type=sample_count, default=50, help="records per length")
     lines.add_argument("--seed", type=int, default=0, help="seed of the generated records")
     index_style_argument(lines)
     lines.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
@@ -51,6 +54,7 @@ def register(subparsers) -> None:
         "--ablate",
         type=head,
         nargs="+",
+        action=DistinctHeads,
         default=[],
         metavar="LAYER.HEAD",
         help="heads to ablate, e.g. 1.3",

@@ -14,7 +14,7 @@ import dataclasses
 import shlex
 import sys
 
-from interp_seal.cli.common import positive_int
+from interp_seal.cli.common import positive_int, sample_count
 
 DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)  # the shipped (v1) card's
 DEFAULT_PRUNE_LINES = 80
@@ -63,7 +63,7 @@ def register(subparsers) -> None:
         default=DEFAULT_PRUNE_LINES,
         help="record length (lines) of the per-head pruning sweep",
     )
-    evaluate.add_argument("--samples", type=positive_int, default=200, help="samples per length")
+    evaluate.add_argument("--samples", type=sample_count, default=200, help="samples per length")
     evaluate.add_argument(
         "--prune-samples", type=positive_int, default=100, help="samples of the pruning sweep"
     )

@@ -98,8 +98,25 @@ def register(subparsers) -> None:
     masking.set_defaults(func=run_masking)
 
 
-def _setup(args: argparse.Namespace):
-    """The model and samples named by ``args``; the output directory created."""
+def _check_samples(args: argparse.Namespace, samples, needs: str) -> None:
+    """Refuse, before the model loads, samples that lack what the command scores: passage spans
+    and golden ids (``needs="passages"``) or a needle span (``needs="needle"``)."""
+    for i, sample in enumerate(samples):
+        lacking = (
+            (not sample.passages or not sample.golden) if needs == "passages" else not sample.needle
+        )
+        if lacking:
+            what = "passages with golden ids" if needs == "passages" else "a needle span"
+            raise ValueError(
+                f"--samples {args.samples}: sample {i} is a {sample.task} sample without {what}, "
+                f"which this command scores; write one with `interp-seal tasks generate --task "
+                f"{'passages' if needs == 'passages' else 'needle'}`"
+            )
+
+
+def _setup(args: argparse.Namespace, needs: str | None = None):
+    """The model and samples named by ``args`` (the samples checked to have what the command
+    ``needs`` before the model loads); the output directory created."""
     import torch
 
     from interp_seal.models import load_model
@@ -116,6 +133,8 @@ def _setup(args: argparse.Namespace):
             f"--samples {args.samples} holds no samples (it is empty); write one with "
             "`interp-seal tasks generate`"
         )
+    if needs is not None:
+        _check_samples(args, samples, needs)
     handle = load_model(args.model)
     args.out.mkdir(parents=True, exist_ok=True)  # the per-sample record file is appended to
     return handle, samples
@@ -138,7 +157,7 @@ def run_passage_scores(args: argparse.Namespace) -> int:
     config = PassageScoreConfig(
         eps=args.eps, em_attended_only=args.em_attended_only, backend=args.backend
     )
-    handle, samples = _setup(args)
+    handle, samples = _setup(args, needs="passages")
     scores = passage_retrieval_scores(
         handle, samples, config, results=args.out / "per_sample.jsonl"
     )
@@ -152,7 +171,7 @@ def run_needle_scores(args: argparse.Namespace) -> int:
     from interp_seal.analysis.retrieval_scores import CopyPasteConfig, needle_retrieval_scores
 
     config = CopyPasteConfig(threshold=args.threshold, max_new_tokens=args.max_new_tokens)
-    handle, samples = _setup(args)
+    handle, samples = _setup(args, needs="needle")
     scores = needle_retrieval_scores(handle, samples, config, results=args.out / "per_sample.jsonl")
     title = f"Retrieval Head copy-paste score: {Path(handle.name_or_path).name}"
     _write_heads(args.out, scores.heads, scores.per_sample, "score", title)

@@ -23,7 +23,12 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from interp_seal.cli.common import index_style_argument, nonnegative_int, positive_int
+from interp_seal.cli.common import (
+    index_style_argument,
+    line_count,
+    nonnegative_int,
+    sample_count,
+)
 from interp_seal.tasks import jsonl, line_retrieval, needle, passages
 
 NEEDLE_SETS = {"seal": needle.SEAL_NEEDLES, "san_francisco": (needle.SAN_FRANCISCO,)}
@@ -50,12 +55,12 @@ def register(subparsers) -> None:
     gen.add_argument("--out", required=True, help="output .jsonl file")
     gen.add_argument(
         "--n",
-        type=positive_int,
+        type=sample_count,
         help="samples (default 50); needle: per length x depth cell (default 1)",
     )
     gen.add_argument("--seed", type=int, default=0, help="seed of the samples")
     lines = gen.add_argument_group("line_retrieval")
-    lines.add_argument("--num-lines", type=positive_int, default=200, help="lines per record")
+    lines.add_argument("--num-lines", type=line_count, default=200, help="lines per record")
     index_style_argument(lines)
     lines.add_argument(
         "--longchat",
@@ -86,7 +91,7 @@ def register(subparsers) -> None:
         help="the expected answer: the needle sentence (SEAL) or its key phrase",
     )  # fmt: skip
     mdqa = gen.add_argument_group("passages")
-    mdqa.add_argument("--num-passages", type=positive_int, default=10, help="passages per question")
+    mdqa.add_argument("--num-passages", type=sample_count, default=10, help="passages per question")
     mdqa.add_argument(
         "--hops", type=int, default=1, choices=(1, 2), help="passages an answer chains through"
     )

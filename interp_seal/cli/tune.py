@@ -31,12 +31,15 @@ from pathlib import Path
 import torch
 
 from interp_seal.cli.common import (
+    DistinctHeads,
     chat_template_argument,
     head,
     index_style_argument,
+    line_count,
     nonnegative_int,
     positive_int,
     read_table,
+    sample_count,
 )
 from interp_seal.outputs import write_table, write_text
 from interp_seal.tuning.data import TASKS
@@ -87,7 +90,12 @@ def register(subparsers) -> None:
         if method == "mudaf":
             pick = p.add_mutually_exclusive_group(required=True)
             pick.add_argument(
-                "--heads", type=head, nargs="+", metavar="LAYER.HEAD", help="target heads"
+                "--heads",
+                type=head,
+                nargs="+",
+                action=DistinctHeads,
+                metavar="LAYER.HEAD",
+                help="target heads",
             )
             pick.add_argument(
                 "--top-k", type=positive_int, help="the k heads with the best --scores"
@@ -107,10 +115,8 @@ def register(subparsers) -> None:
     ev.add_argument("--model", default="organism", help="the base model")
     ev.add_argument("--scales", nargs="+", default=[], metavar="NAME=FILE", help="scale files")
     ev.add_argument("--tuned", nargs="+", default=[], metavar="NAME=DIR", help="tuned checkpoints")
-    ev.add_argument(
-        "--lengths", type=positive_int, nargs="+", required=True, help="lines per record"
-    )
-    ev.add_argument("--n", type=positive_int, default=50, help="records per length")
+    ev.add_argument("--lengths", type=line_count, nargs="+", required=True, help="lines per record")
+    ev.add_argument("--n", type=sample_count, default=50, help="records per length")
     ev.add_argument("--seed", type=int, default=0, help="evaluation records' seed")
     ev.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
     ev.add_argument("--threads", type=positive_int, help="torch threads")
@@ -129,9 +135,9 @@ def register(subparsers) -> None:
         default="passages",
         help="questions whose passage attention is scored",
     )
-    rt.add_argument("--num-lines", type=positive_int, help="line retrieval: lines per record")
+    rt.add_argument("--num-lines", type=line_count, help="line retrieval: lines per record")
     rt.add_argument("--num-passages", type=positive_int, default=10, help="passages per sample")
-    rt.add_argument("--n", type=positive_int, default=50, help="samples")
+    rt.add_argument("--n", type=sample_count, default=50, help="samples")
     rt.add_argument("--seed", type=int, default=0, help="evaluation samples' seed")
     rt.add_argument("--threads", type=positive_int, help="torch threads")
     rt.add_argument("--out", type=Path, help="write retrieval.csv here")
@@ -147,6 +153,11 @@ def register(subparsers) -> None:
         help="weights the scales multiply (v_proj: exact only when the heads sharing a KV head "
         "share their scales)",
     )
+    merge.add_argument(
+        "--allow-negative",
+        action="store_true",
+        help="accept negative factors (they flip the sign of a head's output)",
+    )
     merge.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
     merge.set_defaults(func=run_merge)
 
@@ -154,8 +165,8 @@ def register(subparsers) -> None:
 def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--task", choices=TASKS, default="line_retrieval", help="training format")
-    p.add_argument("--samples", type=positive_int, default=50, help="generated training samples")
-    p.add_argument("--num-lines", type=positive_int, help="line retrieval: lines per record")
+    p.add_argument("--samples", type=sample_count, default=50, help="generated training samples")
+    p.add_argument("--num-lines", type=line_count, help="line retrieval: lines per record")
     p.add_argument(
         "--tokens", type=positive_int, help="prompt length in tokens (line retrieval, needle)"
     )
@@ -346,7 +357,9 @@ def run_merge(args) -> None:
 
     handle = load_model(args.model)
     scale_file = load_scales(args.scales, handle.spec)
-    out = save_merged(handle, scale_file.scales, args.out, into=args.into)
+    out = save_merged(
+        handle, scale_file.scales, args.out, into=args.into, allow_negative=args.allow_negative
+    )
     print(f"merged {scale_file.granularity} scales into {args.into}: {out}")
 
 

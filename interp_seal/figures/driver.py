@@ -27,9 +27,9 @@ from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
 from interp_seal.figures.registry import FigureSpec, select
-from interp_seal.figures.run import FigureRun
+from interp_seal.figures.run import FigureRun, RunTime
 from interp_seal.figures.sizes import DEFAULT, QUICK
-from interp_seal.outputs import write_text
+from interp_seal.outputs import write_html, write_table, write_text
 from interp_seal.records import open_manifest
 
 
@@ -74,7 +74,7 @@ def regenerate(
         for spec in tqdm(specs, desc="figures", disable=not progress):
             tables = _data(spec, run, result)
             fig = spec.draw(tables)
-            fig.write_html(out / f"{spec.name}.html", include_plotlyjs="cdn", div_id=spec.name)
+            write_html(fig, out / f"{spec.name}.html", include_plotlyjs="cdn", div_id=spec.name)
             exporter.write(fig, out / f"{spec.name}.png")
         result.png, result.png_problem = exporter.available, exporter.problem
     from interp_seal.figures.gallery import write_gallery
@@ -90,17 +90,18 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         result.reused.append(spec.name)
         return load_tables(path)[0]
     cpu, wall = time.process_time(), time.perf_counter()
+    run.earlier = RunTime()
     tables = spec.compute(run)
     folder = run.out / "data" / spec.name
-    folder.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
-        table.to_csv(folder / f"{name}.csv", index=False)
+        write_table(table, folder / f"{name}.csv")
     doc = {
         "figure": spec.name,
         "paper": spec.paper,
         "model": run.model,
-        "cpu_seconds": round(time.process_time() - cpu, 1),
-        "wall_seconds": round(time.perf_counter() - wall, 1),
+        # this run's time plus that of the records earlier (interrupted) runs computed
+        "cpu_seconds": round(time.process_time() - cpu + run.earlier.cpu, 1),
+        "wall_seconds": round(time.perf_counter() - wall + run.earlier.wall, 1),
         "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
     }
     write_text(path, json.dumps(doc, indent=1, default=str))

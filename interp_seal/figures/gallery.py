@@ -14,6 +14,7 @@ import pandas as pd
 from interp_seal.figures.claims import claims_table
 from interp_seal.figures.driver import load_tables
 from interp_seal.figures.registry import FIGURES
+from interp_seal.outputs import write_table, write_text
 
 ORGANISM_NOTE = (
     "The organism v2 was trained on all three formats (LongEval lines, needles answered by their "
@@ -33,7 +34,7 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
         if path.exists():
             data[spec.name], docs[spec.name] = load_tables(path)
     claims = claims_table(data)
-    claims.to_csv(out / "claims.csv", index=False)
+    write_table(claims, out / "claims.csv")
     cpu = sum(d["cpu_seconds"] for d in docs.values())
     wall = sum(d["wall_seconds"] for d in docs.values())
     lines = [
@@ -80,9 +81,7 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
             spec.paper_numbers,
             "",
         ]
-    path = out / "README.md"
-    path.write_text("\n".join(lines))
-    return path
+    return write_text(out / "README.md", "\n".join(lines))
 
 
 def _claims_markdown(claims: pd.DataFrame) -> str:

@@ -7,15 +7,20 @@ directory and is kept under ``<out>/work/``:
 - trainings go through ``interp_seal.tuning.loop.train`` with an ``out_dir``, so a killed run
   resumes from its last checkpoint; the result (a scale file or a checkpoint) is written last;
 - per-point evaluations go through ``FigureRun.rows``: one JSON record per finished point is
-  appended to a ``records.jsonl`` (``interp_seal.records``) and reused on restart;
+  appended to a ``records.jsonl`` (``interp_seal.records``) and reused on restart, with the
+  CPU and wall time it took, so a figure's compute time counts the interrupted runs too
+  (``FigureRun.earlier``);
 - sweeps use the sweep engine's own store (``SweepOptions(out=..., resume=True)``).
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -24,21 +29,36 @@ from tqdm.auto import tqdm
 from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
-from interp_seal.records import append_records, read_records
+from interp_seal.records import append_records, check_fields, read_records
 from interp_seal.tasks.sample import Sample
 
 DATA_SEED = 1000  # tuning data; evaluation records and questions use seed 0 (as `interp-seal tune`)
 DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2, "seal-l": 2e-4, "seal-d": 2e-4}
 
 
+@dataclass
+class RunTime:
+    """Seconds of CPU and wall time."""
+
+    cpu: float = 0.0
+    wall: float = 0.0
+
+
 class FigureRun:
-    """One regeneration: ``model`` loaded once, ``sizes``, work files under ``out / "work"``."""
+    """One regeneration: ``model`` loaded once, ``sizes``, work files under ``out / "work"``.
+
+    ``earlier`` adds up the time that earlier runs spent on the records this run reuses (the
+    driver resets it per figure).
+    """
 
     def __init__(self, model: str, sizes: FigureSizes, out: str | Path, *, progress: bool = True):
         self.model = model
         self.sizes = sizes
         self.out = Path(out)
         self.progress = progress
+        self.earlier = RunTime()
+        self.run_id = uuid.uuid4().hex
+        self._counted: set[tuple[str, str]] = set()
         self.handle = load_model(model)
         self._memo: dict[str, object] = {}
 
@@ -56,16 +76,37 @@ class FigureRun:
         ``compute(key)`` returns the row's values; the table has the key's columns first.
         """
         path = self.work(name, "records.jsonl")
-        done = {json.dumps(rec["key"], sort_keys=True): rec for rec in read_records(path)}
+        stored = read_records(path)
+        check_fields(path, stored, ("key", "values"))
+        done = {json.dumps(rec["key"], sort_keys=True): rec for rec in stored}
         rows = []
         keys = [dict(k) for k in keys]
         for key in tqdm(keys, desc=name, leave=False, disable=not self.progress):
             tag = json.dumps(key, sort_keys=True)
-            if tag not in done:
-                done[tag] = {"key": key, "values": dict(compute(key))}
+            if tag in done:
+                self._count_earlier(name, tag, done[tag])
+            else:
+                cpu, wall = time.process_time(), time.perf_counter()
+                values = dict(compute(key))
+                done[tag] = {
+                    "key": key,
+                    "values": values,
+                    "cpu_seconds": time.process_time() - cpu,
+                    "wall_seconds": time.perf_counter() - wall,
+                    "run": self.run_id,
+                }
                 append_records(path, [done[tag]])
             rows.append({**key, **done[tag]["values"]})
         return pd.DataFrame(rows)
+
+    def _count_earlier(self, name: str, tag: str, record: Mapping) -> None:
+        """Add the time of a record an earlier run computed, once per run (records computed by
+        this run are in the driver's own clock; figures sharing a record count it once)."""
+        if record.get("run") == self.run_id or (name, tag) in self._counted:
+            return
+        self._counted.add((name, tag))
+        self.earlier.cpu += record.get("cpu_seconds", 0.0)
+        self.earlier.wall += record.get("wall_seconds", 0.0)
 
     # -- tuned variants --------------------------------------------------------------------
     def fresh_handle(self) -> ModelHandle:

@@ -6,6 +6,11 @@
   (``check_tokenizer_files``). A copy cut short or overwritten with other bytes fails
   here, naming the file, instead of as a ``SafetensorError`` traceback from deep inside
   ``from_pretrained``. Reading a header costs microseconds (safetensors maps the file).
+- **The loaded weights** (``check_loaded_weights``): transformers' own load report says which
+  tensors the checkpoint lacks (they would be left randomly initialised), which it has that
+  the model does not use, and which have the wrong shape; each is an error naming the tensor,
+  and so is a weight holding NaN or infinity. Without this a checkpoint missing one ``o_proj``
+  loads with a note and evaluates to exact match 0 with exit status 0.
 - **A hub name** (``check_hub_name``): a model in the local Hugging Face cache loads as usual;
   one that is not cached cannot load while offline (``HF_HUB_OFFLINE=1``) or while the hub is
   unreachable, so say so at once. Without this the hub client spends ~28 s retrying before the
@@ -21,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import huggingface_hub
+import torch
 from huggingface_hub import constants
 from safetensors import SafetensorError, safe_open
 
@@ -58,6 +64,44 @@ def check_checkpoint_dir(directory: str | Path) -> None:
                 f"{file} is truncated or corrupt (safetensors: {err}), so the model's weights "
                 f"cannot be read; {resave}."
             ) from None
+
+
+def check_loaded_weights(source: str, model, loading_info: dict) -> None:
+    """Raise ``CheckpointError`` naming the tensors the checkpoint at ``source`` lacked, had in
+    excess or had in the wrong shape (``loading_info`` from ``from_pretrained``), or any
+    parameter of ``model`` that is not finite."""
+    problems = []
+    for kind, what in (
+        ("missing_keys", "lacks the weights"),
+        ("unexpected_keys", "has weights the model does not use"),
+    ):
+        names = sorted(loading_info.get(kind) or ())
+        if names:
+            problems.append(f"{what} {_listed(names)}")
+    mismatched = sorted(loading_info.get("mismatched_keys") or ())
+    if mismatched:
+        shapes = [f"{name} ({list(have)} in the file, {list(want)} in the model)"
+                  for name, have, want in mismatched]  # fmt: skip
+        problems.append(f"has weights of the wrong shape: {_listed(shapes)}")
+    if problems:
+        raise CheckpointError(
+            f"the checkpoint {source} {'; it '.join(problems)}. Its config.json does not "
+            "describe these weights: save the model again with save_pretrained, or fix the "
+            "config's sizes."
+        )
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            bad = int((~torch.isfinite(param)).sum())
+            raise CheckpointError(
+                f"the checkpoint {source}: weight {name} holds {bad} NaN or infinite values of "
+                f"{param.numel()}; every result computed with it would be NaN. Use the "
+                "checkpoint from before the training step that diverged."
+            )
+
+
+def _listed(names: list[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def check_tokenizer_files(directory: str | Path) -> None:

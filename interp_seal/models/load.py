@@ -26,7 +26,13 @@ import torch
 import transformers
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
-from interp_seal.models.checks import check_checkpoint_dir, check_hub_name, check_tokenizer_files
+from interp_seal.models.checks import (
+    CheckpointError,
+    check_checkpoint_dir,
+    check_hub_name,
+    check_loaded_weights,
+    check_tokenizer_files,
+)
 from interp_seal.models.gguf import gguf_target
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.rope_extension import ContextExtension, install
@@ -85,6 +91,11 @@ def load_config(name_or_path: str | Path, *, trust_remote_code: bool = False):
         raise UnsupportedModelError(
             f"cannot read a model config from {name_or_path!r}: {err}"
         ) from err
+    except (ZeroDivisionError, TypeError) as err:  # transformers' own validation of the sizes
+        raise CheckpointError(
+            f"the config of {name_or_path!r} describes an impossible model ({type(err).__name__}: "
+            f"{err}); check num_attention_heads, num_key_value_heads and hidden_size"
+        ) from None
     except OSError as err:
         raise ModelNotFoundError(
             f"model {name_or_path!r} not found: it is not a local checkpoint directory, not the "
@@ -141,19 +152,26 @@ def load_model(
     name_or_path = gguf_target(name_or_path, gguf_file)
     target, config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     family = family_for(config)
+    try:
+        spec = ModelSpec.from_config(config)  # an impossible geometry fails before any weight
+    except ValueError as err:
+        raise CheckpointError(f"{name_or_path}: {err}") from None
     tokenizer = load_tokenizer(target, trust_remote_code=trust_remote_code)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
+    model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
         target,
         dtype=dtype,
         attn_implementation="sdpa",
         trust_remote_code=trust_remote_code,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,  # reported by check_loaded_weights, with the names
     )
+    check_loaded_weights(str(name_or_path), model, loading_info)
     model.to(device).eval()
     model.requires_grad_(False)
     handle = ModelHandle(
         model=model,
         tokenizer=tokenizer,
-        spec=ModelSpec.from_config(config),
+        spec=spec,
         family=family,
         name_or_path=target,
         backend=backend,

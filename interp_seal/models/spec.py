@@ -119,6 +119,10 @@ class ModelSpec:
     max_positions: int
 
     def __post_init__(self):
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
@@ -139,7 +143,18 @@ class ModelSpec:
 
     @classmethod
     def from_config(cls, config) -> ModelSpec:
+        """The geometry a transformers config declares; ``ValueError`` naming the config's
+        field when it is impossible (no heads, KV heads not dividing the heads, ...)."""
         n_heads = config.num_attention_heads
+        if not isinstance(n_heads, int) or n_heads < 1:
+            raise ValueError(f"config: num_attention_heads must be >= 1, got {n_heads!r}")
+        try:
+            return cls._from_config(config, n_heads)
+        except ValueError as err:
+            raise ValueError(f"config: impossible geometry ({err})") from None
+
+    @classmethod
+    def _from_config(cls, config, n_heads: int) -> ModelSpec:
         return cls(
             n_layers=config.num_hidden_layers,
             n_heads=n_heads,

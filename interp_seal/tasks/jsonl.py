@@ -31,6 +31,7 @@ the field.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -61,9 +62,14 @@ KINDS: dict[str, Callable[[object], bool]] = {
         and (isinstance(v[0], str) or _is_int(v[0]))
         and _is_int(v[1])
     ),
-    "a [start, end] pair of integers": lambda v: (
-        isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v)
+    "a [start, end] pair of integers, 0 <= start <= end": lambda v: (
+        isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v) and 0 <= v[0] <= v[1]
     ),
+    "a number from 0 to 100": lambda v: (
+        (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and 0 <= v <= 100
+    ),
+    "an integer >= 1": lambda v: _is_int(v) and v >= 1,
+    "an integer >= 0": lambda v: _is_int(v) and v >= 0,
 }
 
 
@@ -184,7 +190,7 @@ FORMATS: dict[str, _Format] = {
         required={
             "random_idx": "a [line index, line number] pair (a string or integer, then an integer)",
             "expected_number": "an integer",
-            "num_lines": "an integer",
+            "num_lines": "an integer >= 1",
             "correct_line": "a string",
             "prompt": "a string",
         },
@@ -197,11 +203,11 @@ FORMATS: dict[str, _Format] = {
             "prompt": "a string",
             "answer": "a string",
             "needle": "a string",
-            "needle_span": "a [start, end] pair of integers",
+            "needle_span": "a [start, end] pair of integers, 0 <= start <= end",
             "needle_id": "a string",
             "question": "a string",
-            "depth_percent": "a number",
-            "context_length": "an integer",
+            "depth_percent": "a number from 0 to 100",
+            "context_length": "an integer >= 1",
         },
         optional={},
         to_record=_needle_to_record,
@@ -212,7 +218,7 @@ FORMATS: dict[str, _Format] = {
             "input": "a string",
             "context": "a string",
             "answers": "a list of strings",
-            "length": "an integer",
+            "length": "an integer >= 0",
             "dataset": "a string",
             "language": "a string",
             "all_classes": "a list or null",

@@ -29,17 +29,35 @@ from interp_seal.outputs import atomic_dir
 from interp_seal.tuning.scales import check_scales
 
 MERGE_TARGETS = ("o_proj", "v_proj")
+MAX_SCALE = 1e3
+"""The largest factor a merge accepts: SEAL's learned scales lie near 1 (the dashboard offers
+0..2); a factor of 1e30 only turns a head's output into an overflow."""
 
 
 def _full(scales: Tensor, d_head: int) -> Float[Tensor, "layer head d_head"]:
     return scales.detach().float().expand(*scales.shape[:2], d_head)
 
 
-def check_mergeable(handle: ModelHandle, scales: Tensor, into: str) -> None:
-    """Raise with an explanation if ``scales`` cannot be folded exactly into ``into``."""
+def check_mergeable(
+    handle: ModelHandle, scales: Tensor, into: str, *, allow_negative: bool = True
+) -> None:
+    """Raise with an explanation if ``scales`` cannot be folded exactly into ``into``, hold a
+    factor beyond ``MAX_SCALE``, or (unless ``allow_negative``) a negative factor."""
     if into not in MERGE_TARGETS:
         raise ValueError(f"unknown merge target {into!r}; choose one of {MERGE_TARGETS}")
     check_scales(scales, handle.spec)
+    for bad, what in (
+        (scales.abs() > MAX_SCALE, f"beyond {MAX_SCALE:g} in size"),
+        (scales < 0 if not allow_negative else torch.zeros_like(scales, dtype=torch.bool),
+         "negative (it flips the sign of the head's output; pass --allow-negative if meant)"),
+    ):  # fmt: skip
+        if bad.any():
+            layer, head, channel = bad.nonzero()[0].tolist()
+            value = float(scales[layer, head, channel])
+            raise ValueError(
+                f"the scales hold {int(bad.sum())} factors {what}; the first is {value:g} at "
+                f"layer {layer}, head {head}{f', channel {channel}' if scales.shape[-1] > 1 else ''}"
+            )
     if into == "o_proj" or handle.spec.group_size == 1:
         return
     spec = handle.spec
@@ -87,9 +105,15 @@ def merged_model(handle: ModelHandle, scales: Tensor, *, into: str = "o_proj") -
 
 
 def save_merged(
-    handle: ModelHandle, scales: Tensor, out_dir: str | Path, *, into: str = "o_proj"
+    handle: ModelHandle,
+    scales: Tensor,
+    out_dir: str | Path,
+    *,
+    into: str = "o_proj",
+    allow_negative: bool = True,
 ) -> Path:
     """Save the merged model and its tokenizer as a standard HF checkpoint in ``out_dir``."""
+    check_mergeable(handle, scales, into, allow_negative=allow_negative)
     merged = merged_model(handle, scales, into=into)
     return save_checkpoint(merged.model, handle.tokenizer, out_dir)
 

@@ -6,6 +6,14 @@ records, seed) travel to the kernel in the ``INTERP_SEAL_DASHBOARD`` environment
 tab's kernel holds one model and one ``Dashboard``, so two tabs never share hooks; inside a tab
 the dashboard's lock serialises forwards.
 
+The server is locked down the way Jupyter's own servers are: a random token per start (or
+``--token``), printed in the URL, without which every page and kernel request is refused;
+requests whose ``Host`` is not a local name (DNS rebinding) or whose ``Origin`` is not the page
+itself are refused, even with the token; it listens on 127.0.0.1 only; kernels of closed tabs
+are culled after ``CULL_IDLE_S`` seconds without a connection. Scale files and merged
+checkpoints land in the directory the command was started in (``save_dir``), never in Voila's
+temporary directory, and paths outside it are refused.
+
 Why Voila and not Solara: Solara (actively maintained, the better long-run choice, see
 docs/design.md Sec. 2) fetches its page assets (``@widgetti/solara-vuetify3-app``, requirejs,
 font-awesome) from a CDN at run time, and the offline ``solara-assets`` package (1.58.2) lacks
@@ -17,13 +25,98 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 import threading
 from pathlib import Path
 
 import nbformat
+from jupyter_server.auth.identity import PasswordIdentityProvider
+from voila.app import Voila
+from voila.tornado.kernel_websocket_handler import (
+    VoilaKernelWebsocketHandler,
+    WebsocketHandler,
+)
 
 ENV = "INTERP_SEAL_DASHBOARD"
+CULL_IDLE_S = 600  # a kernel with no open page for this long is shut down
+CULL_INTERVAL_S = 60
+
+
+class StrictOriginIdentityProvider(PasswordIdentityProvider):
+    """Token login whose requests are origin-checked even when they carry the token."""
+
+    def should_check_origin(self, handler) -> bool:
+        return True
+
+
+def message_header(message) -> dict | None:
+    """The header of a kernel message as the server sends it to a browser, or None.
+
+    Three forms reach a kernel websocket: a dict, a JSON string (Jupyter's legacy protocol
+    without buffers), and bytes: with the ``v1.kernel.websocket.jupyter.org`` protocol an
+    8-byte little-endian count of offsets, the offsets, then channel, header, ... parts;
+    with the legacy protocol a 4-byte big-endian buffer count first. Anything that does not
+    parse as the v1 layout (its offset table must fit inside the message) gives None.
+    """
+    if isinstance(message, dict):
+        return message.get("header")
+    if isinstance(message, str):
+        try:
+            return json.loads(message).get("header")
+        except (ValueError, AttributeError):
+            return None
+    if not isinstance(message, bytes) or len(message) < 8:
+        return None
+    count = int.from_bytes(message[:8], "little")
+    if not 3 <= count <= len(message) // 8 - 1:
+        return None
+    offsets = [int.from_bytes(message[8 * (i + 1) : 8 * (i + 2)], "little") for i in range(3)]
+    try:
+        return json.loads(message[offsets[1] : offsets[2]].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+class KernelWebsocketHandler(VoilaKernelWebsocketHandler):
+    """Voila's kernel websocket, hiding ``execute_input`` (the page's code) as Voila does, with
+    a header parser that cannot blow up.
+
+    Voila 0.5's own handler reads the first 8 bytes of every binary message as the length of
+    an offset table and builds a list that long. A client that does not ask for the v1
+    websocket protocol gets legacy binary messages (a widget's state with buffers), whose first
+    bytes read as ~1e18: the server then grew by ~50 MB/s until killed (measured here after one
+    ``request_state`` sent to each widget). ``message_header`` checks that the table fits.
+    """
+
+    def write_message(self, message, binary: bool = False):
+        header = message_header(message)
+        if header and header.get("msg_type") == "execute_input":
+            return None
+        return WebsocketHandler.write_message(self, message, binary)
+
+
+class LocalVoila(Voila):
+    """Voila answering only requests addressed to this machine by a local name.
+
+    Voila turns Jupyter's ``Host`` check off (``allow_remote_access=True``); a page on any
+    site could then reach the server through a name it resolves to 127.0.0.1 (DNS
+    rebinding). Here only loopback addresses and ``localhost`` are accepted, as in
+    ``jupyter lab``.
+    """
+
+    def init_settings(self) -> dict:
+        settings = super().init_settings()
+        settings.update(allow_remote_access=False, local_hostnames=["localhost"])
+        return settings
+
+    def init_handlers(self) -> list:
+        return [
+            (route[0], KernelWebsocketHandler, *route[2:])
+            if route[1] is VoilaKernelWebsocketHandler
+            else route
+            for route in super().init_handlers()
+        ]
 
 
 def page_notebook() -> nbformat.NotebookNode:
@@ -57,23 +150,52 @@ def show() -> None:
         n=settings["n"],
         seed=settings["seed"],
         lock=threading.Lock(),
+        save_dir=settings["save_dir"],
     )
     display(dashboard.widget)
 
 
-def serve(
-    *, model: str, lengths: list[int], n: int, seed: int, port: int, threads: int | None = None
-) -> None:
-    """Serve the dashboard page on ``127.0.0.1:port`` until interrupted."""
-    from voila.app import Voila
+def new_token() -> str:
+    """A random token, as ``jupyter lab`` makes one per start."""
+    return secrets.token_hex(24)
 
-    settings = {"model": model, "lengths": lengths, "n": n, "seed": seed, "threads": threads}
+
+def serve(
+    *,
+    model: str,
+    lengths: list[int],
+    n: int,
+    seed: int,
+    port: int,
+    save_dir: str | os.PathLike,
+    token: str,
+    threads: int | None = None,
+) -> None:
+    """Serve the dashboard page on ``127.0.0.1:port`` until interrupted.
+
+    ``model`` and ``save_dir`` are resolved here, against the directory the command runs in
+    (the kernel runs in a temporary directory). Requests need ``token``.
+    """
+    if Path(model).exists():
+        model = str(Path(model).resolve())
+    settings = {
+        "model": model,
+        "lengths": lengths,
+        "n": n,
+        "seed": seed,
+        "threads": threads,
+        "save_dir": str(Path(save_dir).resolve()),
+    }
     os.environ[ENV] = json.dumps(settings)
     with tempfile.TemporaryDirectory(prefix="interp-seal-dashboard-") as tmp:
         path = Path(tmp) / "dashboard.ipynb"
         nbformat.write(page_notebook(), path)
-        print(f"interp-seal dashboard for {model}: http://127.0.0.1:{port}/", flush=True)
-        Voila.launch_instance(
+        print(
+            f"interp-seal dashboard for {model}: http://127.0.0.1:{port}/?token={token}\n"
+            f"scale files and merged checkpoints are saved in {settings['save_dir']}",
+            flush=True,
+        )
+        LocalVoila.launch_instance(
             argv=[
                 str(path),
                 "--no-browser",
@@ -81,5 +203,10 @@ def serve(
                 "--Voila.ip=127.0.0.1",
                 "--Voila.port_retries=0",
                 "--show_tracebacks=False",
+                f"--Voila.token={token}",
+                "--Voila.identity_provider_class="
+                "interp_seal.widgets.app.StrictOriginIdentityProvider",
+                f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_S}",
+                f"--MappingKernelManager.cull_interval={CULL_INTERVAL_S}",
             ]
         )

@@ -45,7 +45,7 @@ from interp_seal.tasks import line_retrieval
 from interp_seal.tuning import load_scales, save_merged
 from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
 from interp_seal.widgets.files import head_scales, write_head_scale_file
-from interp_seal.widgets.state import DashboardState, check_head
+from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
 
 Head = tuple[int, int]
 
@@ -66,6 +66,9 @@ class Dashboard:
         state: a view to restore (``DashboardState.from_json``), or None for no edits.
         lock: serialises forwards between dashboards sharing the model.
         metric: ``"exact_match"`` or ``"answer_logprob"`` for the accuracy panel.
+        save_dir: where scale files and merged checkpoints go: relative paths resolve
+            against it and paths outside it are refused (the served page passes the directory
+            ``interp-seal dashboard`` was started in). None: the working directory, no limit.
     """
 
     def __init__(
@@ -75,8 +78,11 @@ class Dashboard:
         state: DashboardState | None = None,
         lock: threading.Lock | None = None,
         metric: str = "exact_match",
+        save_dir: str | os.PathLike | None = None,
     ):
         self.evaluator, self.handle, self.metric = evaluator, evaluator.handle, metric
+        self.save_dir = None if save_dir is None else Path(save_dir).resolve()
+        self._confirm: Path | None = None  # a save target the user was asked to confirm
         self.lock = lock or nullcontext()
         spec = self.handle.spec
         self.state = state or DashboardState(
@@ -147,7 +153,11 @@ class Dashboard:
         self.grid_box, self.accuracy_box, self.dla_box = w.Box(), w.Box(), w.Box()
         self._render_figures()
         self.factor = w.FloatSlider(
-            value=self.state.factor, min=0.0, max=2.0, step=0.05, description="scale factor"
+            value=self.state.factor,
+            min=FACTOR_RANGE[0],
+            max=FACTOR_RANGE[1],
+            step=0.05,
+            description="scale factor",
         )
         self.factor.observe(self._on_factor, names="value")
         self.undo_button = w.Button(description="undo", icon="undo")
@@ -164,7 +174,7 @@ class Dashboard:
             widget.observe(self._on_record, names="value")
         self.scale_path = w.Text(value="dashboard_scales.safetensors", description="scale file")
         self.save_button = w.Button(description="save scale file", icon="save")
-        self.save_button.on_click(lambda _: self.save_scale_file(self.scale_path.value))
+        self.save_button.on_click(lambda _: self._on_save())
         self.load_button = w.Button(description="load scale file", icon="folder-open")
         self.load_button.on_click(lambda _: self.load_scale_file(self.scale_path.value))
         self.merge_path = w.Text(value="dashboard_merged", description="checkpoint")
@@ -278,10 +288,15 @@ class Dashboard:
         self._guard(lambda: self.apply(replace(self.state, edits=(), selected=None)))
 
     def restore(self, text: str) -> None:
-        """Apply a state pasted as JSON (checked against the model first)."""
-        self._guard(
-            lambda: self.apply(DashboardState.from_json(text, self.handle.spec), record=True)
-        )
+        """Apply a state pasted as JSON (every field checked against the model and the
+        dashboard's records first; a bad state changes nothing and says which field is wrong)."""
+        records = {length: len(encs) for length, encs in self.evaluator.encoded.items()}
+
+        def restore() -> None:
+            state = DashboardState.from_json(text, self.handle.spec, records=records)
+            self.apply(state, record=True)
+
+        self._guard(restore)
 
     def apply(self, state: DashboardState, *, record: bool = True) -> None:
         """Make ``state`` the current one: recompute what changed, then redraw."""
@@ -298,11 +313,44 @@ class Dashboard:
             self.attribution = self._attribute()
         self._render()
 
-    def save_scale_file(self, path: str | os.PathLike) -> Path | None:
-        """Save the edits as a per-head scale file ``(L, H, 1)``; written whole or not at all."""
+    def output_path(self, path: str | os.PathLike) -> Path:
+        """``path`` made absolute against ``save_dir``; ``ValueError`` if it leaves it."""
+        path = Path(path).expanduser()
+        if self.save_dir is None:
+            return path.resolve()
+        target = (self.save_dir / path).resolve()
+        if not target.is_relative_to(self.save_dir):
+            raise ValueError(
+                f"{path} is outside {self.save_dir}: the dashboard saves and loads files only "
+                "inside the directory it was started in (or its --save-dir)"
+            )
+        return target
+
+    def _on_save(self) -> None:
+        """The save button: a second press confirms overwriting an existing file."""
+        try:
+            target = self.output_path(self.scale_path.value)
+        except ValueError as err:
+            return self._say(str(err), error=True)
+        if target.is_file() and self._confirm != target:
+            self._confirm = target
+            return self._say(
+                f"{target} exists: press 'save scale file' again to overwrite it", error=True
+            )
+        self._confirm = None
+        self.save_scale_file(target, overwrite=True)
+
+    def save_scale_file(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path | None:
+        """Save the edits as a per-head scale file ``(L, H, 1)``; written whole or not at all.
+        An existing file is replaced only with ``overwrite``."""
 
         def save() -> Path:
-            return write_head_scale_file(self.handle, self.state.table(), path, source="dashboard")
+            target = self.output_path(path)
+            if target.is_file() and not overwrite:
+                raise ValueError(f"{target} exists; save again to overwrite it")
+            return write_head_scale_file(
+                self.handle, self.state.table(), target, source="dashboard"
+            )
 
         return self._guard(save, done="saved the scale file to {}")
 
@@ -310,7 +358,7 @@ class Dashboard:
         """Replace the edits by a per-head scale file's factors (checked against the model)."""
 
         def load() -> None:
-            scale_file = load_scales(path, self.handle.spec)
+            scale_file = load_scales(self.output_path(path), self.handle.spec)
             if scale_file.granularity != "head":
                 raise ValueError(
                     f"{path} holds per-channel scales (SEAL-C); the dashboard edits whole heads, "
@@ -331,7 +379,7 @@ class Dashboard:
         """Fold the edits into ``o_proj`` and save a plain HF checkpoint (exact, SEAL Sec. 4.3)."""
 
         def merge() -> Path:
-            target = Path(out_dir)
+            target = self.output_path(out_dir)
             if target.exists() and any(target.iterdir()):
                 raise ValueError(f"{target} exists and is not empty; choose a new directory")
             scales = head_scales(self.handle, self.state.table())

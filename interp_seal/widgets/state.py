@@ -3,8 +3,9 @@
 Everything a view shows follows from ``DashboardState``: which heads are edited and by how
 much, the scale factor the slider holds, the locked head, and the record whose direct logit
 attribution is shown. It round-trips through JSON (``to_json`` / ``from_json``), so a view can
-be shared and restored; ``from_json`` checks the geometry and every head against the model
-before anything is applied.
+be shared and restored; ``from_json`` checks every field (types, ranges, heads inside the
+model, the record inside the dashboard's records) before anything is applied, and names the
+first bad field in one message: a bad state changes nothing.
 
 A head's edit is one factor on its output (the scale primitive, docs/design.md Sec. 3): 0 prunes it
 (SEAL Sec. 3.1), any other value scales it (SEAL Sec. 3.2). A click cycles keep -> prune ->
@@ -14,11 +15,15 @@ scale (by the slider's factor) -> keep.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from interp_seal.models import ModelSpec
 
 FORMAT = "interp-seal/dashboard/v1"
+FACTOR_RANGE = (0.0, 2.0)
+"""The factors the slider offers; a head's edit factor lies in the same range."""
 Head = tuple[int, int]
 
 
@@ -48,8 +53,8 @@ class DashboardState:
         spec = ModelSpec(**self.geometry)
         for layer, head, factor in self.edits:
             check_head(spec, (layer, head))
-            if not factor >= 0 or factor == float("inf"):
-                raise ValueError(f"head L{layer}H{head} has factor {factor}; use a finite >= 0")
+            check_factor(factor, f"head L{layer}H{head}'s factor")
+        check_factor(self.factor, "the slider's factor")
         if len({(a, b) for a, b, _ in self.edits}) != len(self.edits):
             raise ValueError("each head may be edited once; the state lists a head twice")
         if self.selected is not None:
@@ -91,11 +96,21 @@ class DashboardState:
         return json.dumps({"format": FORMAT, **data}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str, spec: ModelSpec | None = None) -> DashboardState:
-        """Parse a saved view; with ``spec``, refuse one made for another geometry."""
+    def from_json(
+        cls,
+        text: str,
+        spec: ModelSpec | None = None,
+        *,
+        records: dict[int, int] | None = None,
+    ) -> DashboardState:
+        """Parse a saved view, checking each field; ``ValueError`` names the first bad one.
+
+        With ``spec``, refuse a view made for another geometry; with ``records`` (number of
+        records per length of the dashboard), refuse a DLA record the dashboard does not have.
+        """
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, TypeError) as err:
             raise ValueError(f"the dashboard state is not valid JSON ({err})") from None
         if not isinstance(data, dict) or data.pop("format", None) != FORMAT:
             raise ValueError(
@@ -103,22 +118,96 @@ class DashboardState:
                 " copy it from a dashboard's 'state' box"
             )
         fields = set(cls.__dataclass_fields__)
-        unknown = set(data) - fields
+        unknown, missing = set(data) - fields, {"model", "geometry"} - set(data)
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)} in the dashboard state")
-        if spec is not None and data.get("geometry") != spec.as_dict():
+        if missing:
+            raise ValueError(f"the dashboard state lacks the fields {sorted(missing)}")
+        if not isinstance(data["model"], str):
+            raise ValueError(f"state field 'model' must be a string, got {data['model']!r}")
+        if not isinstance(data["geometry"], dict):
+            raise ValueError("state field 'geometry' must be an object (the model's geometry)")
+        if spec is not None and data["geometry"] != spec.as_dict():
             raise ValueError(
                 f"the state was made for a model with geometry {data.get('geometry')}, but this "
                 f"model has {spec.as_dict()}; head edits only apply to the geometry they were "
                 "made for"
             )
-        data["edits"] = tuple((int(a), int(b), float(f)) for a, b, f in data.get("edits", ()))
-        if data.get("selected") is not None:
-            data["selected"] = tuple(int(x) for x in data["selected"])
         try:
-            return cls(**data)
-        except TypeError as err:
-            raise ValueError(f"the dashboard state is incomplete ({err})") from None
+            spec = spec or ModelSpec(**data["geometry"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"state field 'geometry' is not a model geometry ({err})") from None
+        edits = _field_list(data.get("edits", []), "edits")
+        parsed = []
+        for i, edit in enumerate(edits):
+            entry = _field_list(edit, f"edits[{i}]")
+            if len(entry) != 3:
+                raise ValueError(f"state field 'edits[{i}]' must be [layer, head, factor]")
+            head = _head(entry[:2], spec, f"edits[{i}]")
+            parsed.append((*head, _factor(entry[2], f"edits[{i}] factor")))
+        data["edits"] = tuple(parsed)
+        if "factor" in data:
+            data["factor"] = _factor(data["factor"], "factor")
+        if data.get("selected") is not None:
+            data["selected"] = _head(_field_list(data["selected"], "selected"), spec, "selected")
+        for name in ("dla_length", "dla_record"):
+            if name in data:
+                data[name] = _int(data[name], name)
+        if records is not None:
+            length = data.setdefault("dla_length", max(records))
+            if length not in records:
+                raise ValueError(
+                    f"state field 'dla_length' is {length}, but the dashboard's lengths are "
+                    f"{sorted(records)}"
+                )
+            record = data.get("dla_record", 0)
+            if not 0 <= record < records[length]:
+                raise ValueError(
+                    f"state field 'dla_record' is {record}, but the dashboard has records "
+                    f"0..{records[length] - 1} at {length} lines"
+                )
+        return cls(**data)
+
+
+def _field_list(value, name: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"state field {name!r} must be a list, got {value!r}")
+    return value
+
+
+def _int(value, name: str) -> int:
+    """A JSON integer (not a bool, not 0.7)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"state field {name!r} must be a whole number, got {value!r}")
+    return value
+
+
+def _head(value: Sequence, spec: ModelSpec, name: str) -> Head:
+    if len(value) != 2:
+        raise ValueError(f"state field {name!r} must be [layer, head], got {value!r}")
+    head = (_int(value[0], f"{name} layer"), _int(value[1], f"{name} head"))
+    try:
+        check_head(spec, head)
+    except ValueError as err:
+        raise ValueError(f"state field {name!r}: {err}") from None
+    return head
+
+
+def _factor(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"state field {name!r} must be a number, got {value!r}")
+    check_factor(float(value), f"state field {name!r}")
+    return float(value)
+
+
+def check_factor(factor: float, name: str) -> None:
+    """Raise unless ``factor`` is a finite number in ``FACTOR_RANGE`` (the slider's range)."""
+    low, high = FACTOR_RANGE
+    if not (math.isfinite(factor) and low <= factor <= high):
+        raise ValueError(
+            f"{name} is {factor}; use a finite factor in {low:g}..{high:g} (0 prunes the head, "
+            "1 keeps it)"
+        )
 
 
 def check_head(spec: ModelSpec, head) -> None:

@@ -1,0 +1,201 @@
+"""The served dashboard is not an open door: token, Host and Origin checks, kernels, memory.
+
+One ``interp-seal dashboard`` server for the module, started in a fresh launch directory with
+a known ``--token``. (The page's static assets, public files of the installed packages, are
+served without the token, as Jupyter serves them.) the tests talk to it over HTTP and the kernel websocket as a browser, a
+local process or a rebinding web page would. The page itself working with the token (a click,
+the numbers, a save landing in the launch directory) is ``test_dashboard_browser.py``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import re
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+from test_dashboard_browser import start, stop
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.websocket import websocket_connect
+
+from interp_seal.cli import main
+from interp_seal.cli.dashboard import free_port
+from interp_seal.widgets.app import message_header
+
+TOKEN = "server-test-token-0123456789abcdef"
+KERNEL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture
+def _no_network():
+    """These tests talk to a local server over loopback (conftest blocks sockets elsewhere)."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    launch = tmp_path_factory.mktemp("launch")
+    port = free_port()
+    command = [sys.executable, "-m", "interp_seal.cli", "dashboard", "--model", "organism"]
+    command += ["--lengths", "10", "--n", "2", "--port", str(port), "--token", TOKEN]
+    proc = start(command, "is running at", cwd=launch)
+    yield {"port": port, "launch": launch, "proc": proc}
+    stop(proc)
+
+
+def request(port: int, path: str, headers: dict | None = None) -> http.client.HTTPResponse:
+    """One GET, redirects not followed."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("GET", path, headers=headers or {})
+    response = conn.getresponse()
+    response.body = response.read()
+    conn.close()
+    return response
+
+
+def kernels(server) -> list[psutil.Process]:
+    children = psutil.Process(server["proc"].pid).children(recursive=True)
+    return [p for p in children if "ipykernel_launcher" in " ".join(p.cmdline())]
+
+
+def open_page(server) -> str:
+    """Load the page with the token; the id of the kernel that runs it."""
+    page = request(server["port"], f"/?token={TOKEN}")
+    assert page.status == 200
+    return KERNEL_ID.search(page.body.decode()).group(0)
+
+
+async def _websocket(port: int, kernel: str, query: str, headers: dict):
+    url = f"ws://127.0.0.1:{port}/api/kernels/{kernel}/channels{query}"
+    return await websocket_connect(HTTPRequest(url, headers=headers))
+
+
+def websocket_status(port: int, kernel: str, query: str, headers: dict) -> int:
+    """101 if the kernel websocket opens, else the HTTP status that refused it."""
+
+    async def probe():
+        try:
+            ws = await _websocket(port, kernel, query, headers)
+        except HTTPClientError as err:
+            return err.code
+        ws.close()
+        return 101
+
+    return asyncio.run(probe())
+
+
+def test_requests_without_the_token_start_nothing(server):
+    port = server["port"]
+    for path in ("/", "/?token=wrong-token-0123456789"):
+        page = request(port, path)
+        assert page.status == 302 and page.getheader("Location").startswith("/login")
+        assert b"kernelId" not in page.body
+    api = request(port, "/api/kernels/00000000-0000-0000-0000-000000000000")
+    assert api.status == 403
+    assert kernels(server) == []
+
+
+@pytest.mark.parametrize("host", ["evil.example.com", "evil.example.com:{port}", "10.1.2.3"])
+def test_a_foreign_host_is_refused_even_with_the_token(server, host):
+    """DNS rebinding: a page on another site reaches 127.0.0.1 under its own name."""
+    port = server["port"]
+    page = request(port, f"/?token={TOKEN}", {"Host": host.format(port=port)})
+    assert page.status == 403
+    api = request(
+        port, f"/api/kernels/{uuid.uuid4()}?token={TOKEN}", {"Host": host.format(port=port)}
+    )
+    assert api.status == 403
+    assert kernels(server) == []
+
+
+def test_the_kernel_websocket_needs_the_token_and_the_pages_origin(server):
+    port = server["port"]
+    kernel = open_page(server)
+    own = {"Origin": f"http://127.0.0.1:{port}"}
+    assert websocket_status(port, kernel, f"?token={TOKEN}", own) == 101
+    assert websocket_status(port, kernel, "", own) == 403
+    assert websocket_status(port, kernel, "?token=wrong-token-0123456789", own) == 403
+    foreign = {"Origin": "http://evil.example.com"}
+    assert websocket_status(port, kernel, f"?token={TOKEN}", foreign) == 403
+    rebinding = {"Host": f"evil.example.com:{port}", "Origin": f"http://evil.example.com:{port}"}
+    assert websocket_status(port, kernel, f"?token={TOKEN}", rebinding) == 403
+
+
+def _message(msg_type: str, content: dict) -> str:
+    header = {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "", "session": "t"}
+    return json.dumps(
+        {
+            "header": header | {"version": "5.3", "date": ""},
+            "parent_header": {},
+            "metadata": {},
+            "content": content,
+            "channel": "shell",
+            "buffers": [],
+        }
+    )
+
+
+def test_asking_every_widget_for_its_state_does_not_grow_the_server(server):
+    """The request that made Voila's own handler grow by ~50 MB/s until killed."""
+    port = server["port"]
+    kernel = open_page(server)
+
+    async def ask_all(seconds: float) -> int:
+        ws = await _websocket(
+            port, kernel, f"?token={TOKEN}", {"Origin": f"http://127.0.0.1:{port}"}
+        )
+        await ws.write_message(_message("comm_info_request", {"target_name": "jupyter.widget"}))
+        comms = None
+        while comms is None:
+            reply = json.loads(await ws.read_message())
+            if reply["header"]["msg_type"] == "comm_info_reply":
+                comms = reply["content"]["comms"]
+        for comm in comms:
+            await ws.write_message(
+                _message("comm_msg", {"comm_id": comm, "data": {"method": "request_state"}})
+            )
+        received, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                received += bool(await asyncio.wait_for(ws.read_message(), 1))
+            except TimeoutError:
+                pass
+        ws.close()
+        return received
+
+    process = psutil.Process(server["proc"].pid)
+    before = process.memory_info().rss
+    assert asyncio.run(ask_all(4)) > 50  # every widget answered with its state
+    time.sleep(3)
+    after = process.memory_info().rss
+    assert after - before < 150e6, f"server grew by {(after - before) / 1e6:.0f} MB"
+    assert process.cpu_percent(interval=1.0) < 50  # not stuck in a runaway loop
+
+
+def test_a_port_in_use_is_refused_before_serving(server, capsys):
+    port = server["port"]
+    assert main(["dashboard", "--port", str(port), "--n", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is in use; pass --port 0 for a free one" in err
+
+
+def test_message_headers_parse_only_what_fits():
+    header = {"msg_type": "execute_input", "msg_id": "1"}
+    parts = [b"iopub", json.dumps(header).encode(), b"{}", b"{}", b"{}"]
+    offsets, position = [], 8 * (len(parts) + 1)
+    for part in parts:
+        offsets.append(position)
+        position += len(part)
+    v1 = (len(parts)).to_bytes(8, "little") + b"".join(o.to_bytes(8, "little") for o in offsets)
+    v1 += b"".join(parts)
+    assert message_header(v1) == header
+    assert message_header({"header": header}) == header
+    assert message_header(json.dumps({"header": header})) == header
+    legacy = (1).to_bytes(4, "big") + (12).to_bytes(4, "big") + json.dumps({"a": 1}).encode()
+    assert message_header(legacy) is None  # Voila's own parser built a list ~1e17 long here
+    assert message_header(json.dumps({"header": header}).encode()) is None
+    assert message_header(b"\x00" * 4) is None
