@@ -117,8 +117,14 @@ def resolve_output_dir(path: str | Path, *, flag: str = "--out") -> Path:
 
 
 def is_our_run(directory: Path) -> bool:
-    """Whether ``directory`` holds an interp-seal run (its mark or one of our manifests)."""
-    return any((directory / name).is_file() for name in RUN_MANIFESTS)
+    """Whether ``directory`` holds an interp-seal run (its mark or one of our manifests), or
+    holds only such runs (``results/`` after ``--out results/smollm2``)."""
+    if any((directory / name).is_file() for name in RUN_MANIFESTS):
+        return True
+    entries = list(directory.iterdir())
+    return bool(entries) and all(
+        entry.is_dir() and not entry.is_symlink() and is_our_run(entry) for entry in entries
+    )
 
 
 @contextmanager
@@ -129,8 +135,9 @@ def claim_output_dir(
 
     Refuses (``OutputPathError``, before any work) a directory another run holds, and a
     non-empty directory with none of our runs in it unless ``force``. On leaving the block
-    the lock is released; a run that failed before writing anything leaves no trace (the
-    directories it created and its mark are removed).
+    the lock is released; a run that failed before writing anything leaves no trace (its mark
+    and the directories it created are removed; a directory taken with ``force`` does not
+    become one of our runs).
     """
     target = resolve_output_dir(path, flag=flag)
     if target.is_dir() and not force and not is_our_run(target):
@@ -147,6 +154,7 @@ def claim_output_dir(
         if not parent.exists():
             created.append(parent)
     target.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in target.iterdir()}
     mark = target / RUN_MARK
     marked = not mark.exists()
     fd = os.open(mark, os.O_RDWR | os.O_CREAT, 0o644)
@@ -171,8 +179,7 @@ def claim_output_dir(
     finally:
         os.close(fd)  # releases the lock
         if not succeeded and marked:
-            leftovers = [p for p in target.iterdir() if p.name != RUN_MARK]
-            if not leftovers:
+            if not {p.name for p in target.iterdir()} - before - {RUN_MARK}:
                 mark.unlink(missing_ok=True)
                 for directory in reversed(created):
                     try:

@@ -588,6 +588,11 @@ HOSTILE_CASES = {
         message=r"a_file/gguf: a part of the path is a file, not a directory: fix the path",
         env={"INTERP_SEAL_CACHE": "{file}"},
     ),
+    "cache-read-only": Case(
+        argv="evaluate lines --model smollm2 --lengths 3 --n 1",
+        message=r"/cache(/gguf)?: (permission denied|the file system is read-only|operation not permitted)",
+        env={"INTERP_SEAL_CACHE": "{readonly}/cache"},
+    ),
     "home-is-a-file": Case(
         argv="evaluate lines --model smollm2 --lengths 3 --n 1",
         message=r"a_file/\.cache/interp_seal/gguf: a part of the path is a file",
@@ -808,13 +813,13 @@ def test_cli_bad_input(name, files, tmp_path, request, monkeypatch, capsys):
     if case.setup is not None:
         case.setup(work)
         request.addfinalizer(_release_held)
+    if "{readonly}" in case.argv + json.dumps(case.env):
+        names["readonly"] = str(request.getfixturevalue("readonly"))
     for key, value in (case.env or {}).items():
         if value is None:
             monkeypatch.delenv(key, raising=False)
         else:
             monkeypatch.setenv(key, value.format(**names))
-    if "{readonly}" in case.argv:
-        names["readonly"] = str(request.getfixturevalue("readonly"))
     if case.early:
 
         def no_work(*args, **kwargs):
@@ -1173,3 +1178,25 @@ def test_a_full_disk_is_one_line_and_keeps_earlier_data(small_disk, capsys):
     assert status == 2 and "the disk is full" in err and "Traceback" not in err
     assert not big.exists()
     assert [p.name for p in small_disk.iterdir()] == ["earlier"]
+
+
+def test_out_rules_let_our_runs_through(tmp_path):
+    """Controls for the --out claim: new, empty, our runs' directories and --force pass."""
+    good = ["evaluate", "lines", "--model", "organism", "--lengths", "3", "--n", "1"]
+    assert main([*good, "--out", str(tmp_path / "results" / "smollm2")]) == 0
+    assert main([*good, "--out", str(tmp_path / "results")]) == 0  # holds only our runs
+    assert main([*good, "--out", str(tmp_path / "results")]) == 0  # its own run again
+    (tmp_path / "empty").mkdir()
+    assert main([*good, "--out", str(tmp_path / "empty")]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me\n")
+    assert main([*good, "--out", str(mine)]) == 2
+    missing = ["evaluate", "lines", "--model", str(tmp_path / "nothing"), "--out", str(mine)]
+    assert main([*missing, "--force"]) == 2  # failed before writing: the directory stays theirs
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert main([*good, "--out", str(mine), "--force"]) == 0
+    assert (mine / "notes.txt").read_text() == "keep me\n"
+    assert (mine / "accuracy.csv").is_file() and (mine / ".interp-seal-run").is_file()
+    (tmp_path / "link").symlink_to(tmp_path / "results")
+    assert main([*good, "--out", str(tmp_path / "link")]) == 0

@@ -140,8 +140,9 @@ def test_served_dashboard_click_updates_accuracy(chromium, tmp_path):
     port, token = free_port(), "test-token-0123456789abcdef"
     command = [sys.executable, "-m", "interp_seal.cli", "dashboard", "--model", "organism"]
     command += ["--lengths", *map(str, LENGTHS), "--n", str(N), "--port", str(port)]
-    command += ["--token", token, "--save-dir", str(tmp_path)]
-    server = start(command, "is running at")  # Voila prints its URL once it listens
+    command += ["--token", token]
+    # started in tmp_path: saves land in the launch directory (not Voila's temporary one)
+    server = start(command, "is running at", cwd=tmp_path)  # Voila prints its URL when it listens
     try:
         # meanwhile: the library's numbers for the same records; a head whose pruning changes
         # exact match, found through the library (no organism number is hard-coded)
@@ -175,8 +176,8 @@ def test_served_dashboard_click_updates_accuracy(chromium, tmp_path):
         state = json.loads(page.locator("textarea").first.input_value())
         assert state["edits"] == [[head[0], head[1], 0.0]]
 
-        # save from the page: the file lands in --save-dir (not Voila's temporary directory),
-        # the message shows its absolute path, and it outlives the server
+        # save from the page: the file lands in the launch directory, the message shows its
+        # absolute path, and it outlives the server
         saved = tmp_path / "dashboard_scales.safetensors"
         page.get_by_role("button", name="save scale file").click()
         page.get_by_text(f"saved the scale file to {saved}").wait_for(timeout=30_000)

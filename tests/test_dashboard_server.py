@@ -28,6 +28,7 @@ from interp_seal.cli.dashboard import free_port
 from interp_seal.widgets.app import message_header
 
 TOKEN = "server-test-token-0123456789abcdef"
+IDLE_S = 8  # kernels of pages nobody has open are culled after this long
 KERNEL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -42,6 +43,7 @@ def server(tmp_path_factory):
     port = free_port()
     command = [sys.executable, "-m", "interp_seal.cli", "dashboard", "--model", "organism"]
     command += ["--lengths", "10", "--n", "2", "--port", str(port), "--token", TOKEN]
+    command += ["--idle-timeout", str(IDLE_S)]
     proc = start(command, "is running at", cwd=launch)
     yield {"port": port, "launch": launch, "proc": proc}
     stop(proc)
@@ -181,6 +183,16 @@ def test_a_port_in_use_is_refused_before_serving(server, capsys):
     assert main(["dashboard", "--port", str(port), "--n", "1"]) == 2
     err = capsys.readouterr().err
     assert f"port {port} on 127.0.0.1 is in use; pass --port 0 for a free one" in err
+
+
+def test_the_kernel_of_a_closed_page_is_shut_down(server):
+    """A tab that loaded the page and went away leaves no kernel behind (Jupyter's culling)."""
+    open_page(server)
+    assert kernels(server), "the page started no kernel"
+    deadline = time.monotonic() + IDLE_S + 60
+    while kernels(server) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert kernels(server) == []
 
 
 def test_message_headers_parse_only_what_fits():

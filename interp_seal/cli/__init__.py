@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from contextlib import nullcontext
 
@@ -65,9 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_outputs(args)  # before any work: an unwritable --out must not cost a long run
         out_dir = getattr(args, "out", None)
+        # under torchrun every rank runs this command on one --out: rank 0 holds it for all
+        first_rank = os.environ.get("RANK", "0") == "0"
         claim = (
             claim_output_dir(out_dir, force=args.force, command=command_line())
-            if out_dir is not None and not getattr(args, "out_is_file", False)
+            if out_dir is not None and not getattr(args, "out_is_file", False) and first_rank
             else nullcontext()
         )
         with claim:

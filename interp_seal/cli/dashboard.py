@@ -48,6 +48,12 @@ def register(subparsers) -> None:
         "refused)",
     )
     parser.add_argument(
+        "--idle-timeout",
+        type=positive_int,
+        default=600,
+        help="seconds after which the kernel of a page that nobody has open is shut down",
+    )
+    parser.add_argument(
         "--token",
         help="the token the page's URL carries (default: a new random one per start)",
     )
@@ -98,5 +104,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
         save_dir=args.save_dir,
         token=args.token or new_token(),
         threads=args.threads,
+        idle_timeout=args.idle_timeout,
     )
     return 0

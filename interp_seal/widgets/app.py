@@ -10,7 +10,7 @@ The server is locked down the way Jupyter's own servers are: a random token per 
 ``--token``), printed in the URL, without which every page and kernel request is refused;
 requests whose ``Host`` is not a local name (DNS rebinding) or whose ``Origin`` is not the page
 itself are refused, even with the token; it listens on 127.0.0.1 only; kernels of closed tabs
-are culled after ``CULL_IDLE_S`` seconds without a connection. Scale files and merged
+are culled after ``idle_timeout`` seconds without a connection (``CULL_IDLE_S`` by default). Scale files and merged
 checkpoints land in the directory the command was started in (``save_dir``), never in Voila's
 temporary directory, and paths outside it are refused.
 
@@ -39,8 +39,7 @@ from voila.tornado.kernel_websocket_handler import (
 )
 
 ENV = "INTERP_SEAL_DASHBOARD"
-CULL_IDLE_S = 600  # a kernel with no open page for this long is shut down
-CULL_INTERVAL_S = 60
+CULL_IDLE_S = 600  # default: a kernel with no open page for this long is shut down
 
 
 class StrictOriginIdentityProvider(PasswordIdentityProvider):
@@ -170,6 +169,7 @@ def serve(
     save_dir: str | os.PathLike,
     token: str,
     threads: int | None = None,
+    idle_timeout: int = CULL_IDLE_S,
 ) -> None:
     """Serve the dashboard page on ``127.0.0.1:port`` until interrupted.
 
@@ -206,7 +206,7 @@ def serve(
                 f"--Voila.token={token}",
                 "--Voila.identity_provider_class="
                 "interp_seal.widgets.app.StrictOriginIdentityProvider",
-                f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_S}",
-                f"--MappingKernelManager.cull_interval={CULL_INTERVAL_S}",
+                f"--MappingKernelManager.cull_idle_timeout={idle_timeout}",
+                f"--MappingKernelManager.cull_interval={max(1, min(60, idle_timeout // 2))}",
             ]
         )
