@@ -461,68 +461,26 @@ def _release_held() -> None:
 
 EVAL = "evaluate lines --model {ckpt} --lengths 3 --n 1"
 FOREIGN = r"--out .*mine holds files interp-seal did not write \(results\.csv\); choose a new"
+FOREIGN_OUT = {  # every command that writes a run directory, pointed at the user's own
+    "evaluate": EVAL,
+    "sweep": "analysis head-sweep --model {ckpt} --lengths 3 --n 1",
+    "channel-sweep": "analysis channel-sweep --model {ckpt} --heads 0.1 --lengths 3",
+    "tune": "tune seal-h --model {ckpt} " + SMALL,
+    "merge": "tune merge --model {ckpt} --scales {scales}",
+    "dla": "attribution dla --model {ckpt} --num-lines 3",
+    "patch": "attribution patch --model {ckpt} --num-lines 3",
+    "passage-scores": "retrieval passage-scores --model {ckpt} --samples {passages}",
+    "figures": "figures --model {ckpt} --quick",
+    "organism": "organism train --smoke",
+    "tune-evaluate": "tune evaluate --model {ckpt} --scales s={scales} --lengths 3",
+}
 HOSTILE_CASES = {
-    # --out: a directory of the user's, links, empty, locked by another run
-    "out-foreign-evaluate": Case(
-        argv=EVAL + " --out {tmp}/mine", message=FOREIGN, setup=_foreign, early=True
-    ),
-    "out-foreign-sweep": Case(
-        argv="analysis head-sweep --model {ckpt} --lengths 3 --n 1 --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-channel-sweep": Case(
-        argv="analysis channel-sweep --model {ckpt} --heads 0.1 --lengths 3 --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-tune": Case(
-        argv="tune seal-h --model {ckpt} " + SMALL + " --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-merge": Case(
-        argv="tune merge --model {ckpt} --scales {scales} --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-dla": Case(
-        argv="attribution dla --model {ckpt} --num-lines 3 --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-patch": Case(
-        argv="attribution patch --model {ckpt} --num-lines 3 --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-passage-scores": Case(
-        argv="retrieval passage-scores --model {ckpt} --samples {passages} --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-figures": Case(
-        argv="figures --model {ckpt} --quick --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
-    "out-foreign-organism": Case(
-        argv="organism train --smoke --out {tmp}/mine", message=FOREIGN, setup=_foreign, early=True
-    ),
-    "out-foreign-tune-evaluate": Case(
-        argv="tune evaluate --model {ckpt} --scales s={scales} --lengths 3 --out {tmp}/mine",
-        message=FOREIGN,
-        setup=_foreign,
-        early=True,
-    ),
+    f"out-foreign-{name}": Case(
+        argv=argv + " --out {tmp}/mine", message=FOREIGN, setup=_foreign, early=True
+    )
+    for name, argv in FOREIGN_OUT.items()
+} | {
+    # --out: links, empty, locked by another run
     "out-link-to-foreign": Case(
         argv=EVAL + " --out {tmp}/link",
         message=r"--out .*link holds files interp-seal did not write",

@@ -382,7 +382,7 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
 
     assert main(["retrieval", "needle-scores", "--model", llama_checkpoint, "--samples",
                  str(data), "--out", str(tmp_path / "niah")]) == 2  # fmt: skip
-    assert "no needle span" in capsys.readouterr().err
+    assert "sample 0 is a passages sample without a needle span" in capsys.readouterr().err
     cfg = needle.NeedleConfig(context_lengths=(150,), depths=(0, 100), buffer=40)
     jsonl.write_samples(
         tmp_path / "niah.jsonl", needle.generate(cfg, load_model(llama_checkpoint).tokenizer)

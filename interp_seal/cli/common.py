@@ -74,26 +74,22 @@ MAX_LINES = 100_000
 """The most lines a LongEval record may have: ~2.3M tokens, far past any model's window."""
 
 
+def _at_most(text: str, limit: int, unit: str) -> int:
+    value = positive_int(text)
+    if value > limit:
+        raise argparse.ArgumentTypeError(f"must be at most {limit:,} {unit}, got {value:,}")
+    return value
+
+
 def sample_count(text: str) -> int:
     """A number of records or samples: ``1..MAX_SAMPLES``."""
-    value = positive_int(text)
-    if value > MAX_SAMPLES:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_SAMPLES:,} records per run (split larger jobs into several "
-            f"runs with different --seed), got {value:,}"
-        )
-    return value
+    why = "records per run (split larger jobs into several runs with different --seed)"
+    return _at_most(text, MAX_SAMPLES, why)
 
 
 def line_count(text: str) -> int:
     """A number of lines of a LongEval record: ``1..MAX_LINES``."""
-    value = positive_int(text)
-    if value > MAX_LINES:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_LINES:,} lines (~2.3M tokens, past any model's window), got "
-            f"{value:,}"
-        )
-    return value
+    return _at_most(text, MAX_LINES, "lines (~2.3M tokens, past any model's window)")
 
 
 def nonnegative_int(text: str) -> int:
