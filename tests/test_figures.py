@@ -257,3 +257,21 @@ def test_kill_9_then_rerun_gives_the_same_gallery(gallery, tmp_path):
         for name, table in tables(out, spec.name).items():
             pd.testing.assert_frame_equal(table, tables(reference, spec.name)[name],
                                           check_exact=False, rtol=1e-5)  # fmt: skip
+
+
+def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):
+    """A figure's rows computed by an earlier (killed) run keep their CPU time; rows computed
+    now are in this run's own clock; a row shared by two figures counts once per run."""
+    run = FigureRun("organism", QUICK, tmp_path, progress=False)
+    records = tmp_path / "work" / "points" / "records.jsonl"
+    records.parent.mkdir(parents=True)
+    earlier = {"key": {"x": 1}, "values": {"y": 2}, "cpu_seconds": 7.5, "wall_seconds": 9.0,
+               "run": "an-earlier-run"}  # fmt: skip
+    records.write_text(json.dumps(earlier) + "\n")
+    table = run.rows("points", [{"x": 1}, {"x": 2}], lambda key: {"y": key["x"] * 2})
+    assert table.to_dict("records") == [{"x": 1, "y": 2}, {"x": 2, "y": 4}]
+    assert (run.earlier.cpu, run.earlier.wall) == (7.5, 9.0)
+    run.rows("points", [{"x": 1}, {"x": 2}], lambda key: 1 / 0)  # all stored: nothing computed
+    assert (run.earlier.cpu, run.earlier.wall) == (7.5, 9.0)  # the shared row counted once
+    stored = [json.loads(line) for line in records.read_text().splitlines()]
+    assert stored[1]["run"] == run.run_id and stored[1]["cpu_seconds"] >= 0
