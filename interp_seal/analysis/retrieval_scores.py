@@ -205,7 +205,7 @@ def passage_attention(
     sums = capture_attention_rows(
         handle, enc.prompt_ids, (-1,), reduce=per_passage, backend=backend
     )
-    sums = sums.double().numpy()  # (L, H, 1 + P)
+    sums = sums.double().cpu().numpy()  # (L, H, 1 + P)
     return PassageAttention(attention=sums[..., 1:], prefix=sums[..., 0], golden=golden)
 
 
@@ -328,7 +328,7 @@ def copy_paste_score(
             score += hits / (end - start)
 
         generated = greedy_decode(handle, ids, steps, stop=stop, on_token=score_step)
-    return CopyPaste(score=score.numpy(), generated=tuple(generated))
+    return CopyPaste(score=score.cpu().numpy(), generated=tuple(generated))
 
 
 # -- running over samples, resumably -----------------------------------------------------------
@@ -436,7 +436,7 @@ def passage_retrieval_scores(
             config.eps,
             em_attended_only=config.em_attended_only or config.convention == "mudaf_code",
         )
-        scored.append((record["sample"], {"f1": f1.numpy(), "em": em.numpy()}))
+        scored.append((record["sample"], {"f1": f1.cpu().numpy(), "em": em.cpu().numpy()}))
     per_sample = _long(scored)
     heads = per_sample.groupby(["layer", "head"], as_index=False)[["f1", "em"]].mean()
     return PassageScores(

@@ -19,7 +19,13 @@ import sys
 from contextlib import nullcontext
 
 from interp_seal import __version__
-from interp_seal.cli.common import ArgumentParser, add_output_options, check_outputs, os_error_line
+from interp_seal.cli.common import (
+    ArgumentParser,
+    add_model_options,
+    add_output_options,
+    check_outputs,
+    os_error_line,
+)
 from interp_seal.outputs import claim_output_dir, command_line
 
 GROUPS = (
@@ -58,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     for group in GROUPS:
         importlib.import_module(f"interp_seal.cli.{group}").register(sub)
     add_output_options(parser)
+    add_model_options(parser)
     return parser
 
 

@@ -30,6 +30,7 @@ from interp_seal.cli.common import (
     head,
     index_style_argument,
     line_count,
+    model_options,
     nonnegative_int,
     positive_int,
     sample_count,
@@ -125,7 +126,7 @@ def _setup(args: argparse.Namespace):
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     samples = line_retrieval_samples(
         handle.tokenizer,
         args.lengths,

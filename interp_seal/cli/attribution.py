@@ -25,7 +25,13 @@ from pathlib import Path
 
 from interp_seal.analysis.logit_attribution import VARIANTS
 from interp_seal.analysis.patching import CORRUPTIONS
-from interp_seal.cli.common import index_style_argument, line_count, nonnegative_int, positive_int
+from interp_seal.cli.common import (
+    index_style_argument,
+    line_count,
+    model_options,
+    nonnegative_int,
+    positive_int,
+)
 from interp_seal.outputs import write_table, write_text
 
 
@@ -92,7 +98,7 @@ def _setup(args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     cfg = LineRetrievalConfig(num_lines=args.num_lines, index_style=args.index_style)
     sample = generate(cfg, args.sample + 1, seed=args.seed)[args.sample]
-    return load_model(args.model), sample
+    return load_model(args.model, **model_options(args)), sample
 
 
 def write_page(path: Path, figures) -> None:

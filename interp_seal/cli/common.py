@@ -204,6 +204,52 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
             )
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--dtype`` and ``--device-map`` on every command with ``--model`` that
+    runs the model where it is loaded (training commands place it through accelerate and
+    take ``--cpu`` instead)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                add_model_options(sub)
+    has_model = any("--model" in action.option_strings for action in parser._actions)
+    if not has_model or any("--cpu" in action.option_strings for action in parser._actions):
+        return
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the model runs: cpu, cuda, cuda:N, mps, or auto (a GPU if there is one)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="parameter precision; float32 keeps the analyses exact (bf16 / fp16 tolerances: "
+        "docs/design.md)",
+    )
+    parser.add_argument(
+        "--device-map",
+        choices=("auto",),
+        help="auto: spread a model larger than one device over all of them (accelerate)",
+    )
+
+
+def model_options(args: argparse.Namespace) -> dict:
+    """The ``load_model`` keyword arguments of the model options (none on commands without)."""
+    import torch
+
+    if not hasattr(args, "dtype"):
+        return {}
+    return {
+        "device": args.device,
+        "dtype": getattr(torch, args.dtype),
+        "device_map": args.device_map,
+    }
+
+
 _OS_ADVICE = {
     errno.ENOSPC: "the disk is full: free some space, or choose an --out on another disk",
     errno.EDQUOT: "the disk quota is exceeded: free some space, or choose another --out",

@@ -105,5 +105,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
         token=args.token or new_token(),
         threads=args.threads,
         idle_timeout=args.idle_timeout,
+        device=args.device,
+        dtype=args.dtype,
+        device_map=args.device_map,
     )
     return 0

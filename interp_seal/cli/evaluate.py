@@ -26,6 +26,7 @@ from interp_seal.cli.common import (
     head_label,
     index_style_argument,
     line_count,
+    model_options,
     positive_int,
     sample_count,
 )
@@ -106,7 +107,7 @@ def run_lines(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     intervention = None
     if args.ablate:
         intervention = ablate(handle.spec, args.ablate, args.mode, factor=args.factor)
@@ -178,7 +179,7 @@ def run_generate(args: argparse.Namespace) -> int:
     samples = read_samples(args.tasks)
     if not samples:
         raise ValueError(f"task file {args.tasks} holds no records")
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     samples = wrap_samples(samples, args.chat_template, handle.tokenizer)
     print(f"{args.tasks}: {len(samples)} {samples[0].task} records, {handle.name_or_path}")
     _generate_and_report(args, handle, samples, None)

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from interp_seal.cli.common import positive_int
+from interp_seal.cli.common import model_options, positive_int
 
 
 def register(subparsers) -> None:
@@ -44,6 +44,7 @@ def run(args) -> None:
     torch.set_num_threads(args.threads)
     command = "interp-seal " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["figures"] else None
     result = regenerate(args.model, args.out, only=args.only, quick=args.quick,
-                        png=not args.no_png, command=command)  # fmt: skip
+                        png=not args.no_png, command=command,
+                        load_options=model_options(args))  # fmt: skip
     print(f"figures: computed {len(result.computed)}, reused {len(result.reused)} -> "
           f"{result.out / 'README.md'}")  # fmt: skip

@@ -14,7 +14,7 @@ import dataclasses
 import shlex
 import sys
 
-from interp_seal.cli.common import positive_int, sample_count
+from interp_seal.cli.common import model_options, positive_int, sample_count
 
 DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)  # the shipped (v1) card's
 DEFAULT_PRUNE_LINES = 80
@@ -192,7 +192,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise SystemExit(f"--training-json {path}: no such file (a JSON object of the run)")
         training = json.loads(path.read_text())
     torch.set_num_threads(args.threads)
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     values = measure_parts(handle, lines, tasks, parts=parts, results=args.results)
     if not set(PARTS) <= set(values):
         print(f"measured {sorted(values)}; the card needs all of {list(PARTS)}")

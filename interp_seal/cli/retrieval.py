@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.common import positive_int, read_table
+from interp_seal.cli.common import model_options, positive_int, read_table
 from interp_seal.outputs import write_html, write_table
 
 
@@ -135,7 +135,7 @@ def _setup(args: argparse.Namespace, needs: str | None = None):
         )
     if needs is not None:
         _check_samples(args, samples, needs)
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     args.out.mkdir(parents=True, exist_ok=True)  # the per-sample record file is appended to
     return handle, samples
 

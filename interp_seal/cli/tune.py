@@ -36,6 +36,7 @@ from interp_seal.cli.common import (
     head,
     index_style_argument,
     line_count,
+    model_options,
     nonnegative_int,
     positive_int,
     read_table,
@@ -204,7 +205,7 @@ def _prepare(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     samples = format_samples(
         args.task,
         handle.tokenizer,
@@ -355,7 +356,7 @@ def run_merge(args) -> None:
     from interp_seal.tuning.merge import save_merged
     from interp_seal.tuning.scales import load_scales
 
-    handle = load_model(args.model)
+    handle = load_model(args.model, **model_options(args))
     scale_file = load_scales(args.scales, handle.spec)
     out = save_merged(
         handle, scale_file.scales, args.out, into=args.into, allow_negative=args.allow_negative
@@ -382,12 +383,14 @@ def run_evaluate(args) -> None:
     scale_paths, tuned_paths = _named(args.scales), _named(args.tuned)
     if args.threads:
         torch.set_num_threads(args.threads)
-    base = load_model(args.model)
+    base = load_model(args.model, **model_options(args))
     variants = {
         name: HeadIntervention.from_scales(base.spec, load_scales(path, base.spec).scales)
         for name, path in scale_paths.items()
     }
-    variants |= {name: load_model(path) for name, path in tuned_paths.items()}
+    variants |= {
+        name: load_model(path, **model_options(args)) for name, path in tuned_paths.items()
+    }
     table = accuracy_by_method(
         base,
         variants,
@@ -410,8 +413,10 @@ def run_retrieval(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    handles = {"base": load_model(args.model)}
-    handles |= {name: load_model(path) for name, path in _named(args.tuned).items()}
+    handles = {"base": load_model(args.model, **model_options(args))}
+    handles |= {
+        name: load_model(path, **model_options(args)) for name, path in _named(args.tuned).items()
+    }
     tokenizer = handles["base"].tokenizer
     samples = format_samples(
         args.task,

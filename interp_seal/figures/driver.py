@@ -60,15 +60,17 @@ def regenerate(
     png: bool = True,
     progress: bool = True,
     command: str | None = None,
+    load_options: dict | None = None,
 ) -> GalleryResult:
-    """Regenerate the figures of ``model`` into ``out`` (see the module docstring)."""
+    """Regenerate the figures of ``model`` into ``out`` (see the module docstring);
+    ``load_options`` go to every ``load_model`` of the run (device, dtype, device_map)."""
     specs = select(only)  # unknown names fail before any work
     sizes = QUICK if quick else DEFAULT
     out = Path(out)
     identity = {"model": model, "sizes": sizes.as_dict()}
     open_manifest(out / "run.json", identity, resume=True, what="gallery")
     (out / "data").mkdir(parents=True, exist_ok=True)
-    run = FigureRun(model, sizes, out, progress=progress)
+    run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
     result = GalleryResult(out=out)
     with PngExporter(enabled=png) as exporter:
         for spec in tqdm(specs, desc="figures", disable=not progress):

@@ -51,7 +51,15 @@ class FigureRun:
     driver resets it per figure).
     """
 
-    def __init__(self, model: str, sizes: FigureSizes, out: str | Path, *, progress: bool = True):
+    def __init__(
+        self,
+        model: str,
+        sizes: FigureSizes,
+        out: str | Path,
+        *,
+        progress: bool = True,
+        load_options: dict | None = None,
+    ):
         self.model = model
         self.sizes = sizes
         self.out = Path(out)
@@ -59,7 +67,8 @@ class FigureRun:
         self.earlier = RunTime()
         self.run_id = uuid.uuid4().hex
         self._counted: set[tuple[str, str]] = set()
-        self.handle = load_model(model)
+        self.load_options = load_options or {}
+        self.handle = load_model(model, **self.load_options)
         self._memo: dict[str, object] = {}
 
     def work(self, *parts: str) -> Path:
@@ -111,7 +120,7 @@ class FigureRun:
     # -- tuned variants --------------------------------------------------------------------
     def fresh_handle(self) -> ModelHandle:
         """A new copy of the model (tuners that edit weights in place get their own)."""
-        return load_model(self.model)
+        return load_model(self.model, **self.load_options)
 
     def tuning_samples(
         self, task: str = "line_retrieval", *, n: int | None = None, lines: int | None = None
@@ -203,5 +212,5 @@ class FigureRun:
                 self._train(tuner, samples, tag, lr=self.sizes.mudaf_lr)
                 model = tuner.model
             save_checkpoint(model, handle.tokenizer, ckpt)
-        self._memo[tag] = load_model(ckpt)
+        self._memo[tag] = load_model(ckpt, **self.load_options)
         return self._memo[tag]

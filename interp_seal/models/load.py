@@ -122,12 +122,48 @@ def load_tokenizer(target: str, *, trust_remote_code: bool = False):
     return transformers.AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
 
 
+DEVICE_MAPS = (None, "auto")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> the first CUDA GPU, else Apple's MPS, else the CPU; other names checked
+    (``cuda:3`` on a machine with two GPUs is an error that says what is there)."""
+    if str(device) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(
+            f"unknown device {str(device)!r} ({err}); use cpu, cuda, cuda:N, mps or auto"
+        ) from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ValueError(
+                f"device {device} asked for, but no CUDA GPU is available here; use --device cpu"
+            )
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"device {device} asked for, but this machine has {count} CUDA GPUs (cuda:0..cuda:{count - 1})"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            "device mps asked for, but Apple's MPS is not available here; use --device cpu"
+        )
+    return device
+
+
 def load_model(
     name_or_path: str | Path = DEFAULT_MODEL,
     *,
     backend: str = "hf",
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
+    device_map: str | None = None,
     trust_remote_code: bool = False,
     gguf_file: str | None = None,
     context_extension: ContextExtension | None = None,
@@ -140,7 +176,11 @@ def load_model(
         backend: default backend for interventions: ``"hf"`` (sdpa, long contexts),
             ``"nnsight"`` or ``"transformer_lens"`` (the TransformerBridge, short contexts).
         dtype: parameter dtype (float32 for exact analyses).
-        device: where to put the model.
+        device: where to put the model: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``
+            (``resolve_device``).
+        device_map: ``"auto"`` spreads a model larger than one device over the available
+            devices (accelerate's big-model placement; ``device`` is then ignored); inputs go
+            to the device of the embedding (``handle.device``).
         trust_remote_code: forwarded to transformers; off unless you ask.
         gguf_file: name of a GGUF file inside the directory or hub repository ``name_or_path``.
         context_extension: NTK-aware RoPE scaling and / or Self-Extend, applied for the
@@ -149,6 +189,9 @@ def load_model(
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if device_map not in DEVICE_MAPS:
+        raise ValueError(f"unknown device_map {device_map!r}; choose one of {DEVICE_MAPS}")
+    device = resolve_device(device)
     name_or_path = gguf_target(name_or_path, gguf_file)
     target, config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     family = family_for(config)
@@ -164,9 +207,12 @@ def load_model(
         trust_remote_code=trust_remote_code,
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # reported by check_loaded_weights, with the names
+        **({"device_map": device_map} if device_map else {}),
     )
     check_loaded_weights(str(name_or_path), model, loading_info)
-    model.to(device).eval()
+    if device_map is None:
+        model.to(device)
+    model.eval()
     model.requires_grad_(False)
     handle = ModelHandle(
         model=model,

@@ -132,6 +132,7 @@ def page_notebook() -> nbformat.NotebookNode:
 
 def show() -> None:
     """Build and display the dashboard described by ``$INTERP_SEAL_DASHBOARD`` (in a kernel)."""
+    import torch
     from IPython.display import display
 
     from interp_seal.models import load_model
@@ -139,10 +140,13 @@ def show() -> None:
 
     settings = json.loads(os.environ[ENV])
     if settings.get("threads"):
-        import torch
-
         torch.set_num_threads(int(settings["threads"]))
-    handle = load_model(settings["model"])
+    handle = load_model(
+        settings["model"],
+        device=settings["device"],
+        dtype=getattr(torch, settings["dtype"]),
+        device_map=settings["device_map"],
+    )
     dashboard = Dashboard.from_model(
         handle,
         lengths=settings["lengths"],
@@ -170,6 +174,9 @@ def serve(
     token: str,
     threads: int | None = None,
     idle_timeout: int = CULL_IDLE_S,
+    device: str = "cpu",
+    dtype: str = "float32",
+    device_map: str | None = None,
 ) -> None:
     """Serve the dashboard page on ``127.0.0.1:port`` until interrupted.
 
@@ -185,6 +192,9 @@ def serve(
         "seed": seed,
         "threads": threads,
         "save_dir": str(Path(save_dir).resolve()),
+        "device": device,
+        "dtype": dtype,
+        "device_map": device_map,
     }
     os.environ[ENV] = json.dumps(settings)
     with tempfile.TemporaryDirectory(prefix="interp-seal-dashboard-") as tmp:

@@ -39,8 +39,8 @@ def head_scores(attention: np.ndarray, golden, eps: float) -> pd.DataFrame:
         {
             "layer": layer.ravel(),
             "head": head.ravel(),
-            "f1": f1.numpy().ravel(),
-            "em": em.numpy().ravel(),
+            "f1": f1.cpu().numpy().ravel(),
+            "em": em.cpu().numpy().ravel(),
         }
     )
 
