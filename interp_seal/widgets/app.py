@@ -10,9 +10,9 @@ The server is locked down the way Jupyter's own servers are: a random token per 
 ``--token``), printed in the URL, without which every page and kernel request is refused;
 requests whose ``Host`` is not a local name (DNS rebinding) or whose ``Origin`` is not the page
 itself are refused, even with the token; it listens on 127.0.0.1 only; kernels of closed tabs
-are culled after ``idle_timeout`` seconds without a connection (``CULL_IDLE_S`` by default). Scale files and merged
-checkpoints land in the directory the command was started in (``save_dir``), never in Voila's
-temporary directory, and paths outside it are refused.
+are culled after ``idle_timeout`` seconds without a connection (``CULL_IDLE_S`` by default).
+Scale files and merged checkpoints land in the directory the command was started in
+(``save_dir``), never in Voila's temporary directory, and paths outside it are refused.
 
 Why Voila and not Solara: Solara (actively maintained, the better long-run choice, see
 docs/design.md Sec. 2) fetches its page assets (``@widgetti/solara-vuetify3-app``, requirejs,
