@@ -60,8 +60,17 @@ def request(port: int, path: str, headers: dict | None = None) -> http.client.HT
 
 
 def kernels(server) -> list[psutil.Process]:
-    children = psutil.Process(server["proc"].pid).children(recursive=True)
-    return [p for p in children if "ipykernel_launcher" in " ".join(p.cmdline())]
+    """The server's live kernel processes (a kernel shut down just now may linger as a zombie)."""
+    found = []
+    for child in psutil.Process(server["proc"].pid).children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "ipykernel_launcher" in " ".join(
+                child.cmdline()
+            ):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def open_page(server) -> str:
