@@ -343,8 +343,8 @@ def patch_table(
             "layer": [p.layer for p in patches],
             "head": pd.array([p.head for p in patches], dtype="Int64"),
             "position": pd.array([p.position for p in patches], dtype="Int64"),
-            "logit_diff": ld.float().cpu().numpy(),
-            "value": ((ld - corrupted_ld) / (clean_ld - corrupted_ld)).float().cpu().numpy(),
+            "logit_diff": ld.double().cpu().numpy(),
+            "value": ((ld - corrupted_ld) / (clean_ld - corrupted_ld)).double().cpu().numpy(),
         },
         columns=COLUMNS,
     )

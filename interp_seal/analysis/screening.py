@@ -138,7 +138,7 @@ def attribution_estimates(
                 change = slope[:, None] * z + offset[:, None]
                 total += (change * grad).sum((1, 3)).double()
                 bar.update(1)
-            estimate = (total / len(batch)).float().cpu().numpy()
+            estimate = (total / len(batch)).double().cpu().numpy()
             rows += [
                 {"layer": lay, "head": h, "length": length, "estimate": float(estimate[lay, h])}
                 for lay, h in all_heads(handle)
