@@ -11,18 +11,9 @@ import pytest
 
 import interp_seal
 from interp_seal.cli import build_parser, main
+from interp_seal.cli.common import sub_parsers
 
-
-def sub_commands(parser: argparse.ArgumentParser, path=()):
-    """``(path, parser)`` of every (sub-)command, the top level included."""
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from sub_commands(sub, (*path, name))
-
-
-COMMANDS = {" ".join(path): parser for path, parser in sub_commands(build_parser())}
+COMMANDS = {" ".join(path): parser for path, parser in sub_parsers(build_parser())}
 
 
 def test_version_names_the_package_and_its_engines(capsys):

@@ -185,17 +185,29 @@ def output_path(text: str) -> Path:
     return Path(text)
 
 
-def add_output_options(parser: argparse.ArgumentParser) -> None:
-    """On every command with ``--out``: reject an empty ``--out``; where ``--out`` is a
-    directory, add ``--force`` (write into a non-empty directory that holds no run of ours)."""
+def sub_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """``(command words, parser)`` of ``parser`` and of every sub-command below it."""
+    yield path, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                add_output_options(sub)
-        elif "--out" in action.option_strings:
-            action.type = output_path
-            if parser.get_default("out_is_file"):
-                continue
+            for name, sub in action.choices.items():
+                yield from sub_parsers(sub, (*path, name))
+
+
+def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's actions by option string (``--out`` -> its action)."""
+    return {name: action for action in parser._actions for name in action.option_strings}
+
+
+def add_output_options(root: argparse.ArgumentParser) -> None:
+    """On every command with ``--out``: reject an empty ``--out``; where ``--out`` is a
+    directory, add ``--force`` (write into a non-empty directory that holds no run of ours)."""
+    for _, parser in list(sub_parsers(root)):
+        out = options(parser).get("--out")
+        if out is None:
+            continue
+        out.type = output_path
+        if not parser.get_default("out_is_file"):
             parser.add_argument(
                 "--force",
                 action="store_true",
@@ -207,17 +219,17 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(root: argparse.ArgumentParser) -> None:
     """``--device``, ``--dtype`` and ``--device-map`` on every command with ``--model`` that
     runs the model where it is loaded (training commands place it through accelerate and
     take ``--cpu`` instead)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                add_model_options(sub)
-    has_model = any("--model" in action.option_strings for action in parser._actions)
-    if not has_model or any("--cpu" in action.option_strings for action in parser._actions):
-        return
+    for _, parser in list(sub_parsers(root)):
+        found = options(parser)
+        if "--model" in found and "--cpu" not in found:
+            _add_device_arguments(parser)
+
+
+def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
         default="cpu",

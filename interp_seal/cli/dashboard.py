@@ -6,9 +6,10 @@
 Serves the dashboard with Voila on 127.0.0.1 and prints its URL with the page's token (a new
 random one per start unless ``--token``), like ``jupyter lab``; ``--port 0`` (the default)
 picks a free port, and a port in use is refused before anything starts. Scale files and merged
-checkpoints are saved in ``--save-dir`` (default: the directory the command runs in). Each browser tab runs its own kernel: it loads the model, teacher-forces
-``--n`` seeded LongEval records per number of lines (the clean run every edit starts from) and
-shows the widgets (``interp_seal.widgets.app``).
+checkpoints are saved in ``--save-dir`` (default: the directory the command runs in). Each
+browser tab runs its own kernel: it loads the model, teacher-forces ``--n`` seeded LongEval
+records per number of lines (the clean run every edit starts from) and shows the widgets
+(``interp_seal.widgets.app``).
 """
 
 from __future__ import annotations

@@ -98,19 +98,22 @@ def register(subparsers) -> None:
     masking.set_defaults(func=run_masking)
 
 
+SCORED = {  # task -> (what its scores need in a sample, whether a sample has it)
+    "passages": ("passages with golden ids", lambda s: bool(s.passages and s.golden)),
+    "needle": ("a needle span", lambda s: s.needle is not None),
+}
+
+
 def _check_samples(args: argparse.Namespace, samples, needs: str) -> None:
     """Refuse, before the model loads, samples that lack what the command scores: passage spans
     and golden ids (``needs="passages"``) or a needle span (``needs="needle"``)."""
+    what, has = SCORED[needs]
     for i, sample in enumerate(samples):
-        lacking = (
-            (not sample.passages or not sample.golden) if needs == "passages" else not sample.needle
-        )
-        if lacking:
-            what = "passages with golden ids" if needs == "passages" else "a needle span"
+        if not has(sample):
             raise ValueError(
                 f"--samples {args.samples}: sample {i} is a {sample.task} sample without {what}, "
                 f"which this command scores; write one with `interp-seal tasks generate --task "
-                f"{'passages' if needs == 'passages' else 'needle'}`"
+                f"{needs}`"
             )
 
 

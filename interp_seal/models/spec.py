@@ -149,21 +149,17 @@ class ModelSpec:
         if not isinstance(n_heads, int) or n_heads < 1:
             raise ValueError(f"config: num_attention_heads must be >= 1, got {n_heads!r}")
         try:
-            return cls._from_config(config, n_heads)
+            return cls(
+                n_layers=config.num_hidden_layers,
+                n_heads=n_heads,
+                n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
+                d_head=getattr(config, "head_dim", None) or config.hidden_size // n_heads,
+                d_model=config.hidden_size,
+                vocab_size=config.vocab_size,
+                max_positions=config.max_position_embeddings,
+            )
         except ValueError as err:
             raise ValueError(f"config: impossible geometry ({err})") from None
-
-    @classmethod
-    def _from_config(cls, config, n_heads: int) -> ModelSpec:
-        return cls(
-            n_layers=config.num_hidden_layers,
-            n_heads=n_heads,
-            n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
-            d_head=getattr(config, "head_dim", None) or config.hidden_size // n_heads,
-            d_model=config.hidden_size,
-            vocab_size=config.vocab_size,
-            max_positions=config.max_position_embeddings,
-        )
 
 
 def get_module(root: nn.Module, path: str) -> nn.Module:

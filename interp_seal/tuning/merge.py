@@ -46,17 +46,19 @@ def check_mergeable(
     if into not in MERGE_TARGETS:
         raise ValueError(f"unknown merge target {into!r}; choose one of {MERGE_TARGETS}")
     check_scales(scales, handle.spec)
-    for bad, what in (
-        (scales.abs() > MAX_SCALE, f"beyond {MAX_SCALE:g} in size"),
-        (scales < 0 if not allow_negative else torch.zeros_like(scales, dtype=torch.bool),
-         "negative (it flips the sign of the head's output; pass --allow-negative if meant)"),
-    ):  # fmt: skip
+    refused = [(scales.abs() > MAX_SCALE, f"beyond {MAX_SCALE:g} in size")]
+    if not allow_negative:
+        why = "negative (it flips the sign of the head's output; pass --allow-negative if meant)"
+        refused.append((scales < 0, why))
+    for bad, what in refused:
         if bad.any():
             layer, head, channel = bad.nonzero()[0].tolist()
-            value = float(scales[layer, head, channel])
+            where = f"layer {layer}, head {head}" + (
+                f", channel {channel}" if bad.shape[-1] > 1 else ""
+            )
             raise ValueError(
-                f"the scales hold {int(bad.sum())} factors {what}; the first is {value:g} at "
-                f"layer {layer}, head {head}{f', channel {channel}' if scales.shape[-1] > 1 else ''}"
+                f"the scales hold {int(bad.sum())} factors {what}; the first is "
+                f"{float(scales[layer, head, channel]):g} at {where}"
             )
     if into == "o_proj" or handle.spec.group_size == 1:
         return
@@ -94,9 +96,11 @@ def merge_into(handle: ModelHandle, scales: Tensor, *, into: str = "o_proj") -> 
                 v_proj.bias.mul_(row)
 
 
-def merged_model(handle: ModelHandle, scales: Tensor, *, into: str = "o_proj") -> ModelHandle:
+def merged_model(
+    handle: ModelHandle, scales: Tensor, *, into: str = "o_proj", allow_negative: bool = True
+) -> ModelHandle:
     """A copy of ``handle`` with ``scales`` folded into its weights (``handle`` is untouched)."""
-    check_mergeable(handle, scales, into)
+    check_mergeable(handle, scales, into, allow_negative=allow_negative)
     merged = copy.copy(handle)
     merged.model = copy.deepcopy(handle.model)
     merged._nnsight = merged._bridge = None
@@ -113,8 +117,7 @@ def save_merged(
     allow_negative: bool = True,
 ) -> Path:
     """Save the merged model and its tokenizer as a standard HF checkpoint in ``out_dir``."""
-    check_mergeable(handle, scales, into, allow_negative=allow_negative)
-    merged = merged_model(handle, scales, into=into)
+    merged = merged_model(handle, scales, into=into, allow_negative=allow_negative)
     return save_checkpoint(merged.model, handle.tokenizer, out_dir)
 
 
