@@ -12,6 +12,11 @@ rather than mix results of different runs. Records may also carry their own key 
 fingerprint (``get`` / ``add``): a restart skips finished keys and refuses a key whose inputs
 changed. ``fingerprint`` is the one hash of run identities across the library (sweeps, retrieval
 scores, masking, tuning checkpoints).
+
+Under torchrun (``interp_seal.shards``) each rank appends to its own file beside the run's
+(``records.rank1.jsonl`` for ``records.jsonl``), so no two processes write one file; every
+rank reads all of them, so a run resumes whatever its number of processes, and rank 0 folds
+the rank files into the run's file when the run is complete (``merge``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 import torch
 
 from interp_seal.outputs import write_text
+from interp_seal.shards import Shard
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
@@ -51,15 +57,20 @@ def fingerprint(*parts) -> str:
     return digest.hexdigest()[:16]
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """The complete records of ``path`` (none if it does not exist)."""
+def read_records(path: str | Path, *, repair: bool = True) -> list[dict]:
+    """The complete records of ``path`` (none if it does not exist).
+
+    A last line cut short by a kill is skipped, and with ``repair`` truncated away (only the
+    file's writer may repair it: another rank may be appending to it right now).
+    """
     path = Path(path)
     if not path.exists():
         return []
     data = path.read_bytes()
     if not data.endswith(b"\n"):  # interrupted write: keep the complete lines
         data = data[: data.rfind(b"\n") + 1]
-        path.write_bytes(data)
+        if repair:
+            path.write_bytes(data)
     records = []
     for lineno, raw in enumerate(data.splitlines(), 1):
         try:
@@ -104,31 +115,62 @@ class RecordStore:
 
     ``RecordStore.open(out, manifest, resume=...)`` keeps ``out/records.jsonl`` under
     ``out/manifest.json``; ``RecordStore(path)`` is a bare record file whose records carry
-    their own ``key`` and ``fingerprint``.
+    their own ``key`` and ``fingerprint``. Under torchrun this process appends to its rank's
+    file (``own``) and reads every rank's.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, shard: Shard | None = None):
         self.path = Path(path)
+        self.shard = shard or Shard.current()
+        self.own = self.path if self.shard.world == 1 else self._rank_file(self.shard.rank)
         self._by_key: dict[str, dict] | None = None
 
     @classmethod
     def open(cls, out: str | Path, manifest: dict, *, resume: bool) -> RecordStore:
         """Start a run in directory ``out``, or continue the one there (``resume``) if it is
-        the same run (equal manifests)."""
-        open_manifest(Path(out) / MANIFEST, manifest, resume=resume)
-        return cls(Path(out) / RECORDS)
+        the same run (equal manifests). Under torchrun rank 0 starts it, the others join."""
+        store = cls(Path(out) / RECORDS)
+        if store.shard.main:
+            open_manifest(Path(out) / MANIFEST, manifest, resume=resume)
+        store.shard.barrier()
+        if not store.shard.main:
+            open_manifest(Path(out) / MANIFEST, manifest, resume=True)
+        return store
+
+    def _rank_file(self, rank: int | str) -> Path:
+        return self.path.with_name(f"{self.path.stem}.rank{rank}{self.path.suffix}")
+
+    def files(self) -> list[Path]:
+        """The run's file and every rank file beside it."""
+        return [self.path, *sorted(self.path.parent.glob(self._rank_file("*").name))]
 
     def load(self, fields: Iterable[str] = ()) -> list[dict]:
-        """The finished records; drops a last line cut short by a kill; ``ValueError`` naming
-        the line if a record lacks one of ``fields``."""
-        records = read_records(self.path)
-        check_fields(self.path, records, fields)
+        """The finished records of every file of the run; a last line cut short by a kill is
+        dropped; ``ValueError`` naming the line if a record lacks one of ``fields``."""
+        records = []
+        for path in self.files():
+            found = read_records(path, repair=path == self.own)
+            check_fields(path, found, fields)
+            records += found
         return records
 
+    def merge(self) -> None:
+        """Fold the rank files into the run's file: rank 0 does it once every rank has finished
+        (after ``Shard.gather``); the other ranks do nothing."""
+        if self.shard.main:
+            lines = set()
+            if self.path.exists():
+                lines = {json.dumps(r) for r in read_records(self.path)}
+            for path in self.files()[1:]:
+                new = [r for r in read_records(path, repair=False) if json.dumps(r) not in lines]
+                append_records(self.path, new)
+                lines |= {json.dumps(r) for r in new}
+                path.unlink()
+
     def append(self, records: Iterable[dict]) -> None:
-        """Append records and flush them to disk before returning."""
+        """Append records to this process's file and flush them to disk before returning."""
         records = list(records)
-        append_records(self.path, records)
+        append_records(self.own, records)
         if self._by_key is not None:
             self._by_key.update({rec["key"]: rec for rec in records})
 

@@ -43,6 +43,7 @@ from interp_seal.evaluation import qa_f1, teacher_force
 from interp_seal.interventions import Head, HeadIntervention, ablate
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
+from interp_seal.shards import Shard
 from interp_seal.tasks.sample import Sample
 
 MASK_MODES = ("zero", "uniform")
@@ -207,17 +208,19 @@ def masking_experiment(
     """
     if not samples:
         raise ValueError("no samples to evaluate")
-    log = RecordStore(results) if results is not None else None
+    shard = Shard.current()
+    log = RecordStore(results, shard) if results is not None else None
     data = fingerprint(
         handle.name_or_path,
         [(s.prompt, s.answer) for s in samples],
         config.qa_f1,
         config.max_new_tokens,
     )
+    every = conditions(handle, retrieval, niah, config)
+    mine = [i for i in range(len(every)) if shard.owns(i)]
     rows = []
-    for cond in tqdm(
-        conditions(handle, retrieval, niah, config), desc="masking", disable=not progress
-    ):
+    for i in tqdm(mine, desc="masking", disable=not progress):
+        cond = every[i]
         key = f"{cond['strategy']}/{cond['mode']}/k={cond['k']}/seed={cond['seed']}"
         print_ = fingerprint(data, cond["heads"])
         record = log.get(key, print_) if log else None
@@ -226,7 +229,12 @@ def masking_experiment(
             record |= evaluate_condition(handle, samples, cond, config)
             if log:
                 log.add(record)
-        rows.append({c: record[c] for c in COLUMNS})
+        rows.append((i, {c: record[c] for c in COLUMNS}))
+    if shard.world > 1:
+        rows = sorted(shard.gather(rows), key=lambda row: row[0])
+        if log:
+            log.merge()
+    rows = [row for _, row in rows]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["heads"] = frame["heads"].map(
         lambda hs: " ".join(f"{layer}.{head}" for layer, head in hs)

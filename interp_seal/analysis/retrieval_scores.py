@@ -61,6 +61,7 @@ from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
+from interp_seal.shards import Shard
 from interp_seal.tasks.sample import Encoded, Sample, Span, check_golden_ids
 
 # -- passage-level (MuDAF) -----------------------------------------------------------------
@@ -345,12 +346,18 @@ def score_samples(
 ) -> list[dict]:
     """``compute(sample)`` for every sample, in order; with ``results``, resumable on disk.
 
+    Under torchrun each rank computes every N-th sample (``interp_seal.shards``) and all ranks
+    return every record.
+
     ``setting`` (JSON-able: the model, options that change the result) enters each record's
     fingerprint with the sample's prompt, answer, spans and golden ids.
     """
-    log = RecordStore(results) if results is not None else None
+    shard = Shard.current()
+    log = RecordStore(results, shard) if results is not None else None
+    mine = [i for i in range(len(samples)) if shard.owns(i)]
     records = []
-    for i, sample in enumerate(tqdm(samples, desc=desc, disable=not progress)):
+    for i in tqdm(mine, desc=desc, disable=not progress):
+        sample = samples[i]
         key = f"sample-{i}"
         print_ = fingerprint(
             setting, sample.prompt, sample.answer, sample.passages, sample.golden, sample.needle
@@ -361,6 +368,11 @@ def score_samples(
             if log:
                 log.add(record)
         records.append(record)
+    if shard.world == 1:
+        return records
+    records = sorted(shard.gather(records), key=lambda record: record["sample"])
+    if log:
+        log.merge()
     return records
 
 

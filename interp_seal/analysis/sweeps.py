@@ -26,10 +26,15 @@ answer positions. Results equal a one-forward-per-edit loop of ``hf_logits``.
 Resumable (``interp_seal.records``): with ``SweepOptions(out=...)`` every finished forward
 is appended to ``out/records.jsonl``; rerun with ``resume=True`` and the same arguments, the
 sweep skips what is on disk and ends with the same table.
+
+Sharded (``interp_seal.shards``): under ``torchrun --nproc_per_node N`` each rank runs every
+N-th edited forward of the one-process plan and appends to its own record file; the ranks
+exchange their records at the end, so every rank returns the one-process table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +56,7 @@ from interp_seal.interventions import (
 )
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
+from interp_seal.shards import Shard
 from interp_seal.tasks.sample import Encoded, Sample
 
 METRICS = ("exact_match", "answer_logprob")
@@ -107,11 +113,13 @@ class SweepUnit:
 
 @dataclass(frozen=True, kw_only=True)
 class _Step:
-    """One clean forward over a chunk of samples, then edited forwards ``(start, units)``."""
+    """One clean forward over a chunk of samples, then edited forwards ``(start, units)``;
+    ``baseline``: the clean forward's own scores are recorded (the unedited model)."""
 
     length: int
     chunk: tuple[int, ...]
     groups: tuple[tuple[int, tuple[int, ...]], ...]
+    baseline: bool = True
 
 
 def run_sweep(
@@ -144,6 +152,7 @@ def run_sweep(
     if not samples or any(len(batch) == 0 for batch in samples.values()):
         raise ValueError("give at least one sample for every length: {length: [samples]}")
     encoded = {int(length): encode_samples(handle, batch) for length, batch in samples.items()}
+    shard = Shard.current()
     store = None
     done: dict = {}
     if options.out is not None:
@@ -157,11 +166,13 @@ def run_sweep(
         store = RecordStore.open(options.out, manifest, resume=options.resume)
         fields = ("length", "sample", "unit", "exact_match", "answer_logprob")
         done = {(rec["length"], rec["sample"], rec["unit"]): rec for rec in store.load(fields)}
+        shard.barrier()  # every rank plans from the same finished records
     starts = [min(u.intervention.active_layers(), default=handle.spec.n_layers) for u in units]
-    steps = _plan(encoded, starts, done, options, handle.spec.n_layers)
-    total = sum(1 + len(step.groups) for step in steps)
+    steps = _share(_plan(encoded, starts, done, options, handle.spec.n_layers), shard)
+    total = sum(step.baseline + len(step.groups) for step in steps)
     pad_id = pad_id_of(handle.tokenizer)
     finished = 0
+    new: list[dict] = []
     with tqdm(total=total, desc="ablation sweep", disable=not options.progress) as bar:
 
         def save(length: int, chunk: tuple[int, ...], unit_ids, exact, logprob) -> None:
@@ -180,7 +191,7 @@ def run_sweep(
                 for i, s in enumerate(chunk)
             ]
             records = [r for r in records if (length, r["sample"], r["unit"]) not in done]
-            done.update({(length, r["sample"], r["unit"]): r for r in records})
+            new.extend(records)
             if store is not None:
                 store.append(records)
             bar.update(1)
@@ -193,16 +204,26 @@ def run_sweep(
                 [encoded[step.length][s] for s in step.chunk], pad_id=pad_id
             )
             clean = clean_run(handle, batch, [start for start, _ in step.groups])
-            scored = batch.score(clean.logits)
-            unedited = [BASELINE] + [u for u, s in enumerate(starts) if s == handle.spec.n_layers]
-            n = len(unedited)  # the baseline, and units that edit nothing
-            save(
-                step.length, step.chunk, unedited, scored.exact.repeat(n), scored.logprob.repeat(n)
-            )
+            if step.baseline:
+                scored = batch.score(clean.logits)
+                unedited = [BASELINE] + [
+                    u for u, s in enumerate(starts) if s == handle.spec.n_layers
+                ]
+                n = len(unedited)  # the baseline, and units that edit nothing
+                save(
+                    step.length,
+                    step.chunk,
+                    unedited,
+                    scored.exact.repeat(n),
+                    scored.logprob.repeat(n),
+                )
             for start, unit_ids in step.groups:
                 ivs = [units[u].intervention for u in unit_ids]
                 scored = batch.score(run_from_layer(handle, clean, start, ivs))
                 save(step.length, step.chunk, unit_ids, scored.exact, scored.logprob)
+    done.update({(r["length"], r["sample"], r["unit"]): r for r in shard.gather(new)})
+    if store is not None:
+        store.merge()
     return _summarise(done, encoded, units)
 
 
@@ -257,6 +278,25 @@ def _plan(encoded, starts, done, options: SweepOptions, n_layers: int) -> list[_
                 ]
             steps.append(_Step(length=length, chunk=chunk, groups=tuple(groups)))
     return steps
+
+
+def _share(steps: list[_Step], shard: Shard) -> list[_Step]:
+    """This rank's part of the plan: every ``world``-th edited forward, and the baselines of
+    every ``world``-th chunk. The forwards themselves are the one-process plan's, row for row,
+    so N processes give the one-process table exactly."""
+    if shard.world == 1:
+        return steps
+    mine, index = [], 0
+    for number, step in enumerate(steps):
+        groups = []
+        for group in step.groups:
+            if shard.owns(index):
+                groups.append(group)
+            index += 1
+        baseline = shard.owns(number)
+        if baseline or groups:
+            mine.append(dataclasses.replace(step, groups=tuple(groups), baseline=baseline))
+    return mine
 
 
 def _summarise(done: dict, encoded, units: Sequence[SweepUnit]) -> pd.DataFrame:

@@ -8,6 +8,11 @@ an output directory for the command's duration (``outputs.claim_output_dir``: on
 directory; ``--force`` to write into a directory that holds none of our runs), and turns bad
 input (ValueError, FileNotFoundError) and file-system errors (OSError) into one ``error:`` line
 and exit status 2.
+
+Under ``torchrun --nproc_per_node N -m interp_seal.cli ...`` a command that splits its work
+over processes (``torchrun="shards"``: sweeps, retrieval scores, masking) joins the process
+group before it starts (``interp_seal.shards``); tuning commands (``torchrun="accelerate"``)
+let accelerate do it; any other command refuses to run N times over.
 """
 
 from __future__ import annotations
@@ -68,9 +73,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def join_ranks(args: argparse.Namespace) -> None:
+    """Under torchrun: join the process group of a sharded command, refuse an unsharded one."""
+    from interp_seal.shards import launched_by_torchrun, start_process_group
+
+    if not launched_by_torchrun():
+        return
+    launcher = getattr(args, "torchrun", None)
+    if launcher is None:
+        raise ValueError(
+            f"`interp-seal {args.command}` runs in one process; under torchrun only the sweeps, "
+            "retrieval scores, masking and tuning split their work: run it without torchrun"
+        )
+    if launcher == "shards":
+        from interp_seal.models.load import resolve_device
+
+        start_process_group(resolve_device(args.device))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        join_ranks(args)
         check_outputs(args)  # before any work: an unwritable --out must not cost a long run
         out_dir = getattr(args, "out", None)
         # under torchrun every rank runs this command on one --out: rank 0 holds it for all

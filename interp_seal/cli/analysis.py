@@ -17,6 +17,10 @@ table gains a ``source`` column (``exact`` / ``estimate``), figures and quadrant
 answer's log-probability (the only metric every head has), the estimates go to
 ``screen_estimates.csv`` and the exact sweep's records to ``OUT/exact``.
 Mode ``mean`` ablates to the mean head output over the sweep's own samples.
+
+Both sweeps split their forwards over processes under torchrun (same table as one process)::
+
+    torchrun --nproc_per_node 4 -m interp_seal.cli analysis head-sweep --device cuda ...
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from interp_seal.cli.common import (
     sample_count,
 )
 from interp_seal.outputs import write_html, write_table
+from interp_seal.shards import Shard
 
 MODES = ("zero", "scale", "mean", "uniform")
 
@@ -63,7 +68,7 @@ def register(subparsers) -> None:
         help="screened sweep: attribution patching ranks every head, the K most helpful and K "
         "most harmful are swept exactly",
     )
-    heads.set_defaults(func=run_head_sweep)
+    heads.set_defaults(func=run_head_sweep, torchrun="shards")
 
     channels = sub.add_parser(
         "channel-sweep", help="ablate one channel of chosen heads at a time (SEAL Fig. 2c)"
@@ -81,7 +86,7 @@ def register(subparsers) -> None:
     channels.add_argument(
         "--channels", type=nonnegative_int, nargs="+", default=None, help="channels (default: all)"
     )
-    channels.set_defaults(func=run_channel_sweep)
+    channels.set_defaults(func=run_channel_sweep, torchrun="shards")
 
 
 def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +96,15 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lengths", type=line_count, nargs="+", default=[20, 40], help="lines per record"
     )
-    parser.add_argument("--n", type=sample_count, default=50, help="records per length")
+    parser.add_argument(
+        "--n",
+        "--records",
+        dest="n",
+        type=sample_count,
+        default=50,
+        help="records per length (spell it --records under torchrun, whose own parser rejects "
+        "--n as an abbreviation of its options)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated records")
     index_style_argument(parser)
     chat_template_argument(parser)
@@ -168,6 +181,8 @@ def run_head_sweep(args: argparse.Namespace) -> int:
         table, metric = screen.table, "answer_logprob"
         written.append(write_table(screen.estimates, args.out / "screen_estimates.csv"))
         print(f"screen: most helpful {screen.helpful}, most harmful {screen.harmful}")
+    if not Shard.current().main:
+        return 0  # rank 0 writes the outputs
     written += [
         write_table(table, args.out / f"results.{args.format}"),
         write_html(head_delta_heatmap(table, metric=metric), args.out / "head_deltas.html"),
@@ -202,6 +217,8 @@ def run_channel_sweep(args: argparse.Namespace) -> int:
         mean_z=mean_z,
         options=options,
     )
+    if not Shard.current().main:
+        return 0  # rank 0 writes the outputs
     written = [
         write_table(table, args.out / f"results.{args.format}"),
         write_html(channel_map(table), args.out / "channel_map.html"),

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from interp_seal.cli.common import model_options, positive_int, read_table
 from interp_seal.outputs import write_html, write_table
+from interp_seal.shards import Shard
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +58,7 @@ def register(subparsers) -> None:
         default="hf",
         help="how attention rows are captured (identical numbers)",
     )
-    passages.set_defaults(func=run_passage_scores)
+    passages.set_defaults(func=run_passage_scores, torchrun="shards")
 
     needle = sub.add_parser("needle-scores", help="Retrieval Head copy-paste scores (NIAH)")
     _common(needle)
@@ -65,7 +66,7 @@ def register(subparsers) -> None:
     needle.add_argument(
         "--max-new-tokens", type=positive_int, help="greedy steps (default: the answer's length)"
     )
-    needle.set_defaults(func=run_needle_scores)
+    needle.set_defaults(func=run_needle_scores, torchrun="shards")
 
     masking = sub.add_parser("masking", help="mask top / random / NIAH heads (MuDAF Fig. 4)")
     _common(masking)
@@ -95,7 +96,7 @@ def register(subparsers) -> None:
     masking.add_argument(
         "--batch-size", type=positive_int, default=1, help="questions decoded together"
     )
-    masking.set_defaults(func=run_masking)
+    masking.set_defaults(func=run_masking, torchrun="shards")
 
 
 SCORED = {  # task -> (what its scores need in a sample, whether a sample has it)
@@ -164,6 +165,8 @@ def run_passage_scores(args: argparse.Namespace) -> int:
     scores = passage_retrieval_scores(
         handle, samples, config, results=args.out / "per_sample.jsonl"
     )
+    if not Shard.current().main:
+        return 0  # rank 0 writes the outputs
     title = f"MuDAF retrieval score (F1, eps={args.eps}): {Path(handle.name_or_path).name}"
     _write_heads(args.out, scores.heads, scores.per_sample, "f1", title)
     write_html(passage_heatmap(scores.attention[0]), args.out / "passage_attention.html")
@@ -176,6 +179,8 @@ def run_needle_scores(args: argparse.Namespace) -> int:
     config = CopyPasteConfig(threshold=args.threshold, max_new_tokens=args.max_new_tokens)
     handle, samples = _setup(args, needs="needle")
     scores = needle_retrieval_scores(handle, samples, config, results=args.out / "per_sample.jsonl")
+    if not Shard.current().main:
+        return 0  # rank 0 writes the outputs
     title = f"Retrieval Head copy-paste score: {Path(handle.name_or_path).name}"
     _write_heads(args.out, scores.heads, scores.per_sample, "score", title)
     print(f"{int(scores.heads['retrieval_head'].sum())} heads score above {args.threshold}")
@@ -202,6 +207,8 @@ def run_masking(args: argparse.Namespace) -> int:
     frame = masking_experiment(
         handle, samples, retrieval, niah=niah, config=config, results=args.out / "conditions.jsonl"
     )
+    if not Shard.current().main:
+        return 0  # rank 0 writes the outputs
     write_table(frame, args.out / "masking.csv")
     metric = "qa_f1" if args.qa_f1 else "exact_match"
     write_html(masking_bars(frame, metric=metric), args.out / "masking.html")

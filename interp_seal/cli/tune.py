@@ -61,14 +61,14 @@ def register(subparsers) -> None:
     for method, granularity in (("seal-h", "head"), ("seal-c", "channel")):
         p = sub.add_parser(method, help=f"SEAL with one learnable scale per {granularity}")
         _training_args(p, method)
-        p.set_defaults(func=run_seal, granularity=granularity)
+        p.set_defaults(func=run_seal, granularity=granularity, torchrun="accelerate")
 
     for method, dora in (("lora", False), ("dora", True)):
         p = sub.add_parser(method, help=f"SEAL-{'D' if dora else 'L'}: {method.upper()} on q/k/v/o")
         _training_args(p, method)
         p.add_argument("--rank", type=positive_int, default=4, help="adapter rank (SEAL: 4)")
         p.add_argument("--alpha", type=float, default=8.0, help="LoRA alpha")
-        p.set_defaults(func=run_peft, dora=dora)
+        p.set_defaults(func=run_peft, dora=dora, torchrun="accelerate")
 
     for method in ("mudaf", "sft"):
         p = sub.add_parser(
@@ -87,7 +87,7 @@ def register(subparsers) -> None:
         p.add_argument(
             "--layers", type=nonnegative_int, nargs="+", help="layers whose attention trains"
         )
-        p.set_defaults(func=run_mudaf, method=method)
+        p.set_defaults(func=run_mudaf, method=method, torchrun="accelerate")
         if method == "mudaf":
             pick = p.add_mutually_exclusive_group(required=True)
             pick.add_argument(
