@@ -71,44 +71,78 @@ def direct_estimates(handle, samples, target) -> dict[int, np.ndarray]:
     return out
 
 
+def direct_per_record(handle, samples, target) -> dict[int, np.ndarray]:
+    """``direct_estimates`` of each record alone: ``{length: (records, L, H)}``."""
+    return {
+        length: np.stack(
+            [direct_estimates(handle, {length: [sample]}, target)[length] for sample in batch]
+        )
+        for length, batch in samples.items()
+    }
+
+
 def test_exact_rows_are_the_sweeps_and_estimates_attribution(handle, samples):
-    screen = screened_head_sweep(handle, samples, top_k=3, options=QUIET)
+    screen = screened_head_sweep(handle, samples, top_k=3, candidates=5, options=QUIET)
     full = head_sweep(handle, samples, options=QUIET)
-    direct = direct_estimates(handle, samples, lambda layer, z: torch.zeros_like(z))
+    per_record = direct_per_record(handle, samples, lambda layer, z: torch.zeros_like(z))
 
-    # the screen ranks by the estimate averaged over lengths; top and bottom 3 are confirmed
-    mean = (direct[3] + direct[6]) / 2
-    order = sorted((mean[lay, h], lay, h) for lay in range(3) for h in range(4))
-    assert list(screen.helpful) == [(lay, h) for _, lay, h in order[:3]]
-    assert list(screen.harmful) == [(lay, h) for _, lay, h in order[::-1][:3]]
-
+    # candidates: the 5 largest |mean over lengths| + 2 x root-mean-square SE, either sign
+    mean = (per_record[3].mean(0) + per_record[6].mean(0)) / 2
+    se = {n: v.std(0, ddof=1) / np.sqrt(len(v)) for n, v in per_record.items()}
+    bound = np.abs(mean) + 2 * np.sqrt((se[3] ** 2 + se[6] ** 2) / 2)
+    order = sorted((-bound[lay, h], lay, h) for lay in range(3) for h in range(4))
+    expected = sorted((lay, h) for _, lay, h in order[:5])
     table = screen.table
     exact = table[table.source == "exact"]
-    assert set(zip(exact["layer"], exact["head"], strict=True)) == {
-        *screen.helpful,
-        *screen.harmful,
-    }
-    assert len(exact) == 6 * 2 * 2  # heads x lengths x metrics
+    assert sorted(set(zip(exact["layer"], exact["head"], strict=True))) == expected
+    assert len(exact) == 5 * 2 * 2  # heads x lengths x metrics
     merged = exact.merge(full, on=["layer", "head", "length", "metric"], suffixes=("", "_full"))
     assert len(merged) == len(exact)
     for column in ("value", "baseline", "delta"):
         np.testing.assert_allclose(merged[column], merged[f"{column}_full"], atol=1e-5)
 
     estimated = table[table.source == "estimate"]
-    assert set(estimated.metric) == {"answer_logprob"} and len(estimated) == 6 * 2
+    assert set(estimated.metric) == {"answer_logprob"} and len(estimated) == 7 * 2
     for row in estimated.itertuples():
-        assert row.delta == pytest.approx(direct[row.length][row.layer, row.head], abs=2e-4)
+        assert row.delta == pytest.approx(
+            per_record[row.length].mean(0)[row.layer, row.head], abs=2e-4
+        )
         baseline = full[(full.length == row.length) & (full.metric == "answer_logprob")].baseline
         assert row.baseline == pytest.approx(baseline.iloc[0], abs=1e-5)
         assert row.value == pytest.approx(row.baseline + row.delta, abs=1e-9)
     # every head once per length for answer_logprob
     logprob = table[table.metric == "answer_logprob"]
     assert len(logprob) == 12 * 2 and not logprob.duplicated(["layer", "head", "length"]).any()
-    # estimates: every head and length, the screen's rank and which heads were confirmed
+
+    # the ranking reads exact deltas where confirmed, estimates elsewhere (mean over lengths)
+    combined = {}
+    for row in logprob.itertuples():
+        combined.setdefault((row.layer, row.head), []).append(row.delta)
+    ranked = sorted((float(np.mean(v)), head) for head, v in combined.items())
+    assert list(screen.helpful) == [head for _, head in ranked[:3]]
+    assert list(screen.harmful) == [head for _, head in ranked[::-1][:3]]
+
     est = screen.estimates
-    assert len(est) == 12 * 2 and est.confirmed.sum() == 6 * 2
+    assert len(est) == 12 * 2 and est.confirmed.sum() == 5 * 2
     for row in est.itertuples():
-        assert row.estimate == pytest.approx(direct[row.length][row.layer, row.head], abs=2e-4)
+        values = per_record[row.length][:, row.layer, row.head]
+        assert row.estimate == pytest.approx(values.mean(), abs=2e-4)
+        assert row.se == pytest.approx(values.std(ddof=1) / np.sqrt(2), abs=2e-4)
+
+
+def test_confirmed_on_fewer_records(handle, samples):
+    screen = screened_head_sweep(
+        handle, samples, top_k=2, candidates=3, confirm_records=1, options=QUIET
+    )
+    first = {n: batch[:1] for n, batch in samples.items()}
+    exact = screen.table[screen.table.source == "exact"]
+    heads = sorted(
+        {(int(lay), int(h)) for lay, h in zip(exact["layer"], exact["head"], strict=True)}
+    )
+    sweep = head_sweep(handle, first, heads=heads, options=QUIET)
+    merged = exact.merge(sweep, on=["layer", "head", "length", "metric"], suffixes=("", "_one"))
+    assert len(merged) == 3 * 2 * 2
+    np.testing.assert_allclose(merged["delta"], merged["delta_one"], atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["scale", "mean"])
@@ -130,20 +164,21 @@ def test_resume_reads_the_estimates_back(handle, samples, tmp_path, monkeypatch)
     first = screened_head_sweep(
         handle, samples, top_k=2, options=SweepOptions(out=tmp_path, progress=False)
     )
-    assert (tmp_path / "screen_estimates.json").exists() and (tmp_path / "exact").is_dir()
+    records = (tmp_path / "screen" / "records.jsonl").read_text().splitlines()
+    assert len(records) == 4 and (tmp_path / "exact" / "records.jsonl").exists()
 
     def refuse(*args, **kwargs):
         raise AssertionError("resuming must not recompute the estimates")
 
-    monkeypatch.setattr(screening, "attribution_estimates", refuse)
+    monkeypatch.setattr(screening, "answer_logprob_gradients", refuse)
     again = screened_head_sweep(
         handle, samples, top_k=2, options=SweepOptions(out=tmp_path, resume=True, progress=False)
     )
     pd.testing.assert_frame_equal(first.table, again.table)
-    with pytest.raises(ValueError, match="holds a screened sweep already; pass resume=True"):
+    with pytest.raises(ValueError, match="already holds a run; pass resume=True"):
         screened_head_sweep(handle, samples, top_k=2, options=SweepOptions(out=tmp_path))
     other = {3: samples[3]}
-    with pytest.raises(ValueError, match="holds estimates for other inputs"):
+    with pytest.raises(ValueError, match="made with other arguments"):
         screened_head_sweep(
             handle, other, top_k=2, options=SweepOptions(out=tmp_path, resume=True, progress=False)
         )
@@ -152,6 +187,10 @@ def test_resume_reads_the_estimates_back(handle, samples, tmp_path, monkeypatch)
 def test_bad_input(handle, samples):
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         screened_head_sweep(handle, samples, top_k=0)
+    with pytest.raises(ValueError, match="candidates must be >= 1"):
+        screened_head_sweep(handle, samples, top_k=1, candidates=0)
+    with pytest.raises(ValueError, match="confirm_records must be >= 1"):
+        screened_head_sweep(handle, samples, top_k=1, confirm_records=0)
     with pytest.raises(ValueError, match="uniform attention changes the attention itself"):
         screened_head_sweep(handle, samples, top_k=2, mode="uniform")
     with pytest.raises(ValueError, match="at least one sample for every length"):
@@ -187,6 +226,15 @@ def test_cli_screen_flag(tmp_path, llama_checkpoint, capsys):
     np.testing.assert_allclose(table["delta"], expected["delta"], atol=1e-5)
     estimates = pd.read_csv(out / "screen_estimates.csv")
     assert len(estimates) == 8 * 2 and estimates["confirmed"].sum() == 4 * 2
+    assert list(estimates.columns) == [
+        "layer",
+        "head",
+        "length",
+        "estimate",
+        "se",
+        "baseline",
+        "confirmed",
+    ]
     assert {"head_deltas.html", "quadrants.html", "quadrants.csv"} <= {
         p.name for p in out.iterdir()
     }

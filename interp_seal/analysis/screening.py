@@ -3,7 +3,7 @@
 An exact per-head sweep (SEAL Sec. 3.1, Fig. 2b; ``interp_seal.analysis.sweeps.head_sweep``)
 runs one partial forward per head per record. A 135M model has 270 heads: with long prompts on
 a CPU that is hours. Most heads barely matter, and what one wants first are the few whose
-pruning helps or hurts retrieval most. A screened sweep finds them in two stages:
+pruning helps or hurts retrieval most. A screened sweep finds them in three stages:
 
 1. **Screen** (attribution patching, Nanda 2023; Kramar et al. 2024, "AtP"). One forward and
    one backward pass per record give ``g = d M / d z`` for every head output ``z`` at every
@@ -15,29 +15,37 @@ pruning helps or hurts retrieval most. A screened sweep finds them in two stages
 
    so one backward pass prices every head at once. Per length, the estimate is the mean over
    records, like the sweep's per-length means.
-2. **Confirm.** Heads are ranked by their estimate averaged over lengths; the ``top_k`` most
-   negative (pruning lowers the answer's probability: *helpful* heads) and the ``top_k`` most
-   positive (*harmful* heads) run through the exact batched sweep at every length.
+2. **Confirm.** First-order estimates misjudge heads whose effect is far from linear: on
+   SmolLM2-135M the head whose pruning costs most (L16H0, -7 nats) is estimated at +0.7, the
+   wrong sign. Its estimate is still large. So the heads swept exactly (``candidates``) are the
+   largest estimated *magnitudes*, widened by their uncertainty: ``|mean| + 2 SE``, the mean
+   and standard error of the per-record estimates, whatever sign the estimate has. They run
+   through the exact batched sweep, on every record or on the first ``confirm_records`` of
+   each length (cheaper, noisier).
+3. **Rank.** The ``top_k`` most helpful (pruning lowers the answer's probability most) and most
+   harmful heads are read off the combined table: exact values where confirmed, estimates
+   elsewhere.
 
 The result is the sweep's tidy table for every head, with a ``source`` column: ``"exact"`` rows
 (confirmed heads, both metrics, the exact sweep's numbers) and ``"estimate"`` rows (the other
-heads, ``answer_logprob`` only: ``delta`` is the attribution estimate and ``value`` the exact
-baseline plus it). Exact match has no gradient, so unconfirmed heads have no exact-match rows.
+heads, ``answer_logprob`` only: ``delta`` is the attribution estimate, ``baseline`` the mean of
+the records' own log-probabilities from the screen's forwards, ``value`` their sum). Exact match
+has no gradient, so unconfirmed heads have no exact-match rows.
 
-The estimate is exact for a metric linear in ``z``; attention and norm nonlinearities make it
-drift for heads with large effects, which is why the top of the ranking is confirmed exactly.
-``benchmarks/bench_screened_sweep.py`` measures the speed-up and the top-10 overlap with the
-full exact sweep on SmolLM2-135M.
+Resumable and sharded like the sweeps: the per-record estimates are records of the run store
+(``out/screen``), the confirmation an ordinary sweep (``out/exact``).
+``benchmarks/bench_screened_sweep.py`` measures the speed-up and the top-10 overlap against the
+exact sweep of all 270 heads of SmolLM2-135M (its table is kept in ``tests/data``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from jaxtyping import Float
@@ -55,12 +63,11 @@ from interp_seal.analysis.sweeps import (
 from interp_seal.evaluation.teacher_forcing import encode_samples
 from interp_seal.interventions import ablate
 from interp_seal.models import ModelHandle
-from interp_seal.outputs import write_text
-from interp_seal.records import fingerprint
+from interp_seal.records import RecordStore, fingerprint
+from interp_seal.shards import Shard
 from interp_seal.tasks.sample import Encoded
 
 SCREEN_MODES = ("zero", "scale", "mean")
-ESTIMATES = "screen_estimates.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,10 +77,12 @@ class ScreenedSweep:
     Attributes:
         table: the sweep table of every head (``layer, head, channel, length, metric, value,
             baseline, delta``) plus ``source``: ``"exact"`` or ``"estimate"``.
-        estimates: ``layer, head, length, estimate`` (attribution estimate of the change of
-            ``answer_logprob``, mean over records) for every head, plus ``rank`` (1 = most
-            negative mean estimate over lengths) and ``confirmed``.
-        helpful, harmful: the heads confirmed exactly, most negative / most positive first.
+        estimates: ``layer, head, length, estimate, se, baseline, confirmed`` for every head:
+            the attribution estimate of the change of ``answer_logprob`` (mean over the
+            length's records) and its standard error, the records' mean ``answer_logprob``,
+            and whether the head was swept exactly.
+        helpful, harmful: the ``top_k`` heads whose pruning lowers / raises ``answer_logprob``
+            most (mean over lengths), most extreme first.
     """
 
     table: pd.DataFrame
@@ -115,6 +124,80 @@ def attribution_estimates(
 
     Returns ``layer, head, length, estimate`` (mean over the length's records).
     """
+    per_record = _record_estimates(handle, samples, mode, factor, mean_z, None, progress)
+    return _per_length(handle, per_record)[["layer", "head", "length", "estimate"]]
+
+
+def screened_head_sweep(
+    handle: ModelHandle,
+    samples: SamplesByLength,
+    *,
+    top_k: int,
+    candidates: int | None = None,
+    confirm_records: int | None = None,
+    mode: str = "zero",
+    factor: float | None = None,
+    mean_z: Float[Tensor, "layer head d_head"] | None = None,
+    options: SweepOptions | None = None,
+) -> ScreenedSweep:
+    """Screen every head by attribution patching, confirm the likeliest movers exactly, rank.
+
+    Args:
+        top_k: heads reported each way (``helpful``, ``harmful``).
+        candidates: heads confirmed exactly (default ``2 * top_k``): the largest estimated
+            magnitudes, ``|mean| + 2 SE`` over records, whatever their estimated sign.
+        confirm_records: records per length the candidates are confirmed on (default all):
+            fewer trade the confirmed means' precision for time.
+        options: as for ``head_sweep``. With ``options.out``, the per-record estimates go to
+            ``out/screen`` and the exact sweep to ``out/exact`` (both resumable with
+            ``options.resume``, both split over torchrun's processes).
+    """
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1 (heads reported in each direction), got {top_k}")
+    candidates = 2 * top_k if candidates is None else candidates
+    if candidates < 1:
+        raise ValueError(f"candidates must be >= 1 (heads confirmed exactly), got {candidates}")
+    if confirm_records is not None and confirm_records < 1:
+        raise ValueError(f"confirm_records must be >= 1 (or None: all), got {confirm_records}")
+    options = options or SweepOptions()
+    out = None if options.out is None else Path(options.out)
+    store = None
+    if out is not None:
+        manifest = _screen_manifest(handle, samples, mode, factor, mean_z)
+        store = RecordStore.open(out / "screen", manifest, resume=options.resume)
+    per_record = _record_estimates(handle, samples, mode, factor, mean_z, store, options.progress)
+    estimates = _per_length(handle, per_record)
+    confirmed = _candidates(estimates, candidates)
+    subset = {n: list(batch)[:confirm_records] for n, batch in samples.items()}
+    exact_options = options
+    if out is not None:
+        exact_options = dataclasses.replace(options, out=out / "exact")
+    exact = head_sweep(
+        handle,
+        subset,
+        heads=confirmed,
+        mode=mode,
+        factor=factor,
+        mean_z=mean_z,
+        options=exact_options,
+    ).assign(source="exact")
+    heads = list(zip(estimates["layer"], estimates["head"], strict=True))
+    estimates["confirmed"] = [head in set(confirmed) for head in heads]
+    table = pd.concat([exact, _estimated_rows(estimates)], ignore_index=True)
+    table = table.sort_values(["metric", "length", "layer", "head"], kind="stable")
+    ranked = top_heads(table, top_k)
+    return ScreenedSweep(
+        table=table.reset_index(drop=True),
+        estimates=estimates,
+        helpful=tuple(ranked["helpful"]),
+        harmful=tuple(ranked["harmful"]),
+    )
+
+
+def _record_estimates(handle, samples, mode, factor, mean_z, store, progress) -> list[dict]:
+    """Per record: ``length``, ``sample``, ``metric`` (M) and ``estimate`` (``(L, H)``, the
+    first-order change of M per ablated head). With a ``store``, finished records are read
+    back; under torchrun each rank estimates every N-th record."""
     if mode not in SCREEN_MODES:
         raise ValueError(
             f"screening estimates edits affine in the head output, modes {SCREEN_MODES}; got "
@@ -127,82 +210,66 @@ def attribution_estimates(
     slope = (every.scale - 1).float()  # (L, H, D)
     offset = torch.zeros(spec.shape) if every.offset is None else every.offset.float()
     encoded = {int(n): encode_samples(handle, batch) for n, batch in samples.items()}
-    rows = []
-    with tqdm(
-        total=sum(map(len, encoded.values())), desc="attribution screen", disable=not progress
-    ) as bar:
-        for length, batch in encoded.items():
-            total = torch.zeros(spec.n_layers, spec.n_heads, dtype=torch.float64)
-            for enc in batch:
-                z, grad, _ = answer_logprob_gradients(handle, enc)  # (L, T, H, D)
-                change = slope[:, None] * z + offset[:, None]
-                total += (change * grad).sum((1, 3)).double()
-                bar.update(1)
-            estimate = (total / len(batch)).double().cpu().numpy()
-            rows += [
-                {"layer": lay, "head": h, "length": length, "estimate": float(estimate[lay, h])}
-                for lay, h in all_heads(handle)
-            ]
-    return pd.DataFrame(rows)
+    units = [(n, i) for n, batch in encoded.items() for i in range(len(batch))]
+    shard = Shard.current()
+    done = {}
+    if store is not None:
+        fields = ("length", "sample", "metric", "estimate")
+        done = {(r["length"], r["sample"]): r for r in store.load(fields)}
+    mine = [u for index, u in enumerate(units) if shard.owns(index) and u not in done]
+    new = []
+    for length, i in tqdm(mine, desc="attribution screen", disable=not progress):
+        z, grad, metric = answer_logprob_gradients(handle, encoded[length][i])  # (L, T, H, D)
+        change = slope[:, None] * z + offset[:, None]
+        estimate = (change * grad).sum((1, 3)).double().cpu().numpy()
+        record = {"length": length, "sample": i, "metric": metric, "estimate": estimate.tolist()}
+        new.append(record)
+        if store is not None:
+            store.append([record])
+    done |= {(r["length"], r["sample"]): r for r in shard.gather(new)}
+    if store is not None:
+        store.merge()
+    return [done[u] for u in units]
 
 
-def screened_head_sweep(
-    handle: ModelHandle,
-    samples: SamplesByLength,
-    *,
-    top_k: int,
-    mode: str = "zero",
-    factor: float | None = None,
-    mean_z: Float[Tensor, "layer head d_head"] | None = None,
-    options: SweepOptions | None = None,
-) -> ScreenedSweep:
-    """Screen every head by attribution patching, confirm the top ``top_k`` each way exactly.
+def _per_length(handle: ModelHandle, per_record: list[dict]) -> pd.DataFrame:
+    """``layer, head, length, estimate, se, baseline``: per length, the mean estimate over
+    records, its standard error (0 with one record) and the mean of M (the baseline)."""
+    frames = []
+    for length in dict.fromkeys(r["length"] for r in per_record):
+        records = [r for r in per_record if r["length"] == length]
+        values = np.array([r["estimate"] for r in records])  # (records, L, H)
+        se = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0 * values[0]
+        heads = all_heads(handle)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": [lay for lay, _ in heads],
+                    "head": [h for _, h in heads],
+                    "length": length,
+                    "estimate": [values.mean(0)[lay, h] for lay, h in heads],
+                    "se": [se[lay, h] for lay, h in heads],
+                    "baseline": float(np.mean([r["metric"] for r in records])),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
 
-    ``options`` as for ``head_sweep``. With ``options.out``, the estimates are saved to
-    ``out/screen_estimates.json`` and the exact sweep writes to ``out/exact`` (resumable with
-    ``options.resume``).
-    """
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1 (heads confirmed in each direction), got {top_k}")
-    options = options or SweepOptions()
-    estimates = _load_or_estimate(handle, samples, mode, factor, mean_z, options)
-    mean = estimates.groupby(["layer", "head"], as_index=False)["estimate"].mean()
-    mean = mean.sort_values(["estimate", "layer", "head"]).reset_index(drop=True)
-    order = [(int(r.layer), int(r.head)) for r in mean.itertuples()]
-    helpful = tuple(order[:top_k])
-    harmful = tuple(h for h in reversed(order[-top_k:]) if h not in helpful)
-    confirmed = sorted({*helpful, *harmful})
-    exact_options = options
-    if options.out is not None:
-        exact_options = dataclasses.replace(options, out=Path(options.out) / "exact")
-    exact = head_sweep(
-        handle,
-        samples,
-        heads=confirmed,
-        mode=mode,
-        factor=factor,
-        mean_z=mean_z,
-        options=exact_options,
-    ).assign(source="exact")
-    rank = {head: i for i, head in enumerate(order, start=1)}
-    heads = list(zip(estimates["layer"], estimates["head"], strict=True))
-    estimates["rank"] = [rank[head] for head in heads]
-    estimates["confirmed"] = [head in set(confirmed) for head in heads]
-    table = pd.concat([exact, _estimated_rows(exact, estimates)], ignore_index=True)
-    table = table.sort_values(["metric", "length", "layer", "head"], kind="stable")
-    return ScreenedSweep(
-        table=table.reset_index(drop=True),
-        estimates=estimates,
-        helpful=helpful,
-        harmful=harmful,
+
+def _candidates(estimates: pd.DataFrame, k: int) -> list[Head]:
+    """The ``k`` heads with the largest ``|mean estimate| + 2 SE`` over lengths: large effects
+    of either sign, and uncertain ones, whatever the first-order sign says."""
+    per_head = estimates.groupby(["layer", "head"], as_index=False).agg(
+        estimate=("estimate", "mean"), se=("se", lambda se: float(np.sqrt((se**2).mean())))
     )
+    per_head["bound"] = per_head["estimate"].abs() + 2 * per_head["se"]
+    best = per_head.sort_values(["bound", "layer", "head"], ascending=[False, True, True])
+    return sorted((int(r.layer), int(r.head)) for r in best.head(k).itertuples())
 
 
-def _estimated_rows(exact: pd.DataFrame, estimates: pd.DataFrame) -> pd.DataFrame:
-    """``answer_logprob`` rows of the unconfirmed heads: the exact baseline plus the estimate."""
-    baseline = (
-        exact[exact.metric == "answer_logprob"].groupby("length")["baseline"].first().to_dict()
-    )
+def _estimated_rows(estimates: pd.DataFrame) -> pd.DataFrame:
+    """``answer_logprob`` rows of the unconfirmed heads: the screen's baseline (the mean M of
+    the length's records) plus the estimate."""
     rest = estimates[~estimates.confirmed]
     rows = pd.DataFrame(
         {
@@ -211,44 +278,25 @@ def _estimated_rows(exact: pd.DataFrame, estimates: pd.DataFrame) -> pd.DataFram
             "channel": pd.array([pd.NA] * len(rest), dtype="Int64"),
             "length": rest.length,
             "metric": "answer_logprob",
-            "baseline": rest.length.map(baseline),
+            "value": rest.baseline + rest.estimate,
+            "baseline": rest.baseline,
             "delta": rest.estimate,
         }
     )
-    rows.insert(5, "value", rows["baseline"] + rows["delta"])
     return rows.assign(source="estimate")
 
 
-def _load_or_estimate(handle, samples, mode, factor, mean_z, options) -> pd.DataFrame:
-    """Attribution estimates, read back from ``out`` when resuming the same screen."""
-    key = fingerprint(
-        handle.name_or_path,
-        {str(n): [[s.prompt, s.answer] for s in batch] for n, batch in samples.items()},
-        mode,
-        factor,
-        None if mean_z is None else mean_z.tolist(),
-    )
-    path = None if options.out is None else Path(options.out) / ESTIMATES
-    if path is not None and path.exists() and not options.resume:
-        raise ValueError(
-            f"{path} holds a screened sweep already; pass resume=True (--resume) to continue it, "
-            "or write to a new output directory"
-        )
-    if path is not None and options.resume and path.exists():
-        saved = json.loads(path.read_text())
-        if saved["fingerprint"] != key:
-            raise ValueError(
-                f"{path} holds estimates for other inputs (model, samples or mode); write to a "
-                "new output directory or delete it"
-            )
-        return pd.DataFrame(saved["estimates"])
-    estimates = attribution_estimates(
-        handle, samples, mode=mode, factor=factor, mean_z=mean_z, progress=options.progress
-    )
-    if path is not None:
-        record = {"fingerprint": key, "estimates": estimates.to_dict("records")}
-        write_text(path, json.dumps(record))
-    return estimates
+def _screen_manifest(handle, samples, mode, factor, mean_z) -> dict:
+    """What a screen is: the model, the records, the edit."""
+    return {
+        "model": handle.name_or_path,
+        "geometry": handle.spec.as_dict(),
+        "dtype": str(handle.dtype),
+        "samples": fingerprint(
+            {str(n): [[s.prompt, s.answer] for s in batch] for n, batch in samples.items()}
+        ),
+        "edit": fingerprint(mode, factor, None if mean_z is None else mean_z.tolist()),
+    }
 
 
 def top_heads(table: pd.DataFrame, k: int, *, metric: str = "answer_logprob") -> dict:

@@ -11,11 +11,13 @@ killed sweep), ``results.csv`` (or ``.parquet``) with columns layer, head, chann
 metric, value, baseline, delta, and self-contained HTML figures: ``head_deltas.html`` (layer x
 head heatmap per length) and, with two or more lengths, ``quadrants.html`` (the first length
 against the last, SEAL Fig. 2b, also ``quadrants.csv``); ``channel_map.html`` for channel sweeps.
-``--screen K`` (models with many heads) ranks every head by attribution patching and sweeps
-exactly only the K most helpful and K most harmful (``interp_seal.analysis.screening``): the
-table gains a ``source`` column (``exact`` / ``estimate``), figures and quadrants use the
-answer's log-probability (the only metric every head has), the estimates go to
-``screen_estimates.csv`` and the exact sweep's records to ``OUT/exact``.
+``--screen K`` (models with many heads) prices every head by attribution patching, sweeps
+exactly the ``--candidates`` heads with the largest estimated magnitude (on ``--confirm-records``
+records per length) and reports the K most helpful and K most harmful
+(``interp_seal.analysis.screening``): the table gains a ``source`` column (``exact`` /
+``estimate``), figures and quadrants use the answer's log-probability (the only metric every
+head has), the estimates go to ``screen_estimates.csv``, the per-record estimates to
+``OUT/screen`` and the exact sweep's records to ``OUT/exact``.
 Mode ``mean`` ablates to the mean head output over the sweep's own samples.
 
 Both sweeps split their forwards over processes under torchrun (same table as one process)::
@@ -65,8 +67,22 @@ def register(subparsers) -> None:
         type=positive_int,
         default=None,
         metavar="K",
-        help="screened sweep: attribution patching ranks every head, the K most helpful and K "
-        "most harmful are swept exactly",
+        help="screened sweep: attribution patching prices every head, the likeliest movers are "
+        "swept exactly, and the K most helpful and K most harmful are reported",
+    )
+    heads.add_argument(
+        "--candidates",
+        type=positive_int,
+        default=None,
+        metavar="C",
+        help="with --screen: heads swept exactly, the largest |estimate| + 2 SE (default: 2 K)",
+    )
+    heads.add_argument(
+        "--confirm-records",
+        type=positive_int,
+        default=None,
+        metavar="R",
+        help="with --screen: records per length the candidates are swept on (default: all)",
     )
     heads.set_defaults(func=run_head_sweep, torchrun="shards")
 
@@ -166,6 +182,8 @@ def run_head_sweep(args: argparse.Namespace) -> int:
     from interp_seal.analysis.sweeps import head_sweep
     from interp_seal.viz.sweeps import head_delta_heatmap, quadrant_scatter
 
+    if args.screen is None and (args.candidates or args.confirm_records):
+        raise ValueError("--candidates and --confirm-records tune --screen K: add --screen")
     if args.screen is not None and (args.heads is not None or args.mode == "uniform"):
         raise ValueError(
             "--screen ranks every head by attribution patching, which needs an edit affine in "
@@ -177,7 +195,14 @@ def run_head_sweep(args: argparse.Namespace) -> int:
     if args.screen is None:
         table = head_sweep(handle, samples, heads=args.heads, **sweep_args)
     else:
-        screen = screened_head_sweep(handle, samples, top_k=args.screen, **sweep_args)
+        screen = screened_head_sweep(
+            handle,
+            samples,
+            top_k=args.screen,
+            candidates=args.candidates,
+            confirm_records=args.confirm_records,
+            **sweep_args,
+        )
         table, metric = screen.table, "answer_logprob"
         written.append(write_table(screen.estimates, args.out / "screen_estimates.csv"))
         print(f"screen: most helpful {screen.helpful}, most harmful {screen.harmful}")
