@@ -3,6 +3,7 @@
 Command (from the repository root; about two minutes on one CPU thread)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py
+    python benchmarks/bench_attention_memory.py --device cuda [--dtype bfloat16]  # on a GPU
 
 On a random Llama with 4 layers, 8 query heads (2 KV heads), d_head 32 and a 16K-position
 window, at 2K, 4K, 8K and 16K tokens, it measures
@@ -22,7 +23,12 @@ what the capture itself costs at that length (for rows, that is mostly the model
 forward; the rows add a few MB). Subprocesses run with ``MALLOC_MMAP_THRESHOLD_=65536`` so that
 glibc serves large blocks by ``mmap`` and returns them on free: peak RSS then tracks the peak
 of live tensors instead of heap fragmentation (without it, the same forward measured 109 MB at
-8K and 255 MB at 16K; with it, 93 MB and 175 MB). Time is the wall time of the capture call.
+8K and 255 MB at 16K; with it, 93 MB and 175 MB). On CUDA the memory is instead the peak of
+torch's CUDA allocator (``torch.cuda.max_memory_allocated``: what the capture holds on the GPU;
+host memory is not counted), and on MPS the memory Metal's driver holds after the capture
+(``torch.mps.driver_allocated_memory``; freed blocks stay cached, so it approximates the peak).
+Time is the wall time of the capture call, read after ``torch.cuda.synchronize`` on a GPU
+(``common.Clock``).
 
 TransformerLens is only run where its patterns fit: a length is skipped (and said so) when the
 estimated need ``L*H*T^2*4`` bytes of cached patterns plus ``2*H*T^2*4`` for one layer's
@@ -34,9 +40,11 @@ ours measured at 8K, and the RESULT line says ``tl_8k=extrapolated``; with a lar
 
 Measured on the 2-core development machine, shared (``OMP_NUM_THREADS=1``, ~2.5 min):
 rows 31 / 52 / 94 / 177 MB at 2K / 4K / 8K / 16K; TL 699 / 2704 MB at 2K / 4K (1.3x its
-``L*H*T^2*4`` bytes of patterns), 10.6 GB extrapolated at 8K. Final line::
+``L*H*T^2*4`` bytes of patterns), 10.6 GB extrapolated at 8K. The estimate counts float32
+patterns, so it is an overestimate under ``--dtype bfloat16`` / ``float16``. Final line::
 
     RESULT attention_memory mem_ratio_8k=<TL / ours at 8K> growth_16k_over_8k=<ours 16K / 8K> ...
+        device=<device> dtype=<dtype> clock=wall_s
 """
 
 from __future__ import annotations
@@ -48,8 +56,11 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from common import Clock, add_device_arguments, load, result_tags, timed
+
+from interp_seal.models.load import resolve_device
 
 LENGTHS = (2048, 4096, 8192, 16384)
 N_LAYERS, N_HEADS, N_KV_HEADS, D_HEAD = 4, 8, 2, 32
@@ -73,22 +84,34 @@ def build_checkpoint(path: Path) -> str:
     )
 
 
+def peak_mb(device) -> float:
+    """Peak memory of this process so far on ``device`` (MB; see the module docstring)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / MB
+    if device.type == "mps":
+        return torch.mps.driver_allocated_memory() / MB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (MB if sys.platform == "darwin" else 1024)
+
+
 def worker(args: argparse.Namespace) -> None:
-    """One measurement in this process: print peak RSS and the capture's wall time as JSON."""
+    """One measurement in this process: print peak memory, the capture's wall time and the
+    device it ran on as JSON."""
     import torch
 
     from interp_seal.analysis.attention_rows import capture_attention_rows
-    from interp_seal.models import load_model
 
     torch.set_num_threads(args.threads)
-    handle = load_model(args.model)
+    handle = load(args.model, device=args.device, dtype=args.dtype)
+    clock = Clock(handle.device, wall=True)
     ids = torch.randint(
         4, handle.spec.vocab_size, (1, args.length), generator=torch.Generator().manual_seed(0)
-    )
+    ).to(handle.device)
     bridge = handle.bridge() if args.method == "tl" else None
-    seconds = 0.0
-    if args.run:
-        start = time.perf_counter()
+
+    def capture() -> None:
         with torch.no_grad():
             if bridge is None:
                 rows = capture_attention_rows(handle, ids, (-1,))
@@ -98,17 +121,24 @@ def worker(args: argparse.Namespace) -> None:
                     ids, names_filter=lambda n: n.endswith("hook_pattern")
                 )
                 assert len(cache) == N_LAYERS
-        seconds = time.perf_counter() - start
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
-    print(json.dumps({"peak_mb": peak_kb / 1024, "seconds": seconds}))
+
+    seconds = timed(capture, clock=clock)[1] if args.run else 0.0
+    print(
+        json.dumps(
+            {"peak_mb": peak_mb(handle.device), "seconds": seconds, "device": str(handle.device)}
+        )
+    )
 
 
-def measure(model: str, method: str, length: int, threads: int) -> dict:
-    """Peak memory above the setup baseline (MB) and capture time of one (method, length)."""
+def measure(model: str, method: str, length: int, args: argparse.Namespace) -> dict:
+    """Peak memory above the setup baseline (MB), capture time and device of one (method,
+    length)."""
     runs = {}
+    threads = args.threads
     for run in (0, 1):
         cmd = [sys.executable, __file__, "--worker", "--model", model, "--method", method,
-               "--length", str(length), "--run", str(run), "--threads", str(threads)]  # fmt: skip
+               "--length", str(length), "--run", str(run), "--threads", str(threads),
+               "--device", args.device, "--dtype", args.dtype]  # fmt: skip
         env = os.environ | {
             "OMP_NUM_THREADS": str(threads),
             "TOKENIZERS_PARALLELISM": "false",
@@ -118,7 +148,11 @@ def measure(model: str, method: str, length: int, threads: int) -> dict:
         if done.returncode != 0:
             raise RuntimeError(f"{method} at {length} tokens failed:\n{done.stderr[-3000:]}")
         runs[run] = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"mb": runs[1]["peak_mb"] - runs[0]["peak_mb"], "seconds": runs[1]["seconds"]}
+    return {
+        "mb": runs[1]["peak_mb"] - runs[0]["peak_mb"],
+        "seconds": runs[1]["seconds"],
+        "device": runs[1]["device"],
+    }
 
 
 def tl_estimate_gb(length: int) -> float:
@@ -148,17 +182,20 @@ def main() -> None:
     parser.add_argument(
         "--tl-limit-gb", type=float, default=8.0, help="skip TL above this estimate"
     )
+    add_device_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
+    # the device checked once, before any worker; every worker then loads on the same one
+    args.device = str(resolve_device(args.device))
 
     with tempfile.TemporaryDirectory() as tmp:
         model = build_checkpoint(Path(tmp) / "llama16k")
         rows, tl = {}, {}
         print(f"{'tokens':>7} {'method':>6} {'memory (MB)':>12} {'time (s)':>9}")
         for length in LENGTHS:
-            rows[length] = measure(model, "rows", length, args.threads)
+            rows[length] = measure(model, "rows", length, args)
             print(
                 f"{length:>7} {'rows':>6} {rows[length]['mb']:>12.1f} {rows[length]['seconds']:>9.3f}"
             )
@@ -166,7 +203,7 @@ def main() -> None:
                 print(f"{length:>7} {'tl':>6}   skipped: needs ~{tl_estimate_gb(length):.1f} GiB "
                       f"> --tl-limit-gb {args.tl_limit_gb:g}")  # fmt: skip
                 continue
-            tl[length] = measure(model, "tl", length, args.threads)
+            tl[length] = measure(model, "tl", length, args)
             print(f"{length:>7} {'tl':>6} {tl[length]['mb']:>12.1f} {tl[length]['seconds']:>9.3f}")
 
     if 8192 in tl:
@@ -183,6 +220,7 @@ def main() -> None:
         f"rows_mb_16k={rows[16384]['mb']:.1f} tl_mb_8k={tl_8k:.0f} tl_8k={how} "
         f"rows_s_8k={rows[8192]['seconds']:.2f}"
         + (f" tl_s_4k={tl[4096]['seconds']:.2f}" if 4096 in tl else "")
+        + f" {result_tags(args, Clock(rows[8192]['device'], wall=True))}"
     )
 
 

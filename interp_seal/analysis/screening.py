@@ -167,7 +167,7 @@ def screened_head_sweep(
         store = RecordStore.open(out / "screen", manifest, resume=options.resume)
     per_record = _record_estimates(handle, samples, mode, factor, mean_z, store, options.progress)
     estimates = _per_length(handle, per_record)
-    confirmed = _candidates(estimates, candidates)
+    confirmed = screen_candidates(estimates, candidates)
     subset = {n: list(batch)[:confirm_records] for n, batch in samples.items()}
     exact_options = options
     if out is not None:
@@ -256,7 +256,7 @@ def _per_length(handle: ModelHandle, per_record: list[dict]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _candidates(estimates: pd.DataFrame, k: int) -> list[Head]:
+def screen_candidates(estimates: pd.DataFrame, k: int) -> list[Head]:
     """The ``k`` heads with the largest ``|mean estimate| + 2 SE`` over lengths: large effects
     of either sign, and uncertain ones, whatever the first-order sign says."""
     per_head = estimates.groupby(["layer", "head"], as_index=False).agg(
