@@ -33,7 +33,7 @@ import torch
 from interp_seal.cli.common import DTYPES
 from interp_seal.models import ModelHandle, load_model
 from interp_seal.models.load import ORGANISM_DIR
-from interp_seal.models.random_checkpoint import save_random_checkpoint
+from interp_seal.testing import save_random_checkpoint
 
 T = TypeVar("T")
 

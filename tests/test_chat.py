@@ -9,7 +9,7 @@ from tokenizers import processors
 
 from interp_seal.evaluation import evaluate_line_retrieval, teacher_force
 from interp_seal.models import load_model
-from interp_seal.models.random_checkpoint import save_random_checkpoint
+from interp_seal.testing import save_random_checkpoint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
 from interp_seal.tasks.chat import wrap_sample, wrap_samples
 

@@ -12,7 +12,7 @@ from interp_seal.analysis import capture_attention_rows
 from interp_seal.engine import AnswerBatch, answer_logits, clean_run, pad_id_of, run_from_layer
 from interp_seal.interventions import HeadIntervention, ablate, hf_logits
 from interp_seal.models import FAMILIES, UnsupportedModelError, load_model
-from interp_seal.models.random_checkpoint import save_random_checkpoint
+from interp_seal.testing import save_random_checkpoint
 from interp_seal.models.spec import Family
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.merge import save_merged

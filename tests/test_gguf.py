@@ -19,7 +19,7 @@ from conftest import byte_level_tokenizer
 
 from interp_seal.models import UnsupportedModelError, load_model
 from interp_seal.models import gguf as gguf_module
-from interp_seal.models.random_checkpoint import save_random_checkpoint
+from interp_seal.testing import save_random_checkpoint
 
 TEXT = "line swift-river: REGISTER_CONTENT is <4711>\nThe <REGISTER_CONTENT> in line 12 is"
 

@@ -9,9 +9,10 @@
 Command: ``interp-seal figures --model organism --out figures/organism``.
 """
 
-from interp_seal.figures.driver import GalleryResult, load_tables, regenerate
+from interp_seal.figures.driver import GalleryResult, regenerate
 from interp_seal.figures.registry import FIGURES, FigureSpec
 from interp_seal.figures.sizes import DEFAULT, QUICK, FigureSizes
+from interp_seal.figures.tables import load_tables
 
 __all__ = [
     "DEFAULT",

@@ -26,9 +26,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
+from interp_seal.figures.gallery import write_gallery
 from interp_seal.figures.registry import FigureSpec, select
 from interp_seal.figures.run import FigureRun, RunTime
 from interp_seal.figures.sizes import DEFAULT, QUICK
+from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_html, write_table, write_text
 from interp_seal.records import open_manifest
 
@@ -42,13 +44,6 @@ class GalleryResult:
     reused: list[str] = field(default_factory=list)
     png: bool = True
     png_problem: str | None = None
-
-
-def load_tables(path: Path) -> tuple[dict[str, pd.DataFrame], dict]:
-    """A figure's tables (and its JSON's other fields) from ``data/<name>.json``."""
-    doc = json.loads(path.read_text())
-    tables = {k: pd.DataFrame(v) for k, v in doc.pop("tables").items()}
-    return tables, doc
 
 
 def regenerate(
@@ -79,10 +74,12 @@ def regenerate(
             write_html(fig, out / f"{spec.name}.html", include_plotlyjs="cdn", div_id=spec.name)
             exporter.write(fig, out / f"{spec.name}.png")
         result.png, result.png_problem = exporter.available, exporter.problem
-    from interp_seal.figures.gallery import write_gallery
-
-    write_gallery(out, command=command or _command(model, out, quick), png=result.png,
-                  png_problem=result.png_problem)  # fmt: skip
+    write_gallery(
+        out,
+        command=command or _command(model, out, quick),
+        png=result.png,
+        png_problem=result.png_problem,
+    )
     return result
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from interp_seal.figures.claims import claims_table
-from interp_seal.figures.driver import load_tables
 from interp_seal.figures.registry import FIGURES
+from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_table, write_text
 
 ORGANISM_NOTE = (

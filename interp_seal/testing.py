@@ -1,10 +1,13 @@
-"""Random checkpoints of each supported family, saved like any hub model.
+"""Random checkpoints of each supported family, saved like any hub model: for tests.
 
 Useful to test a pipeline end to end without a trained model: the checkpoint is a real
 ``save_pretrained`` directory (config + safetensors + ``tokenizer.json``) that ``load_model``
 reads through the same path as a hub model. RMSNorm weights are ``1 + 0.3 * randn`` (all-ones
 norms hide direct-logit-attribution bugs) and other weights ``std * randn``, so next-token
 distributions are peaked and argmaxes rarely tie.
+
+This module sits above the library's layers (it takes the organism's word-level tokenizer), so
+nothing in the library imports it.
 """
 
 from __future__ import annotations
