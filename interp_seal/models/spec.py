@@ -1,10 +1,17 @@
 """Where things live in each supported model family, and a model's geometry.
 
 Per-architecture support is *data*, not code branches (the pyvene idea): every family that
-interp-seal understands is one ``Family`` row naming the modules the analyses touch. Adding a
-family means adding a row here, nothing else: the analyses, the forward engine, the row-wise
-attention capture and the random test checkpoints all read these rows
-(``tests/test_families.py`` registers a new family and runs the parity checks on it).
+interp-seal understands is one ``Family`` row naming the modules the analyses touch and the
+family's other particulars (its llama.cpp architecture name, its RoPE function, its attention
+window). Adding a family means one row, here or from user code with ``register_family``,
+nothing else: the analyses, the forward engine, both row-wise attention capture routes, GGUF
+loading and the random test checkpoints all read these rows (``tests/test_families.py``
+registers families, one with renamed attention and MLP modules, and runs the parity checks).
+
+What a row cannot express, and every supported family shares: a decoder-only causal LM whose
+attention has *separate* q / k / v / o projections (no fused ``qkv``), pre-norm decoder
+layers, rotate-half RoPE applied by one module-level function of the modeling file, and GQA
+query head ``i`` reading KV head ``i // group_size``.
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -37,12 +44,16 @@ class Family:
         sliding_window: dotted path, relative to the attention module, of the layer's attention
             window (None where the family always attends to the whole causal prefix); a
             window of None there means full attention.
+        rope_function: the modeling file's function that rotates q and k; the nnsight capture
+            route reads its first call's output inside the attention module's source.
+        gguf_architecture: llama.cpp's ``general.architecture`` for GGUF files of this family
+            (None: not loadable from GGUF; llama.cpp writes Mistral models as "llama").
         random_config: config overrides for random test checkpoints (e.g. no sliding window,
             so that every family computes the same kind of attention in parity tests).
 
     Decoder layers are assumed pre-norm: ``h += attn(input_norm(h)); h += mlp(post_norm(h))``,
-    with the family's own ``apply_rotary_pos_emb`` on q and k (looked up in the attention
-    module's modeling file) and GQA query head ``i`` reading KV head ``i // group_size``.
+    with the family's ``rope_function`` on q and k (looked up in the attention module's
+    modeling file) and GQA query head ``i`` reading KV head ``i // group_size``.
     """
 
     name: str
@@ -59,18 +70,40 @@ class Family:
     input_norm: str = "input_layernorm"
     post_attention_norm: str = "post_attention_layernorm"
     sliding_window: str | None = None
+    rope_function: str = "apply_rotary_pos_emb"
+    gguf_architecture: str | None = None
     random_config: tuple[tuple[str, Any], ...] = ()
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family(name="llama"),
+    "llama": Family(name="llama", gguf_architecture="llama"),
     "mistral": Family(
         name="mistral",
         sliding_window="config.sliding_window",
         random_config=(("sliding_window", None),),
     ),
-    "qwen2": Family(name="qwen2", sliding_window="sliding_window"),
+    "qwen2": Family(name="qwen2", sliding_window="sliding_window", gguf_architecture="qwen2"),
 }
+
+
+def register_family(row: Family, *, replace: bool = False) -> Family:
+    """Support the ``config.model_type`` ``row.name``: every analysis reads the row from now on.
+
+    The model type itself must be known to transformers (built in, or registered with
+    ``AutoConfig.register`` / ``AutoModelForCausalLM.register``). An existing row is replaced
+    only with ``replace=True``.
+    """
+    if row.name in FAMILIES and not replace:
+        raise ValueError(
+            f"the family {row.name!r} is registered already; pass replace=True to change its row"
+        )
+    FAMILIES[row.name] = row
+    return row
+
+
+def unregister_family(name: str) -> Family:
+    """Remove the row of ``name`` (a ``KeyError`` if there is none) and return it."""
+    return FAMILIES.pop(name)
 
 
 class UnsupportedModelError(ValueError):
