@@ -37,7 +37,19 @@ def test_top_level_names_are_the_subpackages_objects():
         interp_seal.not_a_name  # noqa: B018
 
 
-def test_notebook_nouns_import_from_their_subpackage():
-    from interp_seal.analysis import head_sweep, passage_retrieval_scores, patch_heads  # noqa: F401
-    from interp_seal.interventions import ablate  # noqa: F401
-    from interp_seal.models import load_model  # noqa: F401
+@pytest.mark.parametrize(
+    "package, name, home",
+    [
+        ("analysis", "head_sweep", "analysis.sweeps"),
+        ("analysis", "passage_retrieval_scores", "analysis.retrieval_scores"),
+        ("analysis", "patch_heads", "analysis.patching"),
+        ("interventions", "ablate", "interventions.head_edit"),
+        ("models", "load_model", "models.load"),
+        ("models", "register_family", "models.spec"),
+    ],
+)
+def test_notebook_nouns_import_from_their_subpackage(package, name, home):
+    """What the notebooks and README import from a subpackage is the function defined there."""
+    found = getattr(importlib.import_module(f"interp_seal.{package}"), name)
+    assert found.__module__ == f"interp_seal.{home}"
+    assert found is getattr(importlib.import_module(f"interp_seal.{home}"), name)
