@@ -69,8 +69,8 @@ MB = 2**20
 
 def build_checkpoint(path: Path) -> str:
     """A random 4-layer, 8-head GQA Llama with a 16K window and a small word-level tokenizer."""
-    from interp_seal.testing import save_random_checkpoint
     from interp_seal.organism.tokenizer import build_tokenizer
+    from interp_seal.testing import save_random_checkpoint
 
     return save_random_checkpoint(
         path,

@@ -39,8 +39,8 @@ install_import_hook(
     "conftest.typechecker",
 )
 
-from interp_seal.testing import save_random_checkpoint  # noqa: E402
 from interp_seal.tasks import line_retrieval  # noqa: E402
+from interp_seal.testing import save_random_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -9,9 +9,9 @@ from tokenizers import processors
 
 from interp_seal.evaluation import evaluate_line_retrieval, teacher_force
 from interp_seal.models import load_model
-from interp_seal.testing import save_random_checkpoint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
 from interp_seal.tasks.chat import wrap_sample, wrap_samples
+from interp_seal.testing import save_random_checkpoint
 
 # fastchat's vicuna_v1.1 conversation, written out by hand
 VICUNA = (

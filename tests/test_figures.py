@@ -4,6 +4,7 @@ through kaleido (or a clear message without a browser), claims computed from the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -20,7 +21,9 @@ from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import extensions
+from interp_seal.figures.sizes import DEFAULT
 from interp_seal.models import extend_context, load_model
+from interp_seal.records import fingerprint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -265,8 +268,10 @@ def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):
     run = FigureRun("organism", QUICK, tmp_path, progress=False)
     records = tmp_path / "work" / "points" / "records.jsonl"
     records.parent.mkdir(parents=True)
-    earlier = {"key": {"x": 1}, "values": {"y": 2}, "cpu_seconds": 7.5, "wall_seconds": 9.0,
-               "run": "an-earlier-run"}  # fmt: skip
+    key = json.dumps({"x": 1})
+    print_ = fingerprint(["organism", dataclasses.asdict(QUICK)], {"x": 1})
+    earlier = {"key": key, "fingerprint": print_, "values": {"y": 2}, "cpu_seconds": 7.5}
+    earlier |= {"wall_seconds": 9.0, "run": "an-earlier-run"}
     records.write_text(json.dumps(earlier) + "\n")
     table = run.rows("points", [{"x": 1}, {"x": 2}], lambda key: {"y": key["x"] * 2})
     assert table.to_dict("records") == [{"x": 1, "y": 2}, {"x": 2, "y": 4}]
@@ -275,3 +280,7 @@ def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):
     assert (run.earlier.cpu, run.earlier.wall) == (7.5, 9.0)  # the shared row counted once
     stored = [json.loads(line) for line in records.read_text().splitlines()]
     assert stored[1]["run"] == run.run_id and stored[1]["cpu_seconds"] >= 0
+    # a point computed for other sizes is refused, not reused
+    other = FigureRun("organism", DEFAULT, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="computed on a different input or setting"):
+        other.rows("points", [{"x": 1}], lambda key: {"y": 0})

@@ -8,6 +8,7 @@ floors, and the package root (which holds only the version).
 from __future__ import annotations
 
 import ast
+from itertools import pairwise
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "interp_seal"
@@ -71,8 +72,7 @@ def test_imports_go_down_the_layers():
         f"{module} -> {target}"
         for module, targets in imports().items()
         for target in targets
-        if unit(target) not in ("", unit(module))
-        and FLOORS[unit(target)] >= FLOORS[unit(module)]
+        if unit(target) not in ("", unit(module)) and FLOORS[unit(target)] >= FLOORS[unit(module)]
     ]
     assert upward == []
 
@@ -101,4 +101,4 @@ def test_no_import_circles():
 
 def _through_package_init(circle: str) -> bool:
     steps = circle.split(" -> ")
-    return any(b.startswith(a + ".") or a.startswith(b + ".") for a, b in zip(steps, steps[1:]))
+    return any(b.startswith(a + ".") or a.startswith(b + ".") for a, b in pairwise(steps))

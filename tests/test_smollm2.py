@@ -9,6 +9,7 @@ package's own dequantisation of the file, and nnsight's logits (the TransformerL
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +19,11 @@ from conftest import SESSION_CACHE
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from interp_seal.evaluation import teacher_force
+from interp_seal.analysis.sweeps import BASELINE, SweepOptions, head_sweep
+from interp_seal.evaluation import line_retrieval_samples, teacher_force
 from interp_seal.models import load_model
 from interp_seal.models.gguf import cache_dir, smollm2_path
+from interp_seal.records import RecordStore
 from interp_seal.tasks import LineRetrievalConfig, line_retrieval
 from interp_seal.tasks.chat import wrap_sample
 
@@ -78,3 +81,64 @@ def test_smollm2_backends_agree_on_a_chat_prompt(smollm2):
     predicted = hf[0, enc.answer_start - 1 : -1].argmax(-1)
     assert predicted.tolist() == list(score.predicted)
     assert score.first_token == (predicted[1] == enc.answer_ids[1])
+
+
+REFERENCE = Path(__file__).parent / "data" / "smollm2_head_sweep"
+
+
+def reference_samples(smollm2) -> tuple[dict, dict]:
+    """The reference sweep's run description and its records, regenerated from the run's
+    arguments (the same seed, index style and chat template)."""
+    run = json.loads((REFERENCE / "run.json").read_text())
+    samples = line_retrieval_samples(
+        smollm2.tokenizer,
+        run["lengths"],
+        n=run["n"],
+        seed=run["seed"],
+        index_style=run["index_style"],
+        chat_template=run["chat_template"],
+    )
+    return run, samples
+
+
+def test_smollm2_reference_sweep_is_what_the_library_computes(smollm2):
+    """The exact sweep of all 270 heads kept as reference data (``benchmarks/
+    bench_screened_sweep.py`` ranks screens against it): its first record at each length,
+    for the baseline and three heads, recomputed now."""
+    run, samples = reference_samples(smollm2)
+    store = RecordStore.open(REFERENCE, sweep_manifest_of(smollm2, samples, run), resume=True)
+    stored = {(r["length"], r["sample"], r["unit"]): r for r in store.load()}
+    assert len(stored) == (270 + 1) * run["n"] * len(run["lengths"])
+    heads = [(16, 0), (18, 6), (0, 6)]  # the most helpful, another helpful, a harmful one
+    first = {length: batch[:1] for length, batch in samples.items()}
+    table = head_sweep(smollm2, first, heads=heads, options=SweepOptions(progress=False))
+    for row in table.itertuples():
+        unit = row.layer * 9 + row.head
+        record, base = stored[row.length, 0, unit], stored[row.length, 0, BASELINE]
+        assert row.value == pytest.approx(float(record[row.metric]), abs=1e-4)
+        assert row.baseline == pytest.approx(float(base[row.metric]), abs=1e-4)
+    # L16H0, the head the first-order screen gets wrong in sign, costs 7.6 nats on average
+    drops = [
+        stored[length, s, 16 * 9]["answer_logprob"] - stored[length, s, BASELINE]["answer_logprob"]
+        for length in run["lengths"]
+        for s in range(run["n"])
+    ]
+    assert np.mean(drops) == pytest.approx(-7.60, abs=0.01)
+
+
+def sweep_manifest_of(smollm2, samples, run) -> dict:
+    """The reference's manifest as the CLI wrote it (same model name, samples and arguments)."""
+    from interp_seal.analysis.sweeps import all_heads, sweep_manifest
+    from interp_seal.evaluation.teacher_forcing import encode_samples
+    from interp_seal.interventions import ablate
+
+    encoded = {length: encode_samples(smollm2, batch) for length, batch in samples.items()}
+    heads = all_heads(smollm2)
+    manifest = sweep_manifest(
+        smollm2,
+        encoded,
+        [ablate(smollm2.spec, [head], "zero") for head in heads],
+        [{"layer": lay, "head": h, "channel": None} for lay, h in heads],
+        {"sweep": "head", "mode": "zero", "factor": None, "heads": heads},
+    )
+    return manifest | {"model": "smollm2"}

@@ -6,8 +6,9 @@ directory and is kept under ``<out>/work/``:
 
 - trainings go through ``interp_seal.tuning.loop.train`` with an ``out_dir``, so a killed run
   resumes from its last checkpoint; the result (a scale file or a checkpoint) is written last;
-- per-point evaluations go through ``FigureRun.rows``: one JSON record per finished point is
-  appended to a ``records.jsonl`` (``interp_seal.records``) and reused on restart, with the
+- per-point evaluations go through ``FigureRun.rows``: one keyed record per finished point
+  (the run store, ``interp_seal.records``: a point computed for another model or other sizes
+  is refused, not reused) is appended to a ``records.jsonl`` and reused on restart, with the
   CPU and wall time it took, so a figure's compute time counts the interrupted runs too
   (``FigureRun.earlier``);
 - sweeps use the sweep engine's own store (``SweepOptions(out=..., resume=True)``).
@@ -15,6 +16,7 @@ directory and is kept under ``<out>/work/``:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -29,7 +31,7 @@ from tqdm.auto import tqdm
 from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
-from interp_seal.records import append_records, check_fields, read_records
+from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks.sample import Sample
 
 DATA_SEED = 1000  # tuning data; evaluation records and questions use seed 0 (as `interp-seal tune`)
@@ -84,28 +86,29 @@ class FigureRun:
 
         ``compute(key)`` returns the row's values; the table has the key's columns first.
         """
-        path = self.work(name, "records.jsonl")
-        stored = read_records(path)
-        check_fields(path, stored, ("key", "values"))
-        done = {json.dumps(rec["key"], sort_keys=True): rec for rec in stored}
+        store = RecordStore(self.work(name, "records.jsonl"))
+        setting = [self.model, dataclasses.asdict(self.sizes)]
         rows = []
         keys = [dict(k) for k in keys]
         for key in tqdm(keys, desc=name, leave=False, disable=not self.progress):
             tag = json.dumps(key, sort_keys=True)
-            if tag in done:
-                self._count_earlier(name, tag, done[tag])
+            print_ = fingerprint(setting, key)
+            record = store.get(tag, print_)
+            if record is not None:
+                self._count_earlier(name, tag, record)
             else:
                 cpu, wall = time.process_time(), time.perf_counter()
                 values = dict(compute(key))
-                done[tag] = {
-                    "key": key,
+                record = {
+                    "key": tag,
+                    "fingerprint": print_,
                     "values": values,
                     "cpu_seconds": time.process_time() - cpu,
                     "wall_seconds": time.perf_counter() - wall,
                     "run": self.run_id,
                 }
-                append_records(path, [done[tag]])
-            rows.append({**key, **done[tag]["values"]})
+                store.add(record)
+            rows.append({**key, **record["values"]})
         return pd.DataFrame(rows)
 
     def _count_earlier(self, name: str, tag: str, record: Mapping) -> None:
