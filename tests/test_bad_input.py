@@ -151,7 +151,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     paths["needles"] = root / "needles.jsonl"
     jsonl.write_samples(paths["needles"], needle.generate(niah, tokenizer, 1))
     for name, (source, field, value) in TASK_DAMAGE.items():
-        record = jsonl.read_records(paths[source])[0]
+        record = jsonl.read_jsonl(paths[source])[0]
         paths[name] = root / f"{name}.jsonl"
         paths[name].write_text(json.dumps(record | {field: value}) + "\n")  # NaN as JSON's NaN
     paths["records_missing_key"] = root / "records_missing_key.jsonl"
@@ -377,7 +377,7 @@ CLI_CASES = {
     ),
     "head-sweep-n-0": Case(
         argv="analysis head-sweep --model {ckpt} --lengths 3 --n 0 --out {tmp}/out",
-        message=r"argument --n: must be a whole number >= 1, got 0",
+        message=r"argument --n/--records: must be a whole number >= 1, got 0",
         early=True,
     ),
     "evaluate-lengths-0": Case(
@@ -922,7 +922,7 @@ API_CASES = {
         message=r"no such golden-id file: .*missing_scores\.csv",
     ),
     "read-records-broken": ApiCase(
-        call=lambda f, h: jsonl.read_records(f["broken"]),
+        call=lambda f, h: jsonl.read_jsonl(f["broken"]),
         error=ValueError,
         message=r"broken\.jsonl:3: not valid JSON",
     ),
@@ -997,7 +997,7 @@ def test_the_checks_let_good_input_through(files, tmp_path):
     )
     expected = line_retrieval.generate(_cfg(3), 2, 0)
     assert [s.prompt for s in jsonl.read_samples(out)] == [s.prompt for s in expected]
-    assert jsonl.read_records(files["broken"].with_name("preds.jsonl")) == [
+    assert jsonl.read_jsonl(files["broken"].with_name("preds.jsonl")) == [
         {"pred": "7"},
         {"pred": "8"},
     ]

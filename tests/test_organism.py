@@ -89,7 +89,7 @@ def test_accuracy_high_when_short_and_degrades_when_long(organism, card):
     measurement of the same samples."""
     short, long = exact_match(organism, SHORT, 40), exact_match(organism, LONG, 40)
     assert short >= 0.95
-    assert 0.2 <= long <= 0.7  # issue 12's range at the longest card length
+    assert 0.2 <= long <= 0.7  # the card's stated range at its longest length
     # the card's accuracy (200 samples, seed 0) contains these first 40 samples
     assert abs(card["accuracy"][str(SHORT)] - short) <= 0.05
 
@@ -183,7 +183,7 @@ def test_retrieval_heads_found_and_masking_them_loses_the_answers(organism, card
     f1 = np.array(f1)
     card_f1 = np.array(card["tasks"]["retrieval_f1"])
     strong = [tuple(h) for h in np.argwhere(card_f1 >= 0.5)]
-    assert len(strong) == 3  # the card's count (issue 12 asks for 4)
+    assert len(strong) == 3  # the card's count (its specification asked for 4)
     assert all(f1[h] >= 0.5 for h in strong)
     qa = {(row["strategy"], row["seed"]): row["qa_f1"] for row in masking}
     randoms = [v for (strategy, _), v in qa.items() if strategy == "random"]

@@ -1,6 +1,6 @@
 """Accuracy vs context length under a head edit, fast enough for an interactive dashboard.
 
-The head-pruning dashboard (issue 13) re-evaluates retrieval after every click: prune a head,
+The head-pruning dashboard (``interp_seal.widgets.dashboard``) re-evaluates retrieval after every click: prune a head,
 scale it, undo. SEAL's Fig. 2d curves (accuracy per length under a multi-head scale table) are
 exactly what each click asks for, on a fixed set of records. A full teacher-forced evaluation
 (``interp_seal.evaluation.evaluate_lengths``) runs every layer at every position for every

@@ -90,7 +90,7 @@ class MaskingConfig:
             raise ValueError("max_new_tokens and batch_size must be >= 1")
 
 
-def top_heads(ranked: pd.DataFrame, k: int) -> list[Head]:
+def top_ranked(ranked: pd.DataFrame, k: int) -> list[Head]:
     """The ``k`` best heads of a score table with ``layer``, ``head`` and ``rank`` columns."""
     missing = {"layer", "head", "rank"} - set(ranked.columns)
     if missing:
@@ -121,14 +121,14 @@ def conditions(
     out = [{"strategy": "none", "mode": "none", "k": 0, "seed": -1, "heads": []}]
     tables = {"retrieval": retrieval} | ({"niah": niah} if niah is not None else {})
     for k in config.ks:
-        top = top_heads(retrieval, config.pool or k)
+        top = top_ranked(retrieval, config.pool or k)
         outside = [(i, j) for i in range(L) for j in range(H) if (i, j) not in set(top)]
         sets = []
         for name, table in tables.items():
             if config.pool is None:
-                sets.append((name, -1, top_heads(table, k)))
+                sets.append((name, -1, top_ranked(table, k)))
             else:
-                best = top_heads(table, config.pool)
+                best = top_ranked(table, config.pool)
                 sets += [(name, s, draw(best, k, f"{name}/{k}/{s}")) for s in config.seeds]
         sets += [("random", s, draw(outside, k, f"random/{k}/{s}")) for s in config.seeds]
         for mode in config.modes:

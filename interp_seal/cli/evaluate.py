@@ -188,9 +188,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def read_nonempty(path: Path, what: str) -> list[dict]:
     """The records of JSONL file ``path``; ValueError if it holds none."""
-    from interp_seal.tasks.jsonl import read_records
+    from interp_seal.tasks.jsonl import read_jsonl
 
-    records = read_records(path)
+    records = read_jsonl(path)
     if not records:
         raise ValueError(
             f"{what} file {path} holds no records (it is empty or has only blank lines); pass "

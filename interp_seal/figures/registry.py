@@ -3,7 +3,9 @@
 Each ``FigureSpec`` names three functions (``interp_seal.figures.seal`` / ``.mudaf``) and the
 numbers the paper reports for the same experiment on its models, shown beside ours on the
 gallery page. The papers' numbers are data copied from their tables (SEAL: arXiv 2501.15225,
-MuDAF: the ACL submission in ``shared/papers``); figures without a table give the paper's headline values in words.
+MuDAF: "MuDAF: Long-Context Multi-Document Attention Focusing through Contrastive
+Learning on Attention Heads"); figures without a table give the paper's headline values in
+words.
 """
 
 from __future__ import annotations

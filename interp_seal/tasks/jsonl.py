@@ -262,7 +262,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict]]:
             yield lineno, record
 
 
-def read_records(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path) -> list[dict]:
     """The JSON objects of a JSONL file, blank lines skipped.
 
     Errors name the file and its line number (counting blank lines), as editors show them.

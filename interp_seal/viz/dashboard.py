@@ -21,10 +21,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from interp_seal.analysis.quadrants import HeadQuadrants
+from interp_seal.interventions import Head
 from interp_seal.viz.sweeps import METRIC_NAMES, QUADRANT_COLORS
 
 DIVERGING = "RdBu"
-Head = tuple[int, int]
 
 
 def edit_factors(n_layers: int, n_heads: int, edits: Mapping[Head, float]) -> np.ndarray:

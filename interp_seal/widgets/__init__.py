@@ -3,7 +3,7 @@ dashboard, the head quadrant explorer and the passage attention explorer.
 
 A widget holds state and wires events; the numbers come from ``interp_seal.analysis`` and the
 figures from ``interp_seal.viz``. ``interp-seal dashboard`` serves the dashboard as a web page
-(Solara); the same widgets display inline in JupyterLab.
+(Voila, locked down in ``app.py``); the same widgets display inline in JupyterLab.
 """
 
 from interp_seal.widgets.dashboard import Dashboard, line_records

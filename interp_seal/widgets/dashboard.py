@@ -39,15 +39,13 @@ import plotly.graph_objects as go
 
 from interp_seal.analysis import SweepUnit, logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
-from interp_seal.interventions import ablate, hf_hooks, scale_table
+from interp_seal.interventions import Head, ablate, hf_hooks, scale_table
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tuning import load_scales, save_merged
 from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
 from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
-
-Head = tuple[int, int]
 
 
 def line_records(lengths: Sequence[int], n: int, seed: int) -> dict[int, list]:

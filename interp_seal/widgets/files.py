@@ -15,11 +15,10 @@ from pathlib import Path
 
 import torch
 
+from interp_seal.interventions import Head
 from interp_seal.models import ModelHandle
 from interp_seal.tuning import ScaleFile, save_scales
 from interp_seal.viz.dashboard import edit_factors
-
-Head = tuple[int, int]
 
 
 def head_scales(handle: ModelHandle, table: Mapping[Head, float]) -> torch.Tensor:

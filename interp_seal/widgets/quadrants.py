@@ -26,13 +26,12 @@ import plotly.graph_objects as go
 from interp_seal.analysis import SweepUnit, head_quadrants, quadrant_scale_table
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.quadrants import HeadQuadrants
-from interp_seal.interventions import ablate, scale_table
+from interp_seal.interventions import Head, ablate, scale_table
 from interp_seal.models import ModelSpec
 from interp_seal.viz import channel_map, quadrant_map, scale_table_curves
 from interp_seal.widgets.files import write_head_scale_file
 from interp_seal.widgets.state import check_head
 
-Head = tuple[int, int]
 LINE = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*[x*]\s*([0-9.eE+-]+)\s*$")
 
 

@@ -19,12 +19,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from interp_seal.interventions import Head
 from interp_seal.models import ModelSpec
 
 FORMAT = "interp-seal/dashboard/v1"
 FACTOR_RANGE = (0.0, 2.0)
 """The factors the slider offers; a head's edit factor lies in the same range."""
-Head = tuple[int, int]
 
 
 @dataclass(frozen=True, kw_only=True)
