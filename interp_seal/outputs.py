@@ -129,15 +129,22 @@ def is_our_run(directory: Path) -> bool:
 
 @contextmanager
 def claim_output_dir(
-    path: str | Path, *, force: bool = False, flag: str = "--out", command: str = ""
+    path: str | Path,
+    *,
+    force: bool = False,
+    flag: str = "--out",
+    command: str = "",
+    resume: bool | None = None,
 ) -> Iterator[Path]:
     """Hold ``path`` as this run's output directory for the ``with`` block; yields it resolved.
 
     Refuses (``OutputPathError``, before any work) a directory another run holds, and a
-    non-empty directory with none of our runs in it unless ``force``. On leaving the block
-    the lock is released; a run that failed before writing anything leaves no trace (its mark
-    and the directories it created are removed; a directory taken with ``force`` does not
-    become one of our runs).
+    non-empty directory with none of our runs in it unless ``force``. The one resume policy
+    of long runs (``resume`` True or False; None for commands that simply write their
+    results): a directory an earlier run left results in is continued only with ``resume``,
+    never silently. On leaving the block the lock is released; a run that failed before
+    writing anything leaves no trace (its mark and the directories it created are removed; a
+    directory taken with ``force`` does not become one of our runs).
     """
     target = resolve_output_dir(path, flag=flag)
     if target.is_dir() and not force and not is_our_run(target):
@@ -171,6 +178,13 @@ def claim_output_dir(
                 f"({holder.get('command') or 'another interp-seal run'}); wait for it to "
                 "finish, or choose another directory"
             ) from None
+        if resume is False and not marked and before - {RUN_MARK}:
+            earlier = _read_mark(mark).get("command") or "an earlier interp-seal run"
+            raise OutputPathError(
+                f"{flag} {path} holds the results of an earlier run ({earlier}); pass --resume "
+                "to continue it (finished parts are kept, the rest is computed), or choose "
+                "another directory"
+            )
         os.ftruncate(fd, 0)
         info = {"pid": os.getpid(), "command": command, "started": time.time()}
         os.write(fd, (json.dumps(info) + "\n").encode())

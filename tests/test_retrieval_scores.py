@@ -364,7 +364,9 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
     assert list(heads.columns) == ["layer", "head", "f1", "em", "rank"] and len(heads) == 8
     lines = (out / "per_sample.jsonl").read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[0])["golden"] == list(mdqa[0].golden)
-    assert main(args) == 0  # resumed: nothing recomputed, nothing appended
+    assert main(args) == 2  # an earlier run's results are not reused silently
+    assert "holds the results of an earlier run" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0  # resumed: nothing recomputed, nothing appended
     assert (out / "per_sample.jsonl").read_text().splitlines() == lines
     assert (out / "passage_attention.html").exists() and (out / "head_scores.html").exists()
 

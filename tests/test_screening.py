@@ -241,5 +241,5 @@ def test_cli_screen_flag(tmp_path, llama_checkpoint, capsys):
     assert "screen: most helpful" in capsys.readouterr().out
     assert main([*argv, "--resume"]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
-    assert main([*argv, "--heads", "0.1"]) == 2
+    assert main([*argv, "--resume", "--heads", "0.1"]) == 2
     assert "--screen ranks every head" in capsys.readouterr().err

@@ -423,7 +423,7 @@ def test_cli_head_and_channel_sweeps(tmp_path, llama_checkpoint, capsys):
     }
     assert "Pearson r" in capsys.readouterr().out
     assert main(argv) == 2  # the output is taken: needs --resume
-    assert "pass resume=True (--resume)" in capsys.readouterr().err
+    assert "holds the results of an earlier run" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
     assert main([*argv, "--resume", "--mode", "uniform"]) == 2

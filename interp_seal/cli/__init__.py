@@ -100,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         # under torchrun every rank runs this command on one --out: rank 0 holds it for all
         first_rank = os.environ.get("RANK", "0") == "0"
         claim = (
-            claim_output_dir(out_dir, force=args.force, command=command_line())
+            claim_output_dir(
+                out_dir,
+                force=args.force,
+                command=command_line(),
+                resume=getattr(args, "resume", None),
+            )
             if out_dir is not None and not getattr(args, "out_is_file", False) and first_rank
             else nullcontext()
         )

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from interp_seal.cli.common import (
     DistinctHeads,
+    add_resume_argument,
     chat_template_argument,
     head,
     index_style_argument,
@@ -127,7 +128,7 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
     parser.add_argument("--factor", type=float, help="multiplier for --mode scale")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    add_resume_argument(parser)
     parser.add_argument(
         "--format", choices=("csv", "parquet"), default="csv", help="file format of the tables"
     )

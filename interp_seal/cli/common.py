@@ -294,3 +294,14 @@ def check_outputs(args: argparse.Namespace) -> None:
         check_output_file(out)
     else:
         check_output_dir(out)
+
+
+def add_resume_argument(parser: argparse.ArgumentParser) -> None:
+    """``--resume``, the one resume policy of long runs (``outputs.claim_output_dir``): an
+    ``--out`` holding an earlier run's results is continued only when asked."""
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out: finished parts are kept, the rest is computed "
+        "(without it, an --out holding an earlier run's results is refused)",
+    )

@@ -4,7 +4,8 @@
     interp-seal figures --model organism --out /tmp/g --quick            # CI-sized
     interp-seal figures --model organism --out figures/organism --only seal_table1_methods
 
-Resumable: rerun the same command after an interruption; with all data present it only redraws.
+Resumable: rerun the same command with ``--resume`` after an interruption, or to add figures
+(``--only``) to a gallery; with all data present it only redraws.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from interp_seal.cli.common import model_options, positive_int
+from interp_seal.cli.common import add_resume_argument, model_options, positive_int
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("figures", help="regenerate the SEAL / MuDAF figures and gallery")
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--out", type=Path, help="gallery directory (required unless --list)")
+    add_resume_argument(p)
     p.add_argument("--only", nargs="+", metavar="NAME", help="figures to (re)generate")
     p.add_argument("--quick", action="store_true", help="CI-sized experiments")
     p.add_argument("--no-png", action="store_true", help="write data and HTML only")

@@ -14,7 +14,7 @@ import dataclasses
 import shlex
 import sys
 
-from interp_seal.cli.common import model_options, positive_int, sample_count
+from interp_seal.cli.common import add_resume_argument, model_options, positive_int, sample_count
 
 DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)  # the shipped (v1) card's
 DEFAULT_PRUNE_LINES = 80
@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     train.add_argument("--seed", type=int, default=0, help="seed of the weights and the data")
     train.add_argument("--steps", type=positive_int, help="total steps (default: the recipe's)")
     train.add_argument("--max-minutes", type=float, help="stop (resumably) after this long")
-    train.add_argument("--resume", action="store_true", help="continue from OUT/state")
+    add_resume_argument(train)
     train.add_argument("--smoke", action="store_true", help="tiny model, 6 steps (CI)")
     train.add_argument(
         "--threads", type=positive_int, help="torch threads (default: the recipe's, 1)"

@@ -10,7 +10,7 @@
 Sample files are task JSONL files (``interp-seal tasks generate``; LongBench files with
 ``--golden``). ``passage-scores`` (MuDAF) and ``needle-scores`` (Retrieval Head copy-paste)
 append each sample's result to ``OUT/per_sample.jsonl`` as it is computed and skip finished
-samples when re-run with the same ``--out``; they write ``OUT/head_scores.csv`` (ranked heads),
+samples when re-run with ``--resume`` on the same ``--out``; they write ``OUT/head_scores.csv`` (ranked heads),
 ``OUT/per_sample_scores.csv`` and ``OUT/head_scores.html``; ``passage-scores`` also writes
 ``OUT/passage_attention.html`` (MuDAF Fig. 10 for the first sample). ``masking`` (MuDAF Fig. 4)
 appends each finished condition to ``OUT/conditions.jsonl`` and writes ``OUT/masking.csv`` and
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.common import model_options, positive_int, read_table
+from interp_seal.cli.common import add_resume_argument, model_options, positive_int, read_table
 from interp_seal.outputs import write_html, write_table
 from interp_seal.shards import Shard
 
@@ -36,7 +36,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads", type=positive_int, help="torch threads (default: torch's choice)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="output directory (resumable)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    add_resume_argument(parser)
 
 
 def register(subparsers) -> None:

@@ -15,7 +15,8 @@ Several processes (two CPU processes over gloo here; GPUs elsewhere) run the sam
 
 (``accelerate launch --cpu --num_processes 2`` starts only one process.) Training writes
 ``OUT/train_log.json`` (losses per step, processes, settings) and checkpoints under ``OUT``;
-re-running the same command after an interruption resumes from the newest checkpoint.
+re-running the same command with ``--resume`` after an interruption continues from the newest
+checkpoint.
 SEAL writes ``OUT/scales.safetensors`` (with metadata); LoRA / DoRA (merged), MuDAF and SFT
 write the tuned model as a plain HF checkpoint in ``OUT/model`` (MuDAF adds ``OUT/heads.json``);
 ``merge`` folds a scale file into a plain HF checkpoint.
@@ -32,6 +33,7 @@ import torch
 
 from interp_seal.cli.common import (
     DistinctHeads,
+    add_resume_argument,
     chat_template_argument,
     head,
     index_style_argument,
@@ -194,6 +196,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--cpu", action="store_true", help="train on CPU (gloo between processes)")
     p.add_argument("--threads", type=positive_int, help="torch threads per process")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_resume_argument(p)
 
 
 def _prepare(args):
