@@ -254,7 +254,7 @@ def test_kill_9_then_rerun_gives_the_same_gallery(gallery, tmp_path):
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
+    assert subprocess.run([*cmd, "--resume"], env=env, capture_output=True).returncode == 0
     reference, _ = gallery
     for spec in FIGURES:
         for name, table in tables(out, spec.name).items():
