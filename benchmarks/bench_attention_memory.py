@@ -136,9 +136,25 @@ def measure(model: str, method: str, length: int, args: argparse.Namespace) -> d
     runs = {}
     threads = args.threads
     for run in (0, 1):
-        cmd = [sys.executable, __file__, "--worker", "--model", model, "--method", method,
-               "--length", str(length), "--run", str(run), "--threads", str(threads),
-               "--device", args.device, "--dtype", args.dtype]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--model",
+            model,
+            "--method",
+            method,
+            "--length",
+            str(length),
+            "--run",
+            str(run),
+            "--threads",
+            str(threads),
+            "--device",
+            args.device,
+            "--dtype",
+            args.dtype,
+        ]
         env = os.environ | {
             "OMP_NUM_THREADS": str(threads),
             "TOKENIZERS_PARALLELISM": "false",
@@ -200,8 +216,10 @@ def main() -> None:
                 f"{length:>7} {'rows':>6} {rows[length]['mb']:>12.1f} {rows[length]['seconds']:>9.3f}"
             )
             if tl_estimate_gb(length) > args.tl_limit_gb:
-                print(f"{length:>7} {'tl':>6}   skipped: needs ~{tl_estimate_gb(length):.1f} GiB "
-                      f"> --tl-limit-gb {args.tl_limit_gb:g}")  # fmt: skip
+                print(
+                    f"{length:>7} {'tl':>6}   skipped: needs ~{tl_estimate_gb(length):.1f} GiB "
+                    f"> --tl-limit-gb {args.tl_limit_gb:g}"
+                )
                 continue
             tl[length] = measure(model, "tl", length, args)
             print(f"{length:>7} {'tl':>6} {tl[length]['mb']:>12.1f} {tl[length]['seconds']:>9.3f}")

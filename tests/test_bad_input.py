@@ -1067,16 +1067,26 @@ def test_two_runs_on_one_out_one_refuses(tmp_path):
     first finishes alone, with each record once."""
     out = tmp_path / "run"
     sweep = _cli("analysis", "head-sweep", "--model", "organism", "--lengths", "80", "--n", "12")
-    first = subprocess.Popen([*sweep, "--out", str(out)], env=CLI_ENV, stderr=subprocess.PIPE,
-                             stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        [*sweep, "--out", str(out)],
+        env=CLI_ENV,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         mark, deadline = out / ".interp-seal-run", time.monotonic() + 60
         while time.monotonic() < deadline:  # until the first run holds the directory
             if mark.exists() and f'"pid": {first.pid}' in mark.read_text():
                 break
             time.sleep(0.05)
-        second = subprocess.run([*sweep, "--out", str(out), "--resume"], env=CLI_ENV,
-                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        second = subprocess.run(
+            [*sweep, "--out", str(out), "--resume"],
+            env=CLI_ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert first.poll() is None, "the first run ended before the second started"
         assert second.returncode == 2, second.stderr
         assert f"--out {out} is in use by PID {first.pid} (interp-seal analysis head-sweep" in (
@@ -1092,8 +1102,13 @@ def test_two_runs_on_one_out_one_refuses(tmp_path):
     keys = [(r["length"], r["sample"], r["unit"]) for r in records]
     assert len(keys) == len(set(keys)) == 12 * (1 + 4 * 8)  # baseline + 32 heads, once each
     # the directory is the first run's: a later run may resume it
-    again = subprocess.run([*sweep, "--out", str(out), "--resume"], env=CLI_ENV,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    again = subprocess.run(
+        [*sweep, "--out", str(out), "--resume"],
+        env=CLI_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
 
 
@@ -1102,8 +1117,12 @@ def small_disk(tmp_path):
     """A 1 MiB tmpfs (root only): writes past it fail with ENOSPC."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.strip()}")
     yield mount
@@ -1117,21 +1136,48 @@ def test_a_full_disk_is_one_line_and_keeps_earlier_data(small_disk, capsys):
     (small_disk / "earlier" / ".interp-seal-run").write_text("{}")
     # an evaluation whose HTML page (plotly inline, ~5 MB) cannot fit
     out = small_disk / "earlier"
-    status = main(["evaluate", "lines", "--model", "organism", "--lengths", "5", "--n", "1",
-                   "--out", str(out)])  # fmt: skip
+    status = main(
+        [
+            "evaluate",
+            "lines",
+            "--model",
+            "organism",
+            "--lengths",
+            "5",
+            "--n",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2
-    assert re.fullmatch(r"interp-seal evaluate: error: .*/accuracy\.(csv|html): the disk is full: "
-                        r"free some space, or choose an --out on another disk \(No space left on "
-                        r"device\)", err.strip().splitlines()[-1])  # fmt: skip
+    assert re.fullmatch(
+        r"interp-seal evaluate: error: .*/accuracy\.(csv|html): the disk is full: "
+        r"free some space, or choose an --out on another disk \(No space left on "
+        r"device\)",
+        err.strip().splitlines()[-1],
+    )
     assert "Traceback" not in err
     names = sorted(p.name for p in out.iterdir())
     assert not [n for n in names if ".tmp-" in n], names  # no half-written file left behind
     assert all((out / n).stat().st_size > 0 for n in names)
     # a task file that does not fit: refused the same way, nothing left
     big = small_disk / "tasks.jsonl"
-    status = main(["tasks", "generate", "--task", "line_retrieval", "--num-lines", "200",
-                   "--n", "200", "--out", str(big)])  # fmt: skip
+    status = main(
+        [
+            "tasks",
+            "generate",
+            "--task",
+            "line_retrieval",
+            "--num-lines",
+            "200",
+            "--n",
+            "200",
+            "--out",
+            str(big),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and "the disk is full" in err and "Traceback" not in err
     assert not big.exists()

@@ -65,9 +65,11 @@ def test_tokenizer_template_gives_apply_chat_template_ids(tok):
     idx = sample.meta["random_idx"][0]
     question = sample.prompt.removesuffix(f"\nThe <REGISTER_CONTENT> in line {idx} is")
     chat_ids = tok.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True,
+        [{"role": "user", "content": question}],
+        add_generation_prompt=True,
+        tokenize=True,
         return_dict=False,
-    )  # fmt: skip
+    )
     enc = wrap_sample(sample, "tokenizer", tok).encode(tok)
     prefix_ids = tok(f"The <REGISTER_CONTENT> in line {idx} is", add_special_tokens=False)
     assert enc.prompt_ids.tolist() == list(chat_ids) + prefix_ids["input_ids"]

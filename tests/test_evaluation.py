@@ -182,9 +182,15 @@ def test_evaluate_line_retrieval_table(llama):
 
 def test_accuracy_figure():
     table = pd.DataFrame(
-        {"length": [20, 10], "n": [4, 4], "n_tokens": [230.0, 120.0], "exact_match": [0.25, 0.5],
-         "first_token": [0.5, 0.75], "answer_logprob": [-9.0, -4.0]}
-    )  # fmt: skip
+        {
+            "length": [20, 10],
+            "n": [4, 4],
+            "n_tokens": [230.0, 120.0],
+            "exact_match": [0.25, 0.5],
+            "first_token": [0.5, 0.75],
+            "answer_logprob": [-9.0, -4.0],
+        }
+    )
     fig = accuracy_figure(table)
     assert [t.name for t in fig.data] == ["exact match", "first token correct"]
     assert list(fig.data[0].x) == [10, 20] and list(fig.data[0].y) == [0.5, 0.25]

@@ -245,8 +245,16 @@ def test_kill_9_then_rerun_gives_the_same_gallery(gallery, tmp_path):
     import time
 
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "interp_seal.cli", "figures", "--out", str(out), "--quick",
-           "--no-png"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "interp_seal.cli",
+        "figures",
+        "--out",
+        str(out),
+        "--quick",
+        "--no-png",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
@@ -258,8 +266,9 @@ def test_kill_9_then_rerun_gives_the_same_gallery(gallery, tmp_path):
     reference, _ = gallery
     for spec in FIGURES:
         for name, table in tables(out, spec.name).items():
-            pd.testing.assert_frame_equal(table, tables(reference, spec.name)[name],
-                                          check_exact=False, rtol=1e-5)  # fmt: skip
+            pd.testing.assert_frame_equal(
+                table, tables(reference, spec.name)[name], check_exact=False, rtol=1e-5
+            )
 
 
 def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):

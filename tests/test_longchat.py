@@ -289,8 +289,23 @@ def test_cli_generates_longchat_files(tmp_path, capsys):
     from interp_seal.cli import main
 
     out = tmp_path / "7_lines.jsonl"
-    argv = ["tasks", "generate", "--task", "line_retrieval", "--longchat", "--index-style",
-            "letters", "--num-lines", "7", "--n", "3", "--seed", "4", "--out", str(out)]  # fmt: skip
+    argv = [
+        "tasks",
+        "generate",
+        "--task",
+        "line_retrieval",
+        "--longchat",
+        "--index-style",
+        "letters",
+        "--num-lines",
+        "7",
+        "--n",
+        "3",
+        "--seed",
+        "4",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     rng = our_rng("letters", 7, seed=4)
     assert out.read_text(encoding="utf-8") == longchat_file("LRT-ABCindex", 7, 3, rng)

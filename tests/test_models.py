@@ -112,9 +112,12 @@ def test_directory_without_config_is_refused(tmp_path):
 
 def test_encoder_checkpoint_is_unsupported(tmp_path):
     config = transformers.BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
         intermediate_size=32,
-    )  # fmt: skip
+    )
     transformers.BertModel(config).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match=f"'bert'.*{SUPPORTED}"):
         load_model(tmp_path)

@@ -246,8 +246,11 @@ def test_v2_tokenizer_keeps_v1_ids_and_round_trips_every_format(v2_tok):
         for text in (name, " " + name)
     )
     assert pieces(v2_tok(" Kalomi Renese", add_special_tokens=False)["input_ids"]) == [
-        " Kalo", "##mi", " Ren", "##ese",
-    ]  # fmt: skip
+        " Kalo",
+        "##mi",
+        " Ren",
+        "##ese",
+    ]
 
 
 def test_training_needles_are_never_the_evaluation_ones():
@@ -308,8 +311,11 @@ def test_cli_recipe_overrides_reach_the_run_and_bad_ones_are_refused(tmp_path, c
     assert main([*args, *sets]) == 0
     config = json.loads((tmp_path / "m" / "state" / "trainer.json").read_text())["config"]
     assert (config["p_needle"], config["p_lines"], config["passages"], config["bf16"]) == (
-        0.25, 0.15, [2, 3], False,
-    )  # fmt: skip
+        0.25,
+        0.15,
+        [2, 3],
+        False,
+    )
     for bad, message in [
         ("p_neeedle=0.2", "expected FIELD=VALUE"),
         ("steps=5", "have their own options"),
@@ -343,11 +349,36 @@ def test_card_is_assembled_from_parts_measured_separately(tmp_path):
     model = train_v2(MixtureConfig.smoke(), tmp_path / "m", progress=False)
     (model / "README.md").write_text("# card\n<!-- measurements -->\n<!-- /measurements -->\n")
     args = [
-        "organism", "evaluate", "--model", str(model), "--lines", "3", "5", "--samples", "3",
-        "--prune-lines", "3", "--prune-samples", "2", "--niah-lengths", "260",
-        "--niah-per-cell", "1", "--passages", "3", "--qa-samples", "2", "--seal-lines", "3",
-        "--seal-samples", "2", "--threads", "1", "--results", str(tmp_path / "r.jsonl"),
-    ]  # fmt: skip
+        "organism",
+        "evaluate",
+        "--model",
+        str(model),
+        "--lines",
+        "3",
+        "5",
+        "--samples",
+        "3",
+        "--prune-lines",
+        "3",
+        "--prune-samples",
+        "2",
+        "--niah-lengths",
+        "260",
+        "--niah-per-cell",
+        "1",
+        "--passages",
+        "3",
+        "--qa-samples",
+        "2",
+        "--seal-lines",
+        "3",
+        "--seal-samples",
+        "2",
+        "--threads",
+        "1",
+        "--results",
+        str(tmp_path / "r.jsonl"),
+    ]
     assert main([*args, "--parts", "lines", "prune", "needle"]) == 0
     assert main([*args, "--parts", "passages", "retrieval", "seal"]) == 0
     assert main([*args, "--write-card"]) == 0

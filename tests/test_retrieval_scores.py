@@ -155,17 +155,27 @@ def test_passage_bad_input(handle, mdqa):
     with pytest.raises(ValueError, match="ahead of its last token"):
         passage_attention(
             handle,
-            Sample(task="passages", prompt=sample.prompt, answer=" x", passages=((last - 3, last),),
-                   golden=(0,)),
-        )  # fmt: skip
+            Sample(
+                task="passages",
+                prompt=sample.prompt,
+                answer=" x",
+                passages=((last - 3, last),),
+                golden=(0,),
+            ),
+        )
     no_golden = Sample(task="passages", prompt=sample.prompt, answer=" x", passages=sample.passages)
     with pytest.raises(ValueError, match="no golden passages"):
         passage_attention(handle, no_golden)
     with pytest.raises(ValueError, match=r"golden passage ids \[7\] are out of range"):
         score_passages(torch.tensor(TABLE), golden=(7,), eps=0.3)
     with pytest.raises(ValueError, match="out of range"):
-        Sample(task="passages", prompt=sample.prompt, answer=" x", passages=sample.passages,
-               golden=(len(sample.passages),))  # fmt: skip
+        Sample(
+            task="passages",
+            prompt=sample.prompt,
+            answer=" x",
+            passages=sample.passages,
+            golden=(len(sample.passages),),
+        )
     with pytest.raises(ValueError, match="eps must be in"):
         PassageScoreConfig(eps=1.5)
 
@@ -223,8 +233,11 @@ def brute_force_copy_paste(eager, prompt: torch.Tensor, needle, steps: int) -> n
 
 def test_copy_paste_matches_brute_force(handle, eager):
     prompt = copying_prompt(handle)
-    enc = Encoded(input_ids=torch.cat([prompt, torch.tensor([5, 6, 7])]), answer_start=len(prompt),
-                  needle=(9, 15))  # fmt: skip
+    enc = Encoded(
+        input_ids=torch.cat([prompt, torch.tensor([5, 6, 7])]),
+        answer_start=len(prompt),
+        needle=(9, 15),
+    )
     result = copy_paste_score(handle, enc, max_new_tokens=4)
     expected = brute_force_copy_paste(eager, prompt, (9, 15), steps=4)
     assert result.score.sum() > 0  # some heads copy the needle token
@@ -240,14 +253,25 @@ def test_needle_scores_average_over_samples(handle, tmp_path):
     text = "".join(pieces)
     start = sum(len(p) for p in pieces[:8])
     needle = (start, start + sum(len(p) for p in pieces[8:14]))
-    copying = Sample(task="needle", prompt=text, answer=" a b", needle=needle,
-                     meta={"context_length": 18, "depth_percent": 50.0})  # fmt: skip
-    other = Sample(task="needle", prompt=text, answer=" a b", needle=(0, len(pieces[0])),
-                   meta={"context_length": 18, "depth_percent": 0.0})  # fmt: skip
+    copying = Sample(
+        task="needle",
+        prompt=text,
+        answer=" a b",
+        needle=needle,
+        meta={"context_length": 18, "depth_percent": 50.0},
+    )
+    other = Sample(
+        task="needle",
+        prompt=text,
+        answer=" a b",
+        needle=(0, len(pieces[0])),
+        meta={"context_length": 18, "depth_percent": 0.0},
+    )
     assert copying.encode(tok).input_ids[: len(prompt)].tolist() == prompt.tolist()
     config = CopyPasteConfig(threshold=0.05)
-    scores = needle_retrieval_scores(handle, [copying, other], config, results=tmp_path / "n.jsonl",
-                                     progress=False)  # fmt: skip
+    scores = needle_retrieval_scores(
+        handle, [copying, other], config, results=tmp_path / "n.jsonl", progress=False
+    )
     each = [copy_paste_score(handle, s).score for s in (copying, other)]
     heads = scores.heads.sort_values(["layer", "head"])
     np.testing.assert_allclose(heads["score"].to_numpy(), np.mean(each, 0).ravel())
@@ -270,12 +294,14 @@ def test_needle_bad_input(handle):
 
 
 def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
-    ranked = pd.DataFrame({"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3],
-                           "rank": range(1, 9)})  # fmt: skip
+    ranked = pd.DataFrame(
+        {"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3], "rank": range(1, 9)}
+    )
     niah = ranked.assign(rank=ranked["rank"][::-1].to_numpy())
     config = MaskingConfig(ks=(2,), seeds=(0, 1), qa_f1=True, max_new_tokens=3)
-    frame = masking_experiment(handle, mdqa, ranked, niah=niah, config=config,
-                               results=tmp_path / "c.jsonl", progress=False)  # fmt: skip
+    frame = masking_experiment(
+        handle, mdqa, ranked, niah=niah, config=config, results=tmp_path / "c.jsonl", progress=False
+    )
     assert len(frame) == 1 + 2 * 4  # baseline + 2 modes x (top, 2 random, niah)
     rows = frame.set_index(["strategy", "mode", "seed"])
     assert rows.loc[("retrieval", "zero", -1), "heads"] == "1.2 0.3"
@@ -292,15 +318,17 @@ def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
     assert zero["answer_logprob"] != uniform["answer_logprob"]
     assert rows["qa_f1"].between(0, 1).all()
     # resuming reads every condition back instead of recomputing it
-    again = masking_experiment(handle, mdqa, ranked, niah=niah, config=config,
-                               results=tmp_path / "c.jsonl", progress=False)  # fmt: skip
+    again = masking_experiment(
+        handle, mdqa, ranked, niah=niah, config=config, results=tmp_path / "c.jsonl", progress=False
+    )
     pd.testing.assert_frame_equal(again, frame)
     assert masking_bars(frame).data[0].y is not None
 
 
 def test_masking_pool_draws_like_mudaf_fig4(handle):
-    ranked = pd.DataFrame({"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3],
-                           "rank": range(1, 9)})  # fmt: skip
+    ranked = pd.DataFrame(
+        {"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3], "rank": range(1, 9)}
+    )
     config = MaskingConfig(ks=(2,), modes=("zero",), seeds=(0, 1, 2), pool=4)
     conds = conditions(handle, ranked, ranked.assign(rank=range(8, 0, -1)), config)
     pool, niah_pool = {(1, 2), (0, 3), (1, 0), (0, 0)}, {(1, 3), (1, 1), (0, 2), (0, 1)}
@@ -357,8 +385,20 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
     data = tmp_path / "mdqa.jsonl"
     jsonl.write_samples(data, mdqa)
     out = tmp_path / "mudaf"
-    args = ["retrieval", "passage-scores", "--model", llama_checkpoint, "--samples", str(data),
-            "--out", str(out), "--eps", "0.2", "--threads", "1"]  # fmt: skip
+    args = [
+        "retrieval",
+        "passage-scores",
+        "--model",
+        llama_checkpoint,
+        "--samples",
+        str(data),
+        "--out",
+        str(out),
+        "--eps",
+        "0.2",
+        "--threads",
+        "1",
+    ]
     assert main(args) == 0
     heads = pd.read_csv(out / "head_scores.csv")
     assert list(heads.columns) == ["layer", "head", "f1", "em", "rank"] and len(heads) == 8
@@ -377,19 +417,63 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
     assert [json.loads(line)["golden"] for line in lines] == [[0]] * 3
 
     masked = tmp_path / "masking"
-    assert main(["retrieval", "masking", "--model", llama_checkpoint, "--samples", str(data),
-                 "--scores", str(out / "head_scores.csv"), "--ks", "1", "--seeds", "0",
-                 "--out", str(masked)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "retrieval",
+                "masking",
+                "--model",
+                llama_checkpoint,
+                "--samples",
+                str(data),
+                "--scores",
+                str(out / "head_scores.csv"),
+                "--ks",
+                "1",
+                "--seeds",
+                "0",
+                "--out",
+                str(masked),
+            ]
+        )
+        == 0
+    )
     assert len(pd.read_csv(masked / "masking.csv")) == 1 + 2 * 2
 
-    assert main(["retrieval", "needle-scores", "--model", llama_checkpoint, "--samples",
-                 str(data), "--out", str(tmp_path / "niah")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "retrieval",
+                "needle-scores",
+                "--model",
+                llama_checkpoint,
+                "--samples",
+                str(data),
+                "--out",
+                str(tmp_path / "niah"),
+            ]
+        )
+        == 2
+    )
     assert "sample 0 is a passages sample without a needle span" in capsys.readouterr().err
     cfg = needle.NeedleConfig(context_lengths=(150,), depths=(0, 100), buffer=40)
     jsonl.write_samples(
         tmp_path / "niah.jsonl", needle.generate(cfg, load_model(llama_checkpoint).tokenizer)
     )
-    assert main(["retrieval", "needle-scores", "--model", llama_checkpoint, "--samples",
-                 str(tmp_path / "niah.jsonl"), "--out", str(tmp_path / "niah")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "retrieval",
+                "needle-scores",
+                "--model",
+                llama_checkpoint,
+                "--samples",
+                str(tmp_path / "niah.jsonl"),
+                "--out",
+                str(tmp_path / "niah"),
+            ]
+        )
+        == 0
+    )
     per_sample = pd.read_csv(tmp_path / "niah" / "per_sample_scores.csv")
     assert sorted(set(per_sample["depth_percent"])) == [0, 100] and len(per_sample) == 2 * 8

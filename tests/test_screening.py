@@ -214,8 +214,23 @@ def test_top_heads_hand_computed():
 
 def test_cli_screen_flag(tmp_path, llama_checkpoint, capsys):
     out = tmp_path / "screen"
-    argv = ["analysis", "head-sweep", "--model", llama_checkpoint, "--lengths", "2", "4",
-            "--n", "2", "--screen", "2", "--out", str(out), "--threads", "1"]  # fmt: skip
+    argv = [
+        "analysis",
+        "head-sweep",
+        "--model",
+        llama_checkpoint,
+        "--lengths",
+        "2",
+        "4",
+        "--n",
+        "2",
+        "--screen",
+        "2",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 0
     table = pd.read_csv(out / "results.csv")
     handle = load_model(llama_checkpoint)

@@ -577,14 +577,48 @@ def test_sample_round_trip_keeps_types(tmp_path):
 
 def test_cli_generate_and_show(tmp_path, capsys):
     lines = tmp_path / "lines.jsonl"
-    assert main(["tasks", "generate", "--task", "line_retrieval", "--num-lines", "6", "--n", "3",
-                 "--seed", "2", "--out", str(lines)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tasks",
+                "generate",
+                "--task",
+                "line_retrieval",
+                "--num-lines",
+                "6",
+                "--n",
+                "3",
+                "--seed",
+                "2",
+                "--out",
+                str(lines),
+            ]
+        )
+        == 0
+    )
     cfg = line_retrieval.LineRetrievalConfig(num_lines=6)
     assert jsonl.read_samples(lines) == line_retrieval.generate(cfg, 3, seed=2)
 
     mdqa = tmp_path / "mdqa.jsonl"
-    assert main(["tasks", "generate", "--task", "passages", "--num-passages", "5", "--hops", "2",
-                 "--n", "4", "--out", str(mdqa)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tasks",
+                "generate",
+                "--task",
+                "passages",
+                "--num-passages",
+                "5",
+                "--hops",
+                "2",
+                "--n",
+                "4",
+                "--out",
+                str(mdqa),
+            ]
+        )
+        == 0
+    )
     cfg = passages.PassagesConfig(num_passages=5, hops=2)
     assert jsonl.read_samples(mdqa) == passages.generate(cfg, 4, seed=0)
 
@@ -596,13 +630,41 @@ def test_cli_generate_and_show(tmp_path, capsys):
     haystack = tmp_path / "hay.txt"
     haystack.write_text(TINY_HAYSTACK)
     niah = tmp_path / "niah.jsonl"
-    assert main(["tasks", "generate", "--task", "needle", "--tokenizer", str(tok_dir),
-                 "--needles", "san_francisco", "--haystack", str(haystack), "--lengths", "30", "34",
-                 "--depths", "0:100:3", "--buffer", "0", "--out", str(niah)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tasks",
+                "generate",
+                "--task",
+                "needle",
+                "--tokenizer",
+                str(tok_dir),
+                "--needles",
+                "san_francisco",
+                "--haystack",
+                str(haystack),
+                "--lengths",
+                "30",
+                "34",
+                "--depths",
+                "0:100:3",
+                "--buffer",
+                "0",
+                "--out",
+                str(niah),
+            ]
+        )
+        == 0
+    )
     written = jsonl.read_samples(niah)
     assert [(s.meta["context_length"], s.meta["depth_percent"]) for s in written] == [
-        (30, 0), (30, 50), (30, 100), (34, 0), (34, 50), (34, 100)
-    ]  # fmt: skip
+        (30, 0),
+        (30, 50),
+        (30, 100),
+        (34, 0),
+        (34, 50),
+        (34, 100),
+    ]
     # 30 - 22 needle tokens = 8 haystack tokens; depth 50 -> token 4, right after "cc."
     assert written[1].prompt == (
         f"This is a very long story book: <book> Aa bb cc. {sf.text} Dd ee ff gg </book>.\n"

@@ -138,16 +138,48 @@ def _free_port() -> int:
 def test_two_processes_follow_the_one_process_trajectory(llama_checkpoint, tmp_path):
     """``torchrun --nproc_per_node 2`` (gloo, batch 1 each) == one process with batch 2."""
     common = [
-        "tune", "seal-c", "--model", llama_checkpoint, "--task", "line_retrieval",
-        "--num-lines", "4", "--samples", "6", "--lr", "3e-2", "--epochs", "2", "--cpu",
-    ]  # fmt: skip
+        "tune",
+        "seal-c",
+        "--model",
+        llama_checkpoint,
+        "--task",
+        "line_retrieval",
+        "--num-lines",
+        "4",
+        "--samples",
+        "6",
+        "--lr",
+        "3e-2",
+        "--epochs",
+        "2",
+        "--cpu",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     two = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-         "-m", "interp_seal.cli.tune", *common[1:], "--batch-size", "1", "--out", str(tmp_path / "two")],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(_free_port()),
+            "-m",
+            "interp_seal.cli.tune",
+            *common[1:],
+            "--batch-size",
+            "1",
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     log = json.loads((tmp_path / "two" / "train_log.json").read_text())
     assert log["processes"] == 2 and log["steps"] == 6

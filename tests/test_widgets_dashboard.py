@@ -314,32 +314,50 @@ def _state(dash: Dashboard, **fields) -> str:
 
 
 BAD_STATES = {  # field -> (replacement, the message naming it)
-    "layer-float": ({"edits": [[0.7, 1, 0.0]]}, r"'edits\[0\] layer' must be a whole number, got 0\.7"),
+    "layer-float": (
+        {"edits": [[0.7, 1, 0.0]]},
+        r"'edits\[0\] layer' must be a whole number, got 0\.7",
+    ),
     "layer-string": ({"edits": [["1", 1, 0.0]]}, r"'edits\[0\] layer' must be a whole number"),
-    "head-bool": ({"edits": [[0, True, 0.0]]}, r"'edits\[0\] head' must be a whole number, got True"),
+    "head-bool": (
+        {"edits": [[0, True, 0.0]]},
+        r"'edits\[0\] head' must be a whole number, got True",
+    ),
     "head-outside": ({"edits": [[0, 99, 0.0]]}, r"'edits\[0\]': head L0H99 does not exist"),
     "layer-negative": ({"edits": [[-1, 0, 0.0]]}, r"'edits\[0\]': head L-1H0 does not exist"),
     "edit-short": ({"edits": [[0, 1]]}, r"'edits\[0\]' must be \[layer, head, factor\]"),
     "edit-not-list": ({"edits": [{"layer": 0}]}, r"'edits\[0\]' must be a list"),
     "edits-not-list": ({"edits": "0.1"}, r"'edits' must be a list"),
     "factor-nan": ({"edits": [[0, 1, float("nan")]]}, r"'edits\[0\] factor' is nan; use a finite"),
-    "factor-negative": ({"edits": [[0, 1, -5]]}, r"'edits\[0\] factor' is -5\.0; use a finite factor in 0\.\.2"),
+    "factor-negative": (
+        {"edits": [[0, 1, -5]]},
+        r"'edits\[0\] factor' is -5\.0; use a finite factor in 0\.\.2",
+    ),
     "factor-huge": ({"edits": [[0, 1, 1e308]]}, r"'edits\[0\] factor' is 1e\+308"),
     "factor-string": ({"edits": [[0, 1, "0.5"]]}, r"'edits\[0\] factor' must be a number"),
     "slider-nan": ({"factor": float("nan")}, r"'factor' is nan"),
     "slider-large": ({"factor": 5}, r"'factor' is 5\.0; use a finite factor in 0\.\.2"),
     "selected-short": ({"selected": [1]}, r"'selected' must be \[layer, head\]"),
     "selected-outside": ({"selected": [9, 0]}, r"'selected': head L9H0 does not exist"),
-    "record-negative": ({"dla_record": -1}, r"'dla_record' is -1, but the dashboard has records 0\.\.5"),
-    "record-past-end": ({"dla_record": 6}, r"'dla_record' is 6, but the dashboard has records 0\.\.5"),
+    "record-negative": (
+        {"dla_record": -1},
+        r"'dla_record' is -1, but the dashboard has records 0\.\.5",
+    ),
+    "record-past-end": (
+        {"dla_record": 6},
+        r"'dla_record' is 6, but the dashboard has records 0\.\.5",
+    ),
     "record-float": ({"dla_record": 1.5}, r"'dla_record' must be a whole number, got 1\.5"),
-    "length-unknown": ({"dla_length": 33}, r"'dla_length' is 33, but the dashboard's lengths are \[10, 60\]"),
+    "length-unknown": (
+        {"dla_length": 33},
+        r"'dla_length' is 33, but the dashboard's lengths are \[10, 60\]",
+    ),
     "model-number": ({"model": 3}, r"'model' must be a string, got 3"),
     "geometry-other": ({"geometry": {"n_layers": 1}}, r"made for a model with geometry"),
     "unknown-field": ({"colour": "red"}, r"unknown fields \['colour'\]"),
     "not-json": (None, r"not valid JSON"),
     "not-object": ([], r"not a dashboard state"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(BAD_STATES))

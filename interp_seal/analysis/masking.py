@@ -48,9 +48,17 @@ from interp_seal.tasks.sample import Sample
 
 MASK_MODES = ("zero", "uniform")
 COLUMNS = [
-    "strategy", "mode", "k", "seed", "heads", "exact_match", "first_token", "answer_logprob",
-    "qa_f1", "n_samples",
-]  # fmt: skip
+    "strategy",
+    "mode",
+    "k",
+    "seed",
+    "heads",
+    "exact_match",
+    "first_token",
+    "answer_logprob",
+    "qa_f1",
+    "n_samples",
+]
 
 
 @dataclass(frozen=True, kw_only=True)

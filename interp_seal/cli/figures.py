@@ -45,8 +45,16 @@ def run(args) -> None:
         )
     torch.set_num_threads(args.threads)
     command = "interp-seal " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["figures"] else None
-    result = regenerate(args.model, args.out, only=args.only, quick=args.quick,
-                        png=not args.no_png, command=command,
-                        load_options=model_options(args))  # fmt: skip
-    print(f"figures: computed {len(result.computed)}, reused {len(result.reused)} -> "
-          f"{result.out / 'README.md'}")  # fmt: skip
+    result = regenerate(
+        args.model,
+        args.out,
+        only=args.only,
+        quick=args.quick,
+        png=not args.no_png,
+        command=command,
+        load_options=model_options(args),
+    )
+    print(
+        f"figures: computed {len(result.computed)}, reused {len(result.reused)} -> "
+        f"{result.out / 'README.md'}"
+    )

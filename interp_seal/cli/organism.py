@@ -159,9 +159,12 @@ def settings(args: argparse.Namespace):
     from interp_seal.organism.card_tasks import TaskSettings
 
     lines = LineSettings(
-        lengths=tuple(args.lines), prune_lines=args.prune_lines, n_samples=args.samples,
-        prune_samples=args.prune_samples, seed=args.seed,
-    )  # fmt: skip
+        lengths=tuple(args.lines),
+        prune_lines=args.prune_lines,
+        n_samples=args.samples,
+        prune_samples=args.prune_samples,
+        seed=args.seed,
+    )
     chosen = {
         "niah_lengths": tuple(args.niah_lengths) if args.niah_lengths else None,
         "niah_per_cell": args.niah_per_cell,

@@ -87,9 +87,11 @@ def register(subparsers) -> None:
         "--buffer", type=nonnegative_int, default=200, help="tokens kept for question + answer"
     )
     niah.add_argument(
-        "--answer", default="sentence", choices=needle.ANSWERS,
+        "--answer",
+        default="sentence",
+        choices=needle.ANSWERS,
         help="the expected answer: the needle sentence (SEAL) or its key phrase",
-    )  # fmt: skip
+    )
     mdqa = gen.add_argument_group("passages")
     mdqa.add_argument("--num-passages", type=sample_count, default=10, help="passages per question")
     mdqa.add_argument(

@@ -44,9 +44,16 @@ from interp_seal.tasks.line_retrieval import score_output
 from interp_seal.tasks.sample import Sample
 
 GENERATED_COLUMNS = (
-    "sample", "length", "task", "n_tokens", "generated", "score", "generated_correct",
-    "exact_match", "agree",
-)  # fmt: skip
+    "sample",
+    "length",
+    "task",
+    "n_tokens",
+    "generated",
+    "score",
+    "generated_correct",
+    "exact_match",
+    "agree",
+)
 SUMMARY_COLUMNS = (
     "length",
     "n",
@@ -142,17 +149,19 @@ def evaluate_generated(
     for i, (sample, tf, text) in enumerate(zip(samples, forced, texts, strict=True)):
         score = score_generated(sample, text)
         correct = score == 1.0
-        rows.append({
-            "sample": i,
-            "length": sample_length(sample, tf.n_tokens),
-            "task": sample.task,
-            "n_tokens": tf.n_tokens,
-            "generated": text,
-            "score": score,
-            "generated_correct": correct,
-            "exact_match": tf.exact_match,
-            "agree": correct == tf.exact_match,
-        })  # fmt: skip
+        rows.append(
+            {
+                "sample": i,
+                "length": sample_length(sample, tf.n_tokens),
+                "task": sample.task,
+                "n_tokens": tf.n_tokens,
+                "generated": text,
+                "score": score,
+                "generated_correct": correct,
+                "exact_match": tf.exact_match,
+                "agree": correct == tf.exact_match,
+            }
+        )
     records = pd.DataFrame(rows, columns=list(GENERATED_COLUMNS))
     summary = (
         records.groupby("length", sort=True)

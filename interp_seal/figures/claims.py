@@ -85,10 +85,13 @@ def pruning_both_ways(d: Data):
     r = float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
     k = len(x)
     se_r = math.sqrt((1 - r * r) / (k - 2)) if k > 2 and not math.isnan(r) else float("inf")
-    v = _combine(verdict(up, se_up), verdict(-down, se_down),
-                 verdict(r if not math.isnan(r) else 0.0, se_r))  # fmt: skip
-    text = (f"at {L} lines best delta {up:+.2f}, worst {down:+.2f} (baseline {base:.2f}); "
-            f"Pearson r of deltas at two lengths {r:.2f} over {k} heads")  # fmt: skip
+    v = _combine(
+        verdict(up, se_up), verdict(-down, se_down), verdict(r if not math.isnan(r) else 0.0, se_r)
+    )
+    text = (
+        f"at {L} lines best delta {up:+.2f}, worst {down:+.2f} (baseline {base:.2f}); "
+        f"Pearson r of deltas at two lengths {r:.2f} over {k} heads"
+    )
     return text, min(up, -down), max(se_up, se_down), v
 
 
@@ -168,27 +171,43 @@ def masking_hurts(d: Data):
     spread = float(rnd.std(ddof=1)) / math.sqrt(len(rnd)) if len(rnd) > 1 else 0.0
     se = math.sqrt(se_diff(ret, n, float(rnd.mean()), n) ** 2 + spread**2)
     diff = float(rnd.mean()) - ret
-    text = (f"passage QA exact match, zeroing top retrieval heads {ret:.2f} vs random heads "
-            f"{rnd.mean():.2f} (mean of {len(rnd)} draws, n={int(n)} questions)")  # fmt: skip
+    text = (
+        f"passage QA exact match, zeroing top retrieval heads {ret:.2f} vs random heads "
+        f"{rnd.mean():.2f} (mean of {len(rnd)} draws, n={int(n)} questions)"
+    )
     return text, diff, se, verdict(diff, se)
 
 
 CLAIMS: tuple[tuple[str, str, Callable], ...] = (
     ("Accuracy falls with context length", "SEAL Table 1", falls_with_length),
-    ("Single-head pruning moves accuracy both ways, consistently across lengths", "SEAL Fig. 2b",
-     pruning_both_ways),
-    ("Group scaling (Q1 x 0.9 + Q3 x 1.1) beats the baseline at long length", "SEAL Fig. 2d",
-     scaling_beats_baseline),
+    (
+        "Single-head pruning moves accuracy both ways, consistently across lengths",
+        "SEAL Fig. 2b",
+        pruning_both_ways,
+    ),
+    (
+        "Group scaling (Q1 x 0.9 + Q3 x 1.1) beats the baseline at long length",
+        "SEAL Fig. 2d",
+        scaling_beats_baseline,
+    ),
     ("SEAL-H and SEAL-C raise long-context accuracy, C >= H", "SEAL Table 1", seal_raises),
-    ("SEAL-H uses ~1/4000 of LoRA's parameters at comparable accuracy", "SEAL Sec. 6.1",
-     seal_h_parameters),
-    ("NTK / Self-Extend + SEAL-C recover beyond the trained length", "SEAL Table 2",
-     extension_recovers),
-    ("MuDAF raises target heads' retrieval scores more than Vanilla SFT", "MuDAF Fig. 5",
-     mudaf_targets),
-    ("Masking retrieval heads hurts more than masking random heads", "MuDAF Fig. 4",
-     masking_hurts),
-)  # fmt: skip
+    (
+        "SEAL-H uses ~1/4000 of LoRA's parameters at comparable accuracy",
+        "SEAL Sec. 6.1",
+        seal_h_parameters,
+    ),
+    (
+        "NTK / Self-Extend + SEAL-C recover beyond the trained length",
+        "SEAL Table 2",
+        extension_recovers,
+    ),
+    (
+        "MuDAF raises target heads' retrieval scores more than Vanilla SFT",
+        "MuDAF Fig. 5",
+        mudaf_targets,
+    ),
+    ("Masking retrieval heads hurts more than masking random heads", "MuDAF Fig. 4", masking_hurts),
+)
 
 
 def claims_table(data: Data) -> pd.DataFrame:
@@ -199,6 +218,14 @@ def claims_table(data: Data) -> pd.DataFrame:
             text, diff, se, v = fn(data)
         except KeyError:  # a figure this claim needs was not generated (--only)
             continue
-        rows.append({"claim": claim, "paper": source, "measured": text,
-                     "difference": round(float(diff), 4), "se": round(float(se), 4), "verdict": v})  # fmt: skip
+        rows.append(
+            {
+                "claim": claim,
+                "paper": source,
+                "measured": text,
+                "difference": round(float(diff), 4),
+                "se": round(float(se), 4),
+                "verdict": v,
+            }
+        )
     return pd.DataFrame(rows, columns=["claim", "paper", "measured", "difference", "se", "verdict"])

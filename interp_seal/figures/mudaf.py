@@ -56,9 +56,13 @@ def qa_exact_match(handle: ModelHandle, samples: list[Sample]) -> dict[str, floa
 
 def base_scores(run: FigureRun) -> pd.DataFrame:
     """Every head's MuDAF retrieval score (F1, EM, rank; Sec. 3.1) on the base model (resumable)."""
-    return passage_retrieval_scores(run.handle, eval_samples(run), PassageScoreConfig(),
-                                    results=run.work("retrieval_base", "log.jsonl"),
-                                    progress=run.progress).heads  # fmt: skip
+    return passage_retrieval_scores(
+        run.handle,
+        eval_samples(run),
+        PassageScoreConfig(),
+        results=run.work("retrieval_base", "log.jsonl"),
+        progress=run.progress,
+    ).heads
 
 
 def target_sets(run: FigureRun) -> dict[str, tuple]:
@@ -87,8 +91,10 @@ def fig3_draw(t: Tables):
 def fig3_read(t: Tables) -> str:
     h = t["heads"].sort_values("rank")
     top = ", ".join(f"L{int(r.layer)}H{int(r['head'])} {r.f1:.2f}" for _, r in h.head(4).iterrows())
-    return (f"Top heads by F1 retrieval score: {top}; {int((h.f1 >= WEAK).sum())} of {len(h)} "
-            f"heads score >= {WEAK}.")  # fmt: skip
+    return (
+        f"Top heads by F1 retrieval score: {top}; {int((h.f1 >= WEAK).sum())} of {len(h)} "
+        f"heads score >= {WEAK}."
+    )
 
 
 # -- Fig. 5-6 and 9: target heads before / after MuDAF vs Vanilla SFT ------------------------
@@ -135,9 +141,11 @@ def target_gain(t: Tables, group: str = "mudaf") -> dict[str, float]:
 
 def fig5_read(t: Tables) -> str:
     g, w = target_gain(t), target_gain(t, "mudaf-weak")
-    return (f"Mean F1 of MuDAF's targets: base {g.get('base', 0):.2f}, SFT {g.get('sft', 0):.2f}, "
-            f"MuDAF {g.get('mudaf', 0):.2f}; weak heads: base {w.get('base', 0):.2f}, "
-            f"MuDAF-weak {w.get('mudaf-weak', 0):.2f}.")  # fmt: skip
+    return (
+        f"Mean F1 of MuDAF's targets: base {g.get('base', 0):.2f}, SFT {g.get('sft', 0):.2f}, "
+        f"MuDAF {g.get('mudaf', 0):.2f}; weak heads: base {w.get('base', 0):.2f}, "
+        f"MuDAF-weak {w.get('mudaf-weak', 0):.2f}."
+    )
 
 
 def fig9_compute(run: FigureRun) -> Tables:
@@ -148,15 +156,18 @@ def fig9_compute(run: FigureRun) -> Tables:
 
 
 def fig9_draw(t: Tables):
-    return head_score_heatmap(t["diff"], value="diff",
-                              title="MuDAF Fig. 9: retrieval score, MuDAF minus Vanilla SFT")  # fmt: skip
+    return head_score_heatmap(
+        t["diff"], value="diff", title="MuDAF Fig. 9: retrieval score, MuDAF minus Vanilla SFT"
+    )
 
 
 def fig9_read(t: Tables) -> str:
     d = t["diff"]
     top = d.loc[d["diff"].idxmax()]
-    return (f"Largest gain over SFT: L{int(top.layer)}H{int(top['head'])} {top['diff']:+.2f}; "
-            f"mean over all heads {d['diff'].mean():+.3f}.")  # fmt: skip
+    return (
+        f"Largest gain over SFT: L{int(top.layer)}H{int(top['head'])} {top['diff']:+.2f}; "
+        f"mean over all heads {d['diff'].mean():+.3f}."
+    )
 
 
 # -- Fig. 7 / Table 4: number of selected heads; Table 2: task score by method ---------------
@@ -180,10 +191,17 @@ def fig7_draw(t: Tables):
     import plotly.graph_objects as go
 
     h = t["heads"]
-    fig = go.Figure([go.Scatter(x=h.k, y=h[c], name=c, mode="lines+markers")
-                     for c in ("exact_match", "target_f1", "mean_f1")])  # fmt: skip
-    fig.update_layout(title="MuDAF Fig. 7: number of selected heads (0 = Vanilla SFT)",
-                      xaxis_title="selected heads", template="plotly_white")  # fmt: skip
+    fig = go.Figure(
+        [
+            go.Scatter(x=h.k, y=h[c], name=c, mode="lines+markers")
+            for c in ("exact_match", "target_f1", "mean_f1")
+        ]
+    )
+    fig.update_layout(
+        title="MuDAF Fig. 7: number of selected heads (0 = Vanilla SFT)",
+        xaxis_title="selected heads",
+        template="plotly_white",
+    )
     return fig
 
 
@@ -202,8 +220,11 @@ def table2_compute(run: FigureRun) -> Tables:
     models |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
     samples = eval_samples(run)
     keys = [{"method": m} for m in models]
-    return {"accuracy": run.rows("mudaf_table2", keys,
-                                 lambda k: qa_exact_match(models[k["method"]], samples))}  # fmt: skip
+    return {
+        "accuracy": run.rows(
+            "mudaf_table2", keys, lambda k: qa_exact_match(models[k["method"]], samples)
+        )
+    }
 
 
 def table2_draw(t: Tables):
@@ -211,8 +232,11 @@ def table2_draw(t: Tables):
 
     a = t["accuracy"]
     fig = go.Figure(go.Bar(x=a.method, y=a.exact_match, text=a.exact_match.round(2)))
-    fig.update_layout(title="MuDAF Table 2: passage QA by method",
-                      yaxis_title="exact match (teacher-forced)", template="plotly_white")  # fmt: skip
+    fig.update_layout(
+        title="MuDAF Table 2: passage QA by method",
+        yaxis_title="exact match (teacher-forced)",
+        template="plotly_white",
+    )
     return fig
 
 
@@ -231,13 +255,23 @@ def fig4_compute(run: FigureRun) -> Tables:
     cfg = NeedleConfig(
         context_lengths=s.needle_lengths, depths=s.needle_depths, answer=s.needle_answer
     )
-    niah = needle_retrieval_scores(run.handle, needle.generate(cfg, run.handle.tokenizer, 1, 0),
-                                   results=run.work("needle_scores", "log.jsonl"),
-                                   progress=run.progress).heads  # fmt: skip
+    niah = needle_retrieval_scores(
+        run.handle,
+        needle.generate(cfg, run.handle.tokenizer, 1, 0),
+        results=run.work("needle_scores", "log.jsonl"),
+        progress=run.progress,
+    ).heads
     samples = eval_samples(run)
     mcfg = MaskingConfig(ks=(s.mask_k,), modes=("zero", "uniform"), seeds=s.mask_seeds)
-    frame = masking_experiment(run.handle, samples, base_scores(run), niah=niah, config=mcfg,
-                               results=run.work("masking", "log.jsonl"), progress=run.progress)  # fmt: skip
+    frame = masking_experiment(
+        run.handle,
+        samples,
+        base_scores(run),
+        niah=niah,
+        config=mcfg,
+        results=run.work("masking", "log.jsonl"),
+        progress=run.progress,
+    )
     return {"masking": frame.assign(heads=frame.heads.astype(str)), "niah": niah}
 
 
@@ -269,8 +303,16 @@ def fig10_compute(run: FigureRun) -> Tables:
         for layer in layers:
             for head in range(att.attention.shape[1]):
                 vals = [att.prefix[layer, head], *att.attention[layer, head]]
-                rows += [{"model": name, "layer": layer, "head": head, "passage": p,
-                          "attention": float(v)} for p, v in enumerate(vals)]  # fmt: skip
+                rows += [
+                    {
+                        "model": name,
+                        "layer": layer,
+                        "head": head,
+                        "passage": p,
+                        "attention": float(v),
+                    }
+                    for p, v in enumerate(vals)
+                ]
     golden = pd.DataFrame({"passage": [g + 1 for g in att.golden]})
     return {"attention": pd.DataFrame(rows), "golden": golden}
 
@@ -283,5 +325,8 @@ def fig10_read(t: Tables) -> str:
     a = t["attention"]
     g = set(t["golden"].passage)
     on = a[a.passage.isin(g)].groupby("model").attention.sum() / a.groupby("model").attention.sum()
-    return ("Share of the shown heads' attention on the golden passage: "
-            + ", ".join(f"{m} {v:.2f}" for m, v in on.items()) + ".")  # fmt: skip
+    return (
+        "Share of the shown heads' attention on the golden passage: "
+        + ", ".join(f"{m} {v:.2f}" for m, v in on.items())
+        + "."
+    )

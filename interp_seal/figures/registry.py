@@ -95,46 +95,121 @@ MUDAF_T4 = """| heads n | 0 (SFT) | 2 | 4 | 8 | 16 | 32 | 64 |
 | Avg. F1 (%) | 37.8 | 40.5 | 44.7 | 49.4 | 48.6 | 49.6 | 50.0 |"""
 
 FIGURES: tuple[FigureSpec, ...] = (
-    _figure(name="seal_fig2b_quadrants", title="Head quadrants", paper="SEAL Fig. 2b",
-               steps=(S, "fig2b"), paper_numbers="LongChat-7B: pruning single heads moves 31K line retrieval both ways; "
-               "most heads fall in Q1 / Q3, i.e. the sign is consistent between the two lengths."),
-    _figure(name="seal_fig2c_channels", title="Channel pruning in the strongest heads",
-               paper="SEAL Fig. 2c", steps=(S, "fig2c"), paper_numbers="A few channels of a head carry most of its effect; pruning single "
-               "channels moves accuracy in both directions."),
-    _figure(name="seal_fig2d_scaling", title="Multi-head scaling across lengths",
-               paper="SEAL Fig. 2d", steps=(S, "fig2d"), paper_numbers="LongChat-7B: Q1 x 0.9 + Q3 x 1.1 lifts line retrieval above the "
-               "baseline at the long lengths."),
-    _figure(name="seal_fig4_dla", title="Direct logit attribution, baseline vs SEAL",
-               paper="SEAL Fig. 4", steps=(S, "fig4"), paper_numbers="After SEAL-H / SEAL-C the heads' direct effect shifts toward the "
-               "correct digit and the final logit flips from the wrong to the correct one."),
-    _figure(name="seal_table1_methods", title="Line retrieval by method (Table 1)",
-               paper="SEAL Table 1", steps=(S, "table1"), paper_numbers=SEAL_T1),
-    _figure(name="seal_fig5_needle", title="Needle in a haystack by method",
-               paper="SEAL Fig. 5", steps=(S, "fig5"), paper_numbers="LongChat-7B: baseline fails at deep needles beyond ~17K; SEAL-H/C/L/D "
-               "recover most of the grid inside the context window."),
-    _figure(name="seal_table4_lr_samples", title="Learning rate x samples; few-sample tuning",
-               paper="SEAL Table 4 + Fig. 7", steps=(S, "table4"), paper_numbers=SEAL_T4),
-    _figure(name="seal_table2_extension", title="Context extension without training",
-               paper="SEAL Table 2 + Fig. 6", steps=(S, "table2"), paper_numbers=SEAL_T2),
-    _figure(name="mudaf_fig3_scores", title="Retrieval score of every head",
-               paper="MuDAF Fig. 3", steps=(M, "fig3"), paper_numbers="Llama3.1-8B: a handful of heads have F1 retrieval scores well above "
-               "the rest (top-16 ranked); most heads score near 0."),
-    _figure(name="mudaf_fig4_masking", title="Masking retrieval vs random vs NIAH heads",
-               paper="MuDAF Fig. 4", steps=(M, "fig4"), paper_numbers="Masking the top retrieval heads hurts QA far more than masking random "
-               "heads, and more than masking the NIAH retrieval heads."),
-    _figure(name="mudaf_fig5_targets", title="Target heads before / after MuDAF vs SFT",
-               paper="MuDAF Fig. 5-6", steps=(M, "fig5"), paper_numbers="Target heads' retrieval scores rise under MuDAF "
-               "and stay flat under Vanilla SFT; weak heads (R_h < 0.1) gain retrieval ability."),
-    _figure(name="mudaf_fig7_num_heads", title="Number of selected heads",
-               paper="MuDAF Fig. 7 / Table 4", steps=(M, "fig7"), paper_numbers=MUDAF_T4),
-    _figure(name="mudaf_fig9_diff", title="All heads, MuDAF minus SFT",
-               paper="MuDAF Fig. 9", steps=(M, "fig9"), paper_numbers="Gains concentrate on the selected heads; other heads barely move."),
-    _figure(name="mudaf_fig10_heatmaps", title="Passage-level attention, base vs MuDAF",
-               paper="MuDAF Fig. 10", steps=(M, "fig10"), paper_numbers="MuDAF moves attention from the prompt's start "
-               "(#0) onto the golden passages."),
-    _figure(name="mudaf_table2_methods", title="Task score by method",
-               paper="MuDAF Table 2", steps=(M, "table2"), paper_numbers=MUDAF_T2),
-)  # fmt: skip
+    _figure(
+        name="seal_fig2b_quadrants",
+        title="Head quadrants",
+        paper="SEAL Fig. 2b",
+        steps=(S, "fig2b"),
+        paper_numbers="LongChat-7B: pruning single heads moves 31K line retrieval both ways; "
+        "most heads fall in Q1 / Q3, i.e. the sign is consistent between the two lengths.",
+    ),
+    _figure(
+        name="seal_fig2c_channels",
+        title="Channel pruning in the strongest heads",
+        paper="SEAL Fig. 2c",
+        steps=(S, "fig2c"),
+        paper_numbers="A few channels of a head carry most of its effect; pruning single "
+        "channels moves accuracy in both directions.",
+    ),
+    _figure(
+        name="seal_fig2d_scaling",
+        title="Multi-head scaling across lengths",
+        paper="SEAL Fig. 2d",
+        steps=(S, "fig2d"),
+        paper_numbers="LongChat-7B: Q1 x 0.9 + Q3 x 1.1 lifts line retrieval above the "
+        "baseline at the long lengths.",
+    ),
+    _figure(
+        name="seal_fig4_dla",
+        title="Direct logit attribution, baseline vs SEAL",
+        paper="SEAL Fig. 4",
+        steps=(S, "fig4"),
+        paper_numbers="After SEAL-H / SEAL-C the heads' direct effect shifts toward the "
+        "correct digit and the final logit flips from the wrong to the correct one.",
+    ),
+    _figure(
+        name="seal_table1_methods",
+        title="Line retrieval by method (Table 1)",
+        paper="SEAL Table 1",
+        steps=(S, "table1"),
+        paper_numbers=SEAL_T1,
+    ),
+    _figure(
+        name="seal_fig5_needle",
+        title="Needle in a haystack by method",
+        paper="SEAL Fig. 5",
+        steps=(S, "fig5"),
+        paper_numbers="LongChat-7B: baseline fails at deep needles beyond ~17K; SEAL-H/C/L/D "
+        "recover most of the grid inside the context window.",
+    ),
+    _figure(
+        name="seal_table4_lr_samples",
+        title="Learning rate x samples; few-sample tuning",
+        paper="SEAL Table 4 + Fig. 7",
+        steps=(S, "table4"),
+        paper_numbers=SEAL_T4,
+    ),
+    _figure(
+        name="seal_table2_extension",
+        title="Context extension without training",
+        paper="SEAL Table 2 + Fig. 6",
+        steps=(S, "table2"),
+        paper_numbers=SEAL_T2,
+    ),
+    _figure(
+        name="mudaf_fig3_scores",
+        title="Retrieval score of every head",
+        paper="MuDAF Fig. 3",
+        steps=(M, "fig3"),
+        paper_numbers="Llama3.1-8B: a handful of heads have F1 retrieval scores well above "
+        "the rest (top-16 ranked); most heads score near 0.",
+    ),
+    _figure(
+        name="mudaf_fig4_masking",
+        title="Masking retrieval vs random vs NIAH heads",
+        paper="MuDAF Fig. 4",
+        steps=(M, "fig4"),
+        paper_numbers="Masking the top retrieval heads hurts QA far more than masking random "
+        "heads, and more than masking the NIAH retrieval heads.",
+    ),
+    _figure(
+        name="mudaf_fig5_targets",
+        title="Target heads before / after MuDAF vs SFT",
+        paper="MuDAF Fig. 5-6",
+        steps=(M, "fig5"),
+        paper_numbers="Target heads' retrieval scores rise under MuDAF "
+        "and stay flat under Vanilla SFT; weak heads (R_h < 0.1) gain retrieval ability.",
+    ),
+    _figure(
+        name="mudaf_fig7_num_heads",
+        title="Number of selected heads",
+        paper="MuDAF Fig. 7 / Table 4",
+        steps=(M, "fig7"),
+        paper_numbers=MUDAF_T4,
+    ),
+    _figure(
+        name="mudaf_fig9_diff",
+        title="All heads, MuDAF minus SFT",
+        paper="MuDAF Fig. 9",
+        steps=(M, "fig9"),
+        paper_numbers="Gains concentrate on the selected heads; other heads barely move.",
+    ),
+    _figure(
+        name="mudaf_fig10_heatmaps",
+        title="Passage-level attention, base vs MuDAF",
+        paper="MuDAF Fig. 10",
+        steps=(M, "fig10"),
+        paper_numbers="MuDAF moves attention from the prompt's start "
+        "(#0) onto the golden passages.",
+    ),
+    _figure(
+        name="mudaf_table2_methods",
+        title="Task score by method",
+        paper="MuDAF Table 2",
+        steps=(M, "table2"),
+        paper_numbers=MUDAF_T2,
+    ),
+)
 
 BY_NAME = {f.name: f for f in FIGURES}
 

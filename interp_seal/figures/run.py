@@ -153,8 +153,13 @@ class FigureRun:
         cfg = TrainConfig(lr=lr, epochs=epochs, checkpoint_every=10, cpu=True)
         examples = encode_examples(samples, self.handle.tokenizer)
         with ctx or nullcontext():
-            train(tuner, examples, cfg, pad_id=pad_id_of(self.handle.tokenizer),
-                  out_dir=self.work(name, "train"))  # fmt: skip
+            train(
+                tuner,
+                examples,
+                cfg,
+                pad_id=pad_id_of(self.handle.tokenizer),
+                out_dir=self.work(name, "train"),
+            )
 
     def seal_scales(
         self,
@@ -180,12 +185,21 @@ class FigureRun:
         if not path.exists():
             tuner = SealTuner(self.handle, granularity)
             ctx = extend_context(self.handle, extension) if extension else None
-            self._train(tuner, self.tuning_samples(n=n, lines=lines), name, lr=lr,
-                        epochs=epochs, ctx=ctx)  # fmt: skip
+            self._train(
+                tuner, self.tuning_samples(n=n, lines=lines), name, lr=lr, epochs=epochs, ctx=ctx
+            )
             hyper = {"lr": lr, "samples": n, "epochs": epochs, "num_lines": lines, "ext": ext}
-            save_scales(path, ScaleFile(scales=tuner.scales.detach().cpu(), spec=self.handle.spec,
-                        model=self.handle.name_or_path, granularity=granularity,
-                        task="line_retrieval", hyperparameters=hyper))  # fmt: skip
+            save_scales(
+                path,
+                ScaleFile(
+                    scales=tuner.scales.detach().cpu(),
+                    spec=self.handle.spec,
+                    model=self.handle.name_or_path,
+                    granularity=granularity,
+                    task="line_retrieval",
+                    hyperparameters=hyper,
+                ),
+            )
         scales = load_scales(path, self.handle.spec).scales
         return HeadIntervention.from_scales(self.handle.spec, scales)
 

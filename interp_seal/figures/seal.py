@@ -40,8 +40,11 @@ def _sweep_options(run: FigureRun, name: str) -> SweepOptions:
 
 def head_sweep_table(run: FigureRun) -> pd.DataFrame:
     s = run.sizes
-    return head_sweep(run.handle, _records(run, (s.mid, s.long), s.sweep_n),
-                      options=_sweep_options(run, "head_sweep"))  # fmt: skip
+    return head_sweep(
+        run.handle,
+        _records(run, (s.mid, s.long), s.sweep_n),
+        options=_sweep_options(run, "head_sweep"),
+    )
 
 
 def _quadrants(table: pd.DataFrame):
@@ -61,9 +64,11 @@ def fig2b_draw(t: Tables):
 def fig2b_read(t: Tables) -> str:
     q = _quadrants(t["sweep"])
     c = q.counts()
-    return (f"Pruning one head at a time: {c['Q1']} heads help at both {q.mid} and {q.long} lines "
-            f"(Q1), {c['Q3']} hurt at both (Q3), {c['Q2'] + c['Q4']} mixed; Pearson r of the "
-            f"two deltas {q.pearson:.2f}.")  # fmt: skip
+    return (
+        f"Pruning one head at a time: {c['Q1']} heads help at both {q.mid} and {q.long} lines "
+        f"(Q1), {c['Q3']} hurt at both (Q3), {c['Q2'] + c['Q4']} mixed; Pearson r of the "
+        f"two deltas {q.pearson:.2f}."
+    )
 
 
 # -- Fig. 2c: channel pruning in the strongest heads -----------------------------------------
@@ -77,8 +82,12 @@ def strongest_heads(run: FigureRun) -> list[tuple[int, int]]:
 
 def fig2c_compute(run: FigureRun) -> Tables:
     s = run.sizes
-    table = channel_sweep(run.handle, _records(run, (s.long,), s.sweep_n),
-                          heads=strongest_heads(run), options=_sweep_options(run, "channel_sweep"))  # fmt: skip
+    table = channel_sweep(
+        run.handle,
+        _records(run, (s.long,), s.sweep_n),
+        heads=strongest_heads(run),
+        options=_sweep_options(run, "channel_sweep"),
+    )
     return {"sweep": table}
 
 
@@ -93,22 +102,31 @@ def fig2c_read(t: Tables) -> str:
     parts = ", ".join(
         f"L{r.layer}H{r['head']} ch{r.channel} {r.delta:+.2f}" for _, r in worst.iterrows()
     )
-    return (f"Zeroing single channels at {int(rows.length.iloc[0])} lines: largest drops {parts}; "
-            f"largest gain L{best.layer}H{best['head']} ch{best.channel} {best.delta:+.2f} "
-            f"(baseline {rows.baseline.iloc[0]:.2f}).")  # fmt: skip
+    return (
+        f"Zeroing single channels at {int(rows.length.iloc[0])} lines: largest drops {parts}; "
+        f"largest gain L{best.layer}H{best['head']} ch{best.channel} {best.delta:+.2f} "
+        f"(baseline {rows.baseline.iloc[0]:.2f})."
+    )
 
 
 # -- Fig. 2d: multi-head scaling across lengths ----------------------------------------------
-SCALINGS = {"Q1 x 0.9 + Q3 x 1.1": {"Q1": 0.9, "Q3": 1.1}, "Q1 x 0.9": {"Q1": 0.9},
-            "Q3 x 1.1": {"Q3": 1.1}}  # fmt: skip
+SCALINGS = {
+    "Q1 x 0.9 + Q3 x 1.1": {"Q1": 0.9, "Q3": 1.1},
+    "Q1 x 0.9": {"Q1": 0.9},
+    "Q3 x 1.1": {"Q3": 1.1},
+}
 
 
 def fig2d_compute(run: FigureRun) -> Tables:
     q = _quadrants(head_sweep_table(run))
     tables = {name: quadrant_scale_table(q, f) for name, f in SCALINGS.items()}
     tables = {k: v for k, v in tables.items() if v}
-    table = scale_table_sweep(run.handle, _records(run, run.sizes.lengths, run.sizes.n), tables,
-                              options=_sweep_options(run, "scale_sweep"))  # fmt: skip
+    table = scale_table_sweep(
+        run.handle,
+        _records(run, run.sizes.lengths, run.sizes.n),
+        tables,
+        options=_sweep_options(run, "scale_sweep"),
+    )
     return {"sweep": table}
 
 
@@ -127,8 +145,13 @@ def fig2d_read(t: Tables) -> str:
 # -- Table 1: five methods by length, with parameter counts ----------------------------------
 def variants(run: FigureRun) -> dict[str, object]:
     """The five SEAL methods as what ``evaluate_line_retrieval`` takes (None: the base model)."""
-    return {"base": None, "seal-h": run.seal_scales("head"), "seal-c": run.seal_scales("channel"),
-            "seal-l": run.tuned_model("seal-l"), "seal-d": run.tuned_model("seal-d")}  # fmt: skip
+    return {
+        "base": None,
+        "seal-h": run.seal_scales("head"),
+        "seal-c": run.seal_scales("channel"),
+        "seal-l": run.tuned_model("seal-l"),
+        "seal-d": run.tuned_model("seal-d"),
+    }
 
 
 def evaluate(run: FigureRun, variant, length: int, n: int, ext: ContextExtension | None = None):
@@ -137,8 +160,9 @@ def evaluate(run: FigureRun, variant, length: int, n: int, ext: ContextExtension
     if ext is not None:
         with extend_context(handle, ext):
             return evaluate(run, variant, length, n)
-    row = evaluate_line_retrieval(handle, [length], n=n, seed=0, intervention=iv,
-                                  progress=False).iloc[0]  # fmt: skip
+    row = evaluate_line_retrieval(
+        handle, [length], n=n, seed=0, intervention=iv, progress=False
+    ).iloc[0]
     return {k: float(row[k]) for k in ("n", "n_tokens", "exact_match", "first_token")}
 
 
@@ -151,9 +175,12 @@ def table1_compute(run: FigureRun) -> Tables:
     from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
     from interp_seal.tuning.seal import SealTuner
 
-    tuners = {"seal-h": SealTuner(run.handle, "head"), "seal-c": SealTuner(run.handle, "channel"),
-              "seal-l": PeftTuner(run.fresh_handle(), PeftBaselineConfig()),
-              "seal-d": PeftTuner(run.fresh_handle(), PeftBaselineConfig(dora=True))}  # fmt: skip
+    tuners = {
+        "seal-h": SealTuner(run.handle, "head"),
+        "seal-c": SealTuner(run.handle, "channel"),
+        "seal-l": PeftTuner(run.fresh_handle(), PeftBaselineConfig()),
+        "seal-d": PeftTuner(run.fresh_handle(), PeftBaselineConfig(dora=True)),
+    }
     counts = pd.DataFrame(
         [
             {
@@ -163,7 +190,7 @@ def table1_compute(run: FigureRun) -> Tables:
                 "percent": parameter_count(t).percent,
             }
             for m, t in tuners.items()
-        ]  # fmt: skip
+        ]
     )
     return {"accuracy": acc, "params": counts}
 
@@ -177,9 +204,12 @@ def table1_read(t: Tables) -> str:
     L = a.length.max()
     at = a[a.length == L].set_index("method").exact_match
     p = t["params"].set_index("method").trainable
-    return (f"At {L} lines: " + ", ".join(f"{m} {v:.2f}" for m, v in at.items())
-            + f" (n={int(a.n.iloc[0])} each); SEAL-H tunes {p['seal-h']} parameters, LoRA "
-            f"{p['seal-l']} ({p['seal-l'] / p['seal-h']:.0f}x more).")  # fmt: skip
+    return (
+        f"At {L} lines: "
+        + ", ".join(f"{m} {v:.2f}" for m, v in at.items())
+        + f" (n={int(a.n.iloc[0])} each); SEAL-H tunes {p['seal-h']} parameters, LoRA "
+        f"{p['seal-l']} ({p['seal-l'] / p['seal-h']:.0f}x more)."
+    )
 
 
 # -- Fig. 4: direct logit attribution on one record ------------------------------------------
@@ -223,8 +253,11 @@ def fig4_draw(t: Tables):
 
 def fig4_read(t: Tables) -> str:
     lg = t["logits"].set_index("method").logit
-    return ("Logit of the correct minus the wrong first answer token on one record: "
-            + ", ".join(f"{m} {v:+.2f}" for m, v in lg.items()) + ".")  # fmt: skip
+    return (
+        "Logit of the correct minus the wrong first answer token on one record: "
+        + ", ".join(f"{m} {v:+.2f}" for m, v in lg.items())
+        + "."
+    )
 
 
 # -- Fig. 5: needle in a haystack for the five methods ---------------------------------------
@@ -264,16 +297,21 @@ def fig5_read(t: Tables) -> str:
 def table4_compute(run: FigureRun) -> Tables:
     s = run.sizes
     grid = [{"lr": lr, "samples": n, "epochs": 1} for lr in s.lrs for n in s.sample_counts]
-    few = [{"lr": 1e-2, "samples": max(1, s.tune_n // 2), "epochs": 2},
-           {"lr": 1e-2, "samples": max(1, s.tune_n // 5), "epochs": 5}]  # fmt: skip
+    few = [
+        {"lr": 1e-2, "samples": max(1, s.tune_n // 2), "epochs": 2},
+        {"lr": 1e-2, "samples": max(1, s.tune_n // 5), "epochs": 5},
+    ]
 
     def one(key):
         iv = run.seal_scales("head", lr=key["lr"], n=key["samples"], epochs=key["epochs"])
         return evaluate(run, iv, key.get("length", s.long), s.n)
 
     table = run.rows("table4", grid, one)
-    keys = [{**k, "length": L} for k in [{"lr": 1e-2, "samples": s.tune_n, "epochs": 1}, *few]
-            for L in s.lengths]  # fmt: skip
+    keys = [
+        {**k, "length": L}
+        for k in [{"lr": 1e-2, "samples": s.tune_n, "epochs": 1}, *few]
+        for L in s.lengths
+    ]
     curves = run.rows("fig7", keys, one)
     return {"grid": table, "curves": curves}
 
@@ -294,8 +332,10 @@ def table4_read(t: Tables) -> str:
 # -- Table 2 + Fig. 6: context extension without training ------------------------------------
 def extensions(run: FigureRun) -> dict[str, ContextExtension]:
     s = run.sizes
-    return {"NTK": ContextExtension(ntk_factor=s.ntk_factor),
-            "Self-Extend": ContextExtension(group_size=s.se_group, window=s.se_window)}  # fmt: skip
+    return {
+        "NTK": ContextExtension(ntk_factor=s.ntk_factor),
+        "Self-Extend": ContextExtension(group_size=s.se_group, window=s.se_window),
+    }
 
 
 def table2_compute(run: FigureRun) -> Tables:
@@ -310,9 +350,11 @@ def table2_compute(run: FigureRun) -> Tables:
         )
     methods["SEAL-C"] = (run.seal_scales("channel"), None)
     keys = [{"method": m, "length": L} for m in methods for L in s.extension_lengths]
-    acc = run.rows("table2", keys,
-                   lambda k: evaluate(run, methods[k["method"]][0], k["length"], s.n,
-                                      methods[k["method"]][1]))  # fmt: skip
+    acc = run.rows(
+        "table2",
+        keys,
+        lambda k: evaluate(run, methods[k["method"]][0], k["length"], s.n, methods[k["method"]][1]),
+    )
     return {"accuracy": acc}
 
 

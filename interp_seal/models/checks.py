@@ -80,8 +80,10 @@ def check_loaded_weights(source: str, model, loading_info: dict) -> None:
             problems.append(f"{what} {_listed(names)}")
     mismatched = sorted(loading_info.get("mismatched_keys") or ())
     if mismatched:
-        shapes = [f"{name} ({list(have)} in the file, {list(want)} in the model)"
-                  for name, have, want in mismatched]  # fmt: skip
+        shapes = [
+            f"{name} ({list(have)} in the file, {list(want)} in the model)"
+            for name, have, want in mismatched
+        ]
         problems.append(f"has weights of the wrong shape: {_listed(shapes)}")
     if problems:
         raise CheckpointError(

@@ -140,27 +140,38 @@ def measure_parts(
         return {n: t[n] for n in (*names, "seed")}
 
     jobs = {
-        "lines": ({"lengths": lines.lengths, "n": lines.n_samples, "seed": lines.seed}, lambda: {
-            str(int(n)): float(a) for n, a in evaluate_line_retrieval(
-                handle, lines.lengths, n=lines.n_samples, seed=lines.seed, progress=False
-            )[["length", "exact_match"]].itertuples(index=False)
-        }),
+        "lines": (
+            {"lengths": lines.lengths, "n": lines.n_samples, "seed": lines.seed},
+            lambda: {
+                str(int(n)): float(a)
+                for n, a in evaluate_line_retrieval(
+                    handle, lines.lengths, n=lines.n_samples, seed=lines.seed, progress=False
+                )[["length", "exact_match"]].itertuples(index=False)
+            },
+        ),
         "prune": (
             {"lines": lines.prune_lines, "n": lines.prune_samples, "seed": lines.seed},
             lambda: pruning_sweep(handle, lines.prune_lines, lines.prune_samples, lines.seed),
         ),
-        "needle": (only("niah_lengths", "niah_depths", "niah_per_cell"),
-                   lambda: card_tasks.measure_needle(handle, tasks)),
-        "passages": (only("passage_counts", "passage_samples", "max_new_tokens"),
-                     lambda: card_tasks.measure_passages(handle, tasks)),
+        "needle": (
+            only("niah_lengths", "niah_depths", "niah_per_cell"),
+            lambda: card_tasks.measure_needle(handle, tasks),
+        ),
+        "passages": (
+            only("passage_counts", "passage_samples", "max_new_tokens"),
+            lambda: card_tasks.measure_passages(handle, tasks),
+        ),
         "retrieval": (
-            only("retrieval_passages", "retrieval_samples", "mask_k", "mask_seeds",
-                 "max_new_tokens"),
+            only(
+                "retrieval_passages", "retrieval_samples", "mask_k", "mask_seeds", "max_new_tokens"
+            ),
             lambda: card_tasks.measure_retrieval(handle, tasks),
         ),
-        "seal": (only("seal_lines", "seal_lr", "seal_epochs", "seal_samples", "seal_eval_samples"),
-                 lambda: card_tasks.measure_seal(handle, tasks)),
-    }  # fmt: skip
+        "seal": (
+            only("seal_lines", "seal_lr", "seal_epochs", "seal_samples", "seal_eval_samples"),
+            lambda: card_tasks.measure_seal(handle, tasks),
+        ),
+    }
     values = {}
     for name, (setting, run) in jobs.items():
         key, print_ = name, fingerprint(weights, setting)

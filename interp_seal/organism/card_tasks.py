@@ -197,8 +197,9 @@ def qa_samples(n_passages: int, n: int, hops: int, seed: int):
 
 def measure_passages(handle: ModelHandle, settings: TaskSettings) -> dict[str, dict[str, float]]:
     """Greedy-answer QA F1 per number of passages, 1- and 2-hop (no head masked)."""
-    config = MaskingConfig(ks=(1,), modes=("zero",), qa_f1=True,
-                           max_new_tokens=settings.max_new_tokens)  # fmt: skip
+    config = MaskingConfig(
+        ks=(1,), modes=("zero",), qa_f1=True, max_new_tokens=settings.max_new_tokens
+    )
     none = {"strategy": "none", "mode": "none", "k": 0, "seed": -1, "heads": []}
     return {
         f"{hops}-hop": {
@@ -218,9 +219,12 @@ def measure_retrieval(handle: ModelHandle, settings: TaskSettings):
     f1 = np.zeros((handle.spec.n_layers, handle.spec.n_heads))
     f1[scores.heads["layer"], scores.heads["head"]] = scores.heads["f1"]
     config = MaskingConfig(
-        ks=(settings.mask_k,), modes=("zero",), seeds=settings.mask_seeds, qa_f1=True,
+        ks=(settings.mask_k,),
+        modes=("zero",),
+        seeds=settings.mask_seeds,
+        qa_f1=True,
         max_new_tokens=settings.max_new_tokens,
-    )  # fmt: skip
+    )
     table = masking_experiment(handle, samples, scores.heads, config=config, progress=False)
     return np.round(f1, 4).tolist(), json.loads(table.to_json(orient="records"))
 
@@ -229,9 +233,12 @@ def measure_seal(handle: ModelHandle, settings: TaskSettings) -> dict:
     """SEAL-H tuned on synthetic line retrieval; exact match before and after."""
     train_seed = settings.seed + 1
     samples = format_samples(
-        "line_retrieval", handle.tokenizer, settings.seal_samples,
-        num_lines=settings.seal_lines, seed=train_seed,
-    )  # fmt: skip
+        "line_retrieval",
+        handle.tokenizer,
+        settings.seal_samples,
+        num_lines=settings.seal_lines,
+        seed=train_seed,
+    )
     tuner = SealTuner(handle, "head")
     start = time.monotonic()
     train(
@@ -243,17 +250,28 @@ def measure_seal(handle: ModelHandle, settings: TaskSettings) -> dict:
     seconds = time.monotonic() - start
     tuned = HeadIntervention.from_scales(handle.spec, tuner.scales.detach())
     table = accuracy_by_method(
-        handle, {"seal-h": tuned}, [settings.seal_lines],
-        n=settings.seal_eval_samples, seed=settings.seed, progress=False,
-    )  # fmt: skip
+        handle,
+        {"seal-h": tuned},
+        [settings.seal_lines],
+        n=settings.seal_eval_samples,
+        seed=settings.seed,
+        progress=False,
+    )
     handle.model.requires_grad_(False)
     em = dict(zip(table["method"], table["exact_match"], strict=True))
     logprob = dict(zip(table["method"], table["answer_logprob"], strict=True))
     return {
-        "lines": settings.seal_lines, "train_samples": settings.seal_samples,
-        "train_seed": train_seed, "lr": settings.seal_lr, "epochs": settings.seal_epochs,
-        "eval_samples": settings.seal_eval_samples, "eval_seed": settings.seed, "seconds": seconds,
-        "before": float(em["base"]), "after": float(em["seal-h"]),
-        "logprob_before": float(logprob["base"]), "logprob_after": float(logprob["seal-h"]),
+        "lines": settings.seal_lines,
+        "train_samples": settings.seal_samples,
+        "train_seed": train_seed,
+        "lr": settings.seal_lr,
+        "epochs": settings.seal_epochs,
+        "eval_samples": settings.seal_eval_samples,
+        "eval_seed": settings.seed,
+        "seconds": seconds,
+        "before": float(em["base"]),
+        "after": float(em["seal-h"]),
+        "logprob_before": float(logprob["base"]),
+        "logprob_after": float(logprob["seal-h"]),
         "scales": tuner.scales.detach().flatten().tolist(),
-    }  # fmt: skip
+    }

@@ -151,10 +151,20 @@ class OrganismConfig:
     def smoke(cls, **overrides) -> OrganismConfig:
         """A tiny configuration for CI: a few steps take seconds."""
         small = dict(
-            n_layers=2, n_heads=4, n_kv_heads=2, d_head=8, d_model=32, d_mlp=64, steps=6,
-            warmup=2, tokens_per_step=512, early_lines=(2, 4), full_lines=(2, 4),
-            max_questions=2, checkpoint_every=3,
-        )  # fmt: skip
+            n_layers=2,
+            n_heads=4,
+            n_kv_heads=2,
+            d_head=8,
+            d_model=32,
+            d_mlp=64,
+            steps=6,
+            warmup=2,
+            tokens_per_step=512,
+            early_lines=(2, 4),
+            full_lines=(2, 4),
+            max_questions=2,
+            checkpoint_every=3,
+        )
         return cls(**{**small, **overrides})
 
 
@@ -378,6 +388,14 @@ def train(
     tokenizer = organism_tokenizer()
     model = build_model(cfg, len(tokenizer), tokenizer)
     return run_loop(
-        cfg, out, model, tokenizer, Curriculum(), Curriculum.draw, resume=resume,
-        stop_at=stop_at, max_minutes=max_minutes, progress=progress,
-    )  # fmt: skip
+        cfg,
+        out,
+        model,
+        tokenizer,
+        Curriculum(),
+        Curriculum.draw,
+        resume=resume,
+        stop_at=stop_at,
+        max_minutes=max_minutes,
+        progress=progress,
+    )

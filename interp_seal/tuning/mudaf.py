@@ -241,8 +241,13 @@ class MudafTuner(Tuner):
                 handle.attn(layer).requires_grad_(True)
 
     def describe(self) -> dict:
-        return {**super().describe(), "heads": self.heads, "alpha": self.cfg.alpha,
-                "tau": self.cfg.tau, "concat": self.cfg.concat}  # fmt: skip
+        return {
+            **super().describe(),
+            "heads": self.heads,
+            "alpha": self.cfg.alpha,
+            "tau": self.cfg.tau,
+            "concat": self.cfg.concat,
+        }
 
     @contextmanager
     def step_context(self):

@@ -63,9 +63,13 @@ def edit_grid(
     if selected is not None:
         layer, head = selected
         fig.add_shape(
-            type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
+            type="rect",
+            x0=head - 0.5,
+            x1=head + 0.5,
+            y0=layer - 0.5,
+            y1=layer + 0.5,
             line={"color": "black", "width": 3},
-        )  # fmt: skip
+        )
     fig.update_layout(
         title="Head edits (click: keep / prune / scale)",
         xaxis={"title": "head", "dtick": 1},
@@ -157,13 +161,23 @@ def quadrant_map(quadrants: HeadQuadrants) -> go.Figure:
     )
     for q, (sx, sy) in {"Q1": (1, 1), "Q2": (-1, 1), "Q3": (-1, -1), "Q4": (1, -1)}.items():
         fig.add_shape(
-            type="rect", x0=0, x1=sx * extent, y0=0, y1=sy * extent, layer="below",
-            fillcolor=QUADRANT_COLORS[q], opacity=0.08, line={"width": 0},
-        )  # fmt: skip
+            type="rect",
+            x0=0,
+            x1=sx * extent,
+            y0=0,
+            y1=sy * extent,
+            layer="below",
+            fillcolor=QUADRANT_COLORS[q],
+            opacity=0.08,
+            line={"width": 0},
+        )
         fig.add_annotation(
-            x=sx * extent * 0.92, y=sy * extent * 0.92, text=q, showarrow=False,
+            x=sx * extent * 0.92,
+            y=sy * extent * 0.92,
+            text=q,
+            showarrow=False,
             font={"color": QUADRANT_COLORS[q], "size": 14},
-        )  # fmt: skip
+        )
     fig.update_layout(
         title=f"Head pruning: change in {metric} (Pearson r = {quadrants.pearson:.2f})",
         xaxis={"title": f"delta at length {quadrants.mid}", "range": [-extent, extent]},

@@ -42,41 +42,62 @@ def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match
         rows = rows.sort_values("length")
         bounds = [wilson(p * n, n) for p, n in zip(rows[metric], rows.n, strict=True)]
         p = rows[metric].to_numpy()
-        trace.error_y = dict(type="data", symmetric=False, thickness=1,
-                             array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
-                             arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)])  # fmt: skip
+        trace.error_y = dict(
+            type="data",
+            symmetric=False,
+            thickness=1,
+            array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
+            arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)],
+        )
     return fig
 
 
 def dla_comparison(attribution: pd.DataFrame, logits: pd.DataFrame) -> go.Figure:
     """Per method: head effects (layer x head), then embedding / MLP effects, then the logit."""
     methods = list(dict.fromkeys(attribution.method))
-    fig = make_subplots(rows=len(methods), cols=3, column_widths=[0.45, 0.4, 0.15],
-                        subplot_titles=[f"{m}: {w}" for m in methods
-                                        for w in ("heads", "embed + MLPs", "logit diff")],
-                        vertical_spacing=0.08)  # fmt: skip
+    fig = make_subplots(
+        rows=len(methods),
+        cols=3,
+        column_widths=[0.45, 0.4, 0.15],
+        subplot_titles=[
+            f"{m}: {w}" for m in methods for w in ("heads", "embed + MLPs", "logit diff")
+        ],
+        vertical_spacing=0.08,
+    )
     vmax = float(attribution[attribution.component == "head"].value.abs().max() or 1.0)
     for r, method in enumerate(methods, 1):
         rows = attribution[attribution.method == method]
         heads = rows[rows.component == "head"].pivot_table(
             index="layer", columns="head", values="value", aggfunc="sum"
         )
-        fig.add_trace(go.Heatmap(z=heads.values, x=[f"H{int(h)}" for h in heads.columns],
-                                 y=[f"L{int(lay)}" for lay in heads.index], coloraxis="coloraxis"),
-                      row=r, col=1)  # fmt: skip
+        fig.add_trace(
+            go.Heatmap(
+                z=heads.values,
+                x=[f"H{int(h)}" for h in heads.columns],
+                y=[f"L{int(lay)}" for lay in heads.index],
+                coloraxis="coloraxis",
+            ),
+            row=r,
+            col=1,
+        )
         other = rows[rows.component != "head"]
         labels = [
             c if pd.isna(lay) else f"{c} L{int(lay)}"
             for c, lay in zip(other.component, other.layer, strict=True)
         ]
-        fig.add_trace(go.Bar(x=labels, y=other.value, marker_color=PALETTE[1], showlegend=False),
-                      row=r, col=2)  # fmt: skip
+        fig.add_trace(
+            go.Bar(x=labels, y=other.value, marker_color=PALETTE[1], showlegend=False), row=r, col=2
+        )
         lg = logits[logits.method == method]
-        fig.add_trace(go.Bar(x=lg.target, y=lg.logit, marker_color=PALETTE[2], showlegend=False),
-                      row=r, col=3)  # fmt: skip
-    fig.update_layout(title="SEAL Fig. 4: direct effects on logit(correct) - logit(wrong)",
-                      coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-vmax, cmax=vmax),
-                      template="plotly_white", height=260 * len(methods))  # fmt: skip
+        fig.add_trace(
+            go.Bar(x=lg.target, y=lg.logit, marker_color=PALETTE[2], showlegend=False), row=r, col=3
+        )
+    fig.update_layout(
+        title="SEAL Fig. 4: direct effects on logit(correct) - logit(wrong)",
+        coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-vmax, cmax=vmax),
+        template="plotly_white",
+        height=260 * len(methods),
+    )
     return fig
 
 
@@ -92,27 +113,49 @@ def niah_panels(grid: pd.DataFrame, heatmap: Callable[[pd.DataFrame], go.Figure]
         for trace in heatmap(wide).data:
             trace.update(coloraxis="coloraxis", showscale=False)
             fig.add_trace(trace, row=1, col=c)
-    fig.update_layout(title="SEAL Fig. 5: needle in a haystack (depth % x tokens)",
-                      coloraxis=dict(colorscale="RdYlGn", cmin=0, cmax=1),
-                      template="plotly_white")  # fmt: skip
+    fig.update_layout(
+        title="SEAL Fig. 5: needle in a haystack (depth % x tokens)",
+        coloraxis=dict(colorscale="RdYlGn", cmin=0, cmax=1),
+        template="plotly_white",
+    )
     return fig
 
 
 def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
     """SEAL Table 4 as a heatmap (lr x samples) beside Fig. 7's curves (samples x epochs)."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Table 4: lr x samples",
-                                                        "Fig. 7: fewer samples, more epochs"))  # fmt: skip
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("Table 4: lr x samples", "Fig. 7: fewer samples, more epochs"),
+    )
     wide = grid.pivot_table(index="lr", columns="samples", values="exact_match")
-    fig.add_trace(go.Heatmap(z=wide.values, x=[str(c) for c in wide.columns],
-                             y=[f"{v:g}" for v in wide.index], text=np.round(wide.values, 2),
-                             texttemplate="%{text}", colorscale="Viridis", zmin=0, zmax=1),
-                  row=1, col=1)  # fmt: skip
+    fig.add_trace(
+        go.Heatmap(
+            z=wide.values,
+            x=[str(c) for c in wide.columns],
+            y=[f"{v:g}" for v in wide.index],
+            text=np.round(wide.values, 2),
+            texttemplate="%{text}",
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+        ),
+        row=1,
+        col=1,
+    )
     for i, ((n, e), rows) in enumerate(curves.groupby(["samples", "epochs"], sort=False)):
         rows = rows.sort_values("length")
-        fig.add_trace(go.Scatter(x=rows.length, y=rows.exact_match, mode="lines+markers",
-                                 name=f"{n} samples x {e} epochs",
-                                 line=dict(color=PALETTE[(i + 1) % len(PALETTE)])),
-                      row=1, col=2)  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=rows.length,
+                y=rows.exact_match,
+                mode="lines+markers",
+                name=f"{n} samples x {e} epochs",
+                line=dict(color=PALETTE[(i + 1) % len(PALETTE)]),
+            ),
+            row=1,
+            col=2,
+        )
     fig.update_layout(title="SEAL-H hyper-parameters", template="plotly_white")
     fig.update_yaxes(title_text="learning rate", row=1, col=1)
     fig.update_xaxes(title_text="samples", row=1, col=1)
@@ -128,21 +171,42 @@ def passage_grid(table: pd.DataFrame, golden: list[int]) -> go.Figure:
     """
     models = list(dict.fromkeys(table.model))
     layers = sorted(table.layer.unique())
-    fig = make_subplots(rows=len(models), cols=len(layers), shared_yaxes=True,
-                        subplot_titles=[f"{m}, layer {lay}" for m in models for lay in layers])  # fmt: skip
+    fig = make_subplots(
+        rows=len(models),
+        cols=len(layers),
+        shared_yaxes=True,
+        subplot_titles=[f"{m}, layer {lay}" for m in models for lay in layers],
+    )
     for r, model in enumerate(models, 1):
         for c, layer in enumerate(layers, 1):
             part = table[(table.model == model) & (table.layer == layer)]
             wide = part.pivot_table(index="head", columns="passage", values="attention")
-            fig.add_trace(go.Heatmap(z=wide.values, x=[f"#{p}" for p in wide.columns],
-                                     y=[f"head {h}" for h in wide.index], coloraxis="coloraxis"),
-                          row=r, col=c)  # fmt: skip
+            fig.add_trace(
+                go.Heatmap(
+                    z=wide.values,
+                    x=[f"#{p}" for p in wide.columns],
+                    y=[f"head {h}" for h in wide.index],
+                    coloraxis="coloraxis",
+                ),
+                row=r,
+                col=c,
+            )
             for g in golden:
-                fig.add_shape(type="rect", x0=g - 0.5, x1=g + 0.5, y0=-0.5,
-                              y1=len(wide.index) - 0.5, row=r, col=c,
-                              line=dict(dash="dot", width=2, color="black"))  # fmt: skip
-    fig.update_layout(title="MuDAF Fig. 10: last-token attention per passage (golden boxed)",
-                      coloraxis=dict(colorscale="Blues", cmin=0), template="plotly_white",
-                      height=300 * len(models))  # fmt: skip
+                fig.add_shape(
+                    type="rect",
+                    x0=g - 0.5,
+                    x1=g + 0.5,
+                    y0=-0.5,
+                    y1=len(wide.index) - 0.5,
+                    row=r,
+                    col=c,
+                    line=dict(dash="dot", width=2, color="black"),
+                )
+    fig.update_layout(
+        title="MuDAF Fig. 10: last-token attention per passage (golden boxed)",
+        coloraxis=dict(colorscale="Blues", cmin=0),
+        template="plotly_white",
+        height=300 * len(models),
+    )
     fig.update_yaxes(autorange="reversed")
     return fig

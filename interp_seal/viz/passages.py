@@ -36,9 +36,12 @@ def passage_heatmap(
         raise ValueError(f"layers {bad or layers} not in 0..{n_layers - 1}")
     columns = ["#0"] + [f"#{i + 1}" for i in range(n_passages)]
     fig = make_subplots(
-        rows=1, cols=len(layers), subplot_titles=[f"layer {layer}" for layer in layers],
-        shared_yaxes=True, horizontal_spacing=0.03,
-    )  # fmt: skip
+        rows=1,
+        cols=len(layers),
+        subplot_titles=[f"layer {layer}" for layer in layers],
+        shared_yaxes=True,
+        horizontal_spacing=0.03,
+    )
     for col, layer in enumerate(layers, 1):
         z = np.concatenate([attention.prefix[layer][:, None], attention.attention[layer]], 1)
         fig.add_trace(
@@ -54,9 +57,15 @@ def passage_heatmap(
         )
         for g in attention.golden:  # dotted box around golden columns (Fig. 10)
             fig.add_shape(
-                type="rect", x0=g + 0.5, x1=g + 1.5, y0=-0.5, y1=n_heads - 0.5,
-                line=dict(dash="dot", width=2, color="black"), row=1, col=col,
-            )  # fmt: skip
+                type="rect",
+                x0=g + 0.5,
+                x1=g + 1.5,
+                y0=-0.5,
+                y1=n_heads - 0.5,
+                line=dict(dash="dot", width=2, color="black"),
+                row=1,
+                col=col,
+            )
     fig.update_layout(
         title=title,
         coloraxis=dict(colorscale="Blues", cmin=0, colorbar_title="attention"),
