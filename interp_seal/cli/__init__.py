@@ -43,6 +43,7 @@ GROUPS = (
     "attribution",
     "dashboard",
     "figures",
+    "plan",
 )
 
 

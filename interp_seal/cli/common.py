@@ -222,10 +222,10 @@ DTYPES = ("float32", "bfloat16", "float16")
 def add_model_options(root: argparse.ArgumentParser) -> None:
     """``--device``, ``--dtype`` and ``--device-map`` on every command with ``--model`` that
     runs the model where it is loaded (training commands place it through accelerate and
-    take ``--cpu`` instead)."""
+    take ``--cpu`` instead; ``plan`` loads no model and takes its own ``--dtype``)."""
     for _, parser in list(sub_parsers(root)):
         found = options(parser)
-        if "--model" in found and "--cpu" not in found:
+        if "--model" in found and "--cpu" not in found and "--dtype" not in found:
             _add_device_arguments(parser)
 
 
