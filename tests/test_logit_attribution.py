@@ -8,6 +8,7 @@ import torch
 from interp_seal.analysis.logit_attribution import (
     logit_attribution,
     logit_diff_attribution,
+    strongest_wrong_token,
 )
 from interp_seal.models import load_model
 
@@ -204,3 +205,14 @@ def test_dla_figure_and_cli(llama_checkpoint, handles, tmp_path, capsys):
     diff = f"{label(correct)} - {label(wrong)}"
     assert sums[diff] == pytest.approx(float(logits[correct] - logits[wrong]), abs=1e-4)
     assert "sum of effects" in capsys.readouterr().out
+
+
+def test_strongest_wrong_token_is_the_full_logits_runner_up(llama_checkpoint, handles):
+    handle = handle_for(handles, llama_checkpoint)
+    for seed in range(3):
+        ids = prompt_ids(handle, seed)
+        with torch.no_grad():
+            logits = handle.model(ids[None]).logits[0, -1]  # every position, the naive way
+        first, second = logits.topk(2).indices.tolist()
+        assert strongest_wrong_token(handle, ids, first) == (first, second)
+        assert strongest_wrong_token(handle, ids, second) == (first, first)

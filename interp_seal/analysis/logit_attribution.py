@@ -41,6 +41,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_seal.engine import last_logits
 from interp_seal.models.handle import ModelHandle
 
 VARIANTS = ("frozen_norm", "seal")
@@ -243,3 +244,18 @@ def residual_parts(
                 "component the decomposition does not know about, so DLA would be wrong"
             )
     return parts, labels, x, logits
+
+
+def strongest_wrong_token(
+    handle: ModelHandle, prompt_ids: Int[Tensor, " pos"], correct: int
+) -> tuple[int, int]:
+    """``(predicted, wrong)``: the model's top next token after ``prompt_ids``, and its top
+    token other than ``correct`` (the contrast of a logit-difference attribution, SEAL Fig. 4).
+
+    One forward that unembeds the last position only (no ``T x vocab`` logits).
+    """
+    with torch.no_grad():
+        logits = last_logits(handle, prompt_ids[None])[0].float()
+    predicted = int(logits.argmax())
+    logits[correct] = -torch.inf
+    return predicted, int(logits.argmax())

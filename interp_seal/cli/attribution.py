@@ -112,18 +112,18 @@ def write_page(path: Path, figures) -> None:
 
 def run_dla(args: argparse.Namespace) -> int:
     import pandas as pd
-    import torch
 
-    from interp_seal.analysis.logit_attribution import logit_attribution, logit_diff_attribution
+    from interp_seal.analysis.logit_attribution import (
+        logit_attribution,
+        logit_diff_attribution,
+        strongest_wrong_token,
+    )
     from interp_seal.viz.attribution import dla_figure
 
     handle, sample = _setup(args)
     encoded = sample.encode(handle.tokenizer)
     ids, correct = encoded.prompt_ids, int(encoded.answer_ids[0])
-    with torch.no_grad():
-        logits = handle.model(ids[None]).logits[0, -1]
-    logits[correct] = -torch.inf
-    wrong = int(logits.argmax())
+    _, wrong = strongest_wrong_token(handle, ids, correct)
     single = logit_attribution(handle, ids, [correct, wrong], variant=args.variant)
     diff = logit_diff_attribution(handle, ids, correct, wrong, variant=args.variant)
     table = pd.concat([single.table, diff.table], ignore_index=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from interp_seal.analysis.logit_attribution import logit_diff_attribution
+from interp_seal.analysis.logit_attribution import logit_diff_attribution, strongest_wrong_token
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
 from interp_seal.analysis.sweeps import SweepOptions, channel_sweep, head_sweep, scale_table_sweep
 from interp_seal.evaluation import encode_samples, evaluate_line_retrieval, evaluate_niah
@@ -219,18 +219,13 @@ def fig4_compute(run: FigureRun) -> Tables:
     s = run.sizes
     records = line_retrieval.generate(LineRetrievalConfig(num_lines=s.long), s.n, 0)
     encoded = encode_samples(run.handle, records)
-    import torch
-
     chosen, wrong = encoded[0], None
     for enc in encoded:
-        with torch.no_grad():
-            logits = run.handle.model(enc.input_ids[None, : enc.answer_start]).logits[0, -1]
         target = int(enc.input_ids[enc.answer_start])
-        top = logits.clone()
-        top[target] = -float("inf")
-        if wrong is None or int(logits.argmax()) != target:
-            chosen, wrong = enc, int(top.argmax())
-            if int(logits.argmax()) != target:
+        predicted, other = strongest_wrong_token(run.handle, enc.prompt_ids, target)
+        if wrong is None or predicted != target:
+            chosen, wrong = enc, other
+            if predicted != target:
                 break
     ids, correct = (
         chosen.input_ids[: chosen.answer_start],
