@@ -46,39 +46,26 @@ from interp_seal.cli.common import (
 )
 from interp_seal.outputs import write_table, write_text
 from interp_seal.tuning.data import TASKS
-
-DEFAULT_LR = {
-    "seal-h": 1e-2,
-    "seal-c": 2e-2,
-    "lora": 2e-4,
-    "dora": 2e-4,
-    "mudaf": 5e-6,
-    "sft": 5e-6,
-}
+from interp_seal.tuning.methods import by_command
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("tune", help="SEAL-H/C, LoRA/DoRA, MuDAF tuning and merging")
     sub = parser.add_subparsers(dest="tune_command", required=True)
     for method, granularity in (("seal-h", "head"), ("seal-c", "channel")):
-        p = sub.add_parser(method, help=f"SEAL with one learnable scale per {granularity}")
+        p = sub.add_parser(method, help=by_command(method).summary)
         _training_args(p, method)
         p.set_defaults(func=run_seal, granularity=granularity, torchrun="accelerate")
 
     for method, dora in (("lora", False), ("dora", True)):
-        p = sub.add_parser(method, help=f"SEAL-{'D' if dora else 'L'}: {method.upper()} on q/k/v/o")
+        p = sub.add_parser(method, help=by_command(method).summary)
         _training_args(p, method)
         p.add_argument("--rank", type=positive_int, default=4, help="adapter rank (SEAL: 4)")
         p.add_argument("--alpha", type=float, default=8.0, help="LoRA alpha")
         p.set_defaults(func=run_peft, dora=dora, torchrun="accelerate")
 
     for method in ("mudaf", "sft"):
-        p = sub.add_parser(
-            method,
-            help="MuDAF contrastive attention focusing + LM loss"
-            if method == "mudaf"
-            else "Vanilla SFT baseline (LM loss only)",
-        )
+        p = sub.add_parser(method, help=by_command(method).summary)
         _training_args(p, method)
         p.add_argument(
             "--trainable",
@@ -179,7 +166,7 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--data-seed", type=int, default=1000, help="seed of the generated samples")
     index_style_argument(p)
     chat_template_argument(p)
-    p.add_argument("--lr", type=float, default=DEFAULT_LR.get(method), help="AdamW lr (constant)")
+    p.add_argument("--lr", type=float, default=by_command(method).lr, help="AdamW lr (constant)")
     p.add_argument("--epochs", type=positive_int, default=1, help="passes over the tuning data")
     p.add_argument(
         "--batch-size", type=positive_int, default=1, help="samples per process per step"

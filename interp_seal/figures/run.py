@@ -33,9 +33,9 @@ from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
 from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks.sample import Sample
+from interp_seal.tuning.methods import METHODS
 
 DATA_SEED = 1000  # tuning data; evaluation records and questions use seed 0 (as `interp-seal tune`)
-DEFAULT_LR = {"seal-h": 1e-2, "seal-c": 2e-2, "seal-l": 2e-4, "seal-d": 2e-4}
 
 
 @dataclass
@@ -176,7 +176,7 @@ class FigureRun:
         from interp_seal.tuning.seal import SEAL_METHODS, SealTuner
 
         method = SEAL_METHODS[granularity]
-        lr = lr or DEFAULT_LR[method]
+        lr = lr or METHODS[method].lr
         n = n or self.sizes.tune_n
         lines = lines or self.sizes.tune_lines
         ext = extension.label.replace(" ", "") if extension else "none"
@@ -218,7 +218,7 @@ class FigureRun:
                 from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
 
                 tuner = PeftTuner(handle, PeftBaselineConfig(dora=method == "seal-d"))
-                self._train(tuner, self.tuning_samples(), tag, lr=DEFAULT_LR[method])
+                self._train(tuner, self.tuning_samples(), tag, lr=METHODS[method].lr)
                 model = tuner.merge_and_unload()
             else:
                 from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
