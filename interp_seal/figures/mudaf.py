@@ -188,21 +188,7 @@ def fig7_compute(run: FigureRun) -> Tables:
 
 
 def fig7_draw(t: Tables):
-    import plotly.graph_objects as go
-
-    h = t["heads"]
-    fig = go.Figure(
-        [
-            go.Scatter(x=h.k, y=h[c], name=c, mode="lines+markers")
-            for c in ("exact_match", "target_f1", "mean_f1")
-        ]
-    )
-    fig.update_layout(
-        title="MuDAF Fig. 7: number of selected heads (0 = Vanilla SFT)",
-        xaxis_title="selected heads",
-        template="plotly_white",
-    )
-    return fig
+    return pv.head_count_curves(t["heads"])
 
 
 def fig7_read(t: Tables) -> str:
@@ -228,16 +214,7 @@ def table2_compute(run: FigureRun) -> Tables:
 
 
 def table2_draw(t: Tables):
-    import plotly.graph_objects as go
-
-    a = t["accuracy"]
-    fig = go.Figure(go.Bar(x=a.method, y=a.exact_match, text=a.exact_match.round(2)))
-    fig.update_layout(
-        title="MuDAF Table 2: passage QA by method",
-        yaxis_title="exact match (teacher-forced)",
-        template="plotly_white",
-    )
-    return fig
+    return pv.method_bars(t["accuracy"], title="MuDAF Table 2: passage QA by method")
 
 
 def table2_read(t: Tables) -> str:

@@ -46,18 +46,6 @@ class FigureSpec:
     paper_numbers: str
 
 
-def _figure(*, steps: tuple[object, str], **fields) -> FigureSpec:
-    """A ``FigureSpec`` whose three functions are ``{key}_compute`` / ``_draw`` / ``_read`` of
-    the module in ``steps = (module, key)``."""
-    module, key = steps
-    return FigureSpec(
-        compute=getattr(module, f"{key}_compute"),
-        draw=getattr(module, f"{key}_draw"),
-        read=getattr(module, f"{key}_read"),
-        **fields,
-    )
-
-
 SEAL_T1 = """| LongChat-7B-v1.5-32K | params | 9K | 14K | 19K | 23K | 28K | 31K |
 |---|---|---|---|---|---|---|---|
 | Baseline | - | 0.98 | 0.96 | 0.84 | 0.54 | 0.38 | 0.32 |
@@ -95,118 +83,148 @@ MUDAF_T4 = """| heads n | 0 (SFT) | 2 | 4 | 8 | 16 | 32 | 64 |
 | Avg. F1 (%) | 37.8 | 40.5 | 44.7 | 49.4 | 48.6 | 49.6 | 50.0 |"""
 
 FIGURES: tuple[FigureSpec, ...] = (
-    _figure(
+    FigureSpec(
         name="seal_fig2b_quadrants",
         title="Head quadrants",
         paper="SEAL Fig. 2b",
-        steps=(S, "fig2b"),
+        compute=S.fig2b_compute,
+        draw=S.fig2b_draw,
+        read=S.fig2b_read,
         paper_numbers="LongChat-7B: pruning single heads moves 31K line retrieval both ways; "
         "most heads fall in Q1 / Q3, i.e. the sign is consistent between the two lengths.",
     ),
-    _figure(
+    FigureSpec(
         name="seal_fig2c_channels",
         title="Channel pruning in the strongest heads",
         paper="SEAL Fig. 2c",
-        steps=(S, "fig2c"),
+        compute=S.fig2c_compute,
+        draw=S.fig2c_draw,
+        read=S.fig2c_read,
         paper_numbers="A few channels of a head carry most of its effect; pruning single "
         "channels moves accuracy in both directions.",
     ),
-    _figure(
+    FigureSpec(
         name="seal_fig2d_scaling",
         title="Multi-head scaling across lengths",
         paper="SEAL Fig. 2d",
-        steps=(S, "fig2d"),
+        compute=S.fig2d_compute,
+        draw=S.fig2d_draw,
+        read=S.fig2d_read,
         paper_numbers="LongChat-7B: Q1 x 0.9 + Q3 x 1.1 lifts line retrieval above the "
         "baseline at the long lengths.",
     ),
-    _figure(
+    FigureSpec(
         name="seal_fig4_dla",
         title="Direct logit attribution, baseline vs SEAL",
         paper="SEAL Fig. 4",
-        steps=(S, "fig4"),
+        compute=S.fig4_compute,
+        draw=S.fig4_draw,
+        read=S.fig4_read,
         paper_numbers="After SEAL-H / SEAL-C the heads' direct effect shifts toward the "
         "correct digit and the final logit flips from the wrong to the correct one.",
     ),
-    _figure(
+    FigureSpec(
         name="seal_table1_methods",
         title="Line retrieval by method (Table 1)",
         paper="SEAL Table 1",
-        steps=(S, "table1"),
+        compute=S.table1_compute,
+        draw=S.table1_draw,
+        read=S.table1_read,
         paper_numbers=SEAL_T1,
     ),
-    _figure(
+    FigureSpec(
         name="seal_fig5_needle",
         title="Needle in a haystack by method",
         paper="SEAL Fig. 5",
-        steps=(S, "fig5"),
+        compute=S.fig5_compute,
+        draw=S.fig5_draw,
+        read=S.fig5_read,
         paper_numbers="LongChat-7B: baseline fails at deep needles beyond ~17K; SEAL-H/C/L/D "
         "recover most of the grid inside the context window.",
     ),
-    _figure(
+    FigureSpec(
         name="seal_table4_lr_samples",
         title="Learning rate x samples; few-sample tuning",
         paper="SEAL Table 4 + Fig. 7",
-        steps=(S, "table4"),
+        compute=S.table4_compute,
+        draw=S.table4_draw,
+        read=S.table4_read,
         paper_numbers=SEAL_T4,
     ),
-    _figure(
+    FigureSpec(
         name="seal_table2_extension",
         title="Context extension without training",
         paper="SEAL Table 2 + Fig. 6",
-        steps=(S, "table2"),
+        compute=S.table2_compute,
+        draw=S.table2_draw,
+        read=S.table2_read,
         paper_numbers=SEAL_T2,
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_fig3_scores",
         title="Retrieval score of every head",
         paper="MuDAF Fig. 3",
-        steps=(M, "fig3"),
+        compute=M.fig3_compute,
+        draw=M.fig3_draw,
+        read=M.fig3_read,
         paper_numbers="Llama3.1-8B: a handful of heads have F1 retrieval scores well above "
         "the rest (top-16 ranked); most heads score near 0.",
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_fig4_masking",
         title="Masking retrieval vs random vs NIAH heads",
         paper="MuDAF Fig. 4",
-        steps=(M, "fig4"),
+        compute=M.fig4_compute,
+        draw=M.fig4_draw,
+        read=M.fig4_read,
         paper_numbers="Masking the top retrieval heads hurts QA far more than masking random "
         "heads, and more than masking the NIAH retrieval heads.",
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_fig5_targets",
         title="Target heads before / after MuDAF vs SFT",
         paper="MuDAF Fig. 5-6",
-        steps=(M, "fig5"),
+        compute=M.fig5_compute,
+        draw=M.fig5_draw,
+        read=M.fig5_read,
         paper_numbers="Target heads' retrieval scores rise under MuDAF "
         "and stay flat under Vanilla SFT; weak heads (R_h < 0.1) gain retrieval ability.",
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_fig7_num_heads",
         title="Number of selected heads",
         paper="MuDAF Fig. 7 / Table 4",
-        steps=(M, "fig7"),
+        compute=M.fig7_compute,
+        draw=M.fig7_draw,
+        read=M.fig7_read,
         paper_numbers=MUDAF_T4,
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_fig9_diff",
         title="All heads, MuDAF minus SFT",
         paper="MuDAF Fig. 9",
-        steps=(M, "fig9"),
+        compute=M.fig9_compute,
+        draw=M.fig9_draw,
+        read=M.fig9_read,
         paper_numbers="Gains concentrate on the selected heads; other heads barely move.",
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_fig10_heatmaps",
         title="Passage-level attention, base vs MuDAF",
         paper="MuDAF Fig. 10",
-        steps=(M, "fig10"),
+        compute=M.fig10_compute,
+        draw=M.fig10_draw,
+        read=M.fig10_read,
         paper_numbers="MuDAF moves attention from the prompt's start "
         "(#0) onto the golden passages.",
     ),
-    _figure(
+    FigureSpec(
         name="mudaf_table2_methods",
         title="Task score by method",
         paper="MuDAF Table 2",
-        steps=(M, "table2"),
+        compute=M.table2_compute,
+        draw=M.table2_draw,
+        read=M.table2_read,
         paper_numbers=MUDAF_T2,
     ),
 )

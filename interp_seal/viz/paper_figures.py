@@ -210,3 +210,31 @@ def passage_grid(table: pd.DataFrame, golden: list[int]) -> go.Figure:
     )
     fig.update_yaxes(autorange="reversed")
     return fig
+
+
+def head_count_curves(heads: pd.DataFrame) -> go.Figure:
+    """MuDAF Fig. 7: passage QA exact match and the target / mean retrieval F1 against the
+    number of heads MuDAF trains (``k``; 0 is Vanilla SFT)."""
+    fig = go.Figure(
+        [
+            go.Scatter(x=heads.k, y=heads[c], name=c, mode="lines+markers")
+            for c in ("exact_match", "target_f1", "mean_f1")
+        ]
+    )
+    fig.update_layout(
+        title="MuDAF Fig. 7: number of selected heads (0 = Vanilla SFT)",
+        xaxis_title="selected heads",
+        template="plotly_white",
+    )
+    return fig
+
+
+def method_bars(accuracy: pd.DataFrame, *, title: str) -> go.Figure:
+    """Exact match per method (``method``, ``exact_match``), one bar each, values written on."""
+    fig = go.Figure(
+        go.Bar(x=accuracy.method, y=accuracy.exact_match, text=accuracy.exact_match.round(2))
+    )
+    fig.update_layout(
+        title=title, yaxis_title="exact match (teacher-forced)", template="plotly_white"
+    )
+    return fig
