@@ -5,16 +5,12 @@ Tuning runs (``interp_seal.tuning.loop``) and the organism's training
 trainable weights and the optimizer's moments. Both write them the same way: tensors as
 safetensors (no code runs on loading, unlike ``torch.load`` of a pickle), the optimizer's
 per-parameter state flattened to ``"{param index}.{name}"`` keys, everything else as JSON.
-A checkpoint directory is replaced whole (``replacing_dir``): a kill at any moment leaves
-either the previous checkpoint or the new one, never a mix of the two.
+A checkpoint directory is replaced whole (``interp_seal.outputs.atomic_dir``): a kill at any
+moment leaves either the previous checkpoint or the new one, never a mix of the two.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -44,34 +40,3 @@ def load_optimizer(optimizer: torch.optim.Optimizer, path: str | Path) -> None:
     optimizer.load_state_dict(
         {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
     )
-
-
-@contextmanager
-def replacing_dir(path: str | Path) -> Iterator[Path]:
-    """Write a new version of directory ``path``: files go into a temporary directory that
-    replaces ``path`` only once the block has finished (the old one is moved aside first and
-    removed last; ``checkpoint_dir`` recovers it after a kill between the two renames)."""
-    path = Path(path)
-    tmp, old = path.with_name(f".{path.name}.new"), path.with_name(f".{path.name}.old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(path, old)
-    os.rename(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def checkpoint_dir(path: str | Path) -> Path | None:
-    """``path`` if it holds a complete checkpoint written by ``replacing_dir`` (restoring the
-    previous one if a kill struck between its renames), else None."""
-    path = Path(path)
-    old = path.with_name(f".{path.name}.old")
-    if not path.exists() and old.exists():
-        os.rename(old, path)
-    return path if path.exists() else None

@@ -245,31 +245,6 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-@contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """A temporary directory to write the files of directory ``path`` into.
-
-    On success each file moves into ``path`` with ``os.replace`` (files already there with
-    other names stay); on an exception the temporary directory is removed and ``path`` is
-    untouched. A kill can leave some new files beside old ones, never a half-written file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-    try:
-        with _naming(path):
-            yield tmp
-        path.mkdir(exist_ok=True)
-        for item in sorted(tmp.rglob("*")):
-            target = path / item.relative_to(tmp)
-            if item.is_dir():
-                target.mkdir(exist_ok=True)
-            else:
-                os.replace(item, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (UTF-8); returns ``path``."""
     with atomic_path(path) as tmp:
@@ -293,3 +268,61 @@ def write_html(figure, path: str | Path, **options) -> Path:
     with atomic_path(path) as tmp:
         figure.write_html(tmp, **options)
     return Path(path)
+
+
+@contextmanager
+def atomic_dir(path: str | Path, *, mode: str = "files") -> Iterator[Path]:
+    """Write directory ``path`` through a temporary directory beside it that the block fills;
+    an error or a kill inside the block leaves ``path`` as it was. The one way the library
+    writes a directory; ``mode`` says what happens when the block has finished:
+
+    - ``"files"``: each file moves into ``path`` with ``os.replace`` (files already there
+      with other names stay): results written into a user's directory. A kill can leave some
+      new files beside old ones, never a half-written file.
+    - ``"replace"``: the directory takes ``path``'s place whole; an existing ``path`` is moved
+      aside first and removed last (``recover_dir`` restores it after a kill between the two
+      renames): checkpoints, where old and new files must never mix.
+    - ``"create"``: the first complete version wins; if another process finished ``path``
+      meanwhile, this copy is dropped: caches that several processes may fill at once.
+    """
+    if mode not in ("files", "replace", "create"):
+        raise ValueError(f"mode must be 'files', 'replace' or 'create', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        with _naming(path):
+            yield tmp
+        if mode == "files":
+            path.mkdir(exist_ok=True)
+            for item in sorted(tmp.rglob("*")):
+                target = path / item.relative_to(tmp)
+                if item.is_dir():
+                    target.mkdir(exist_ok=True)
+                else:
+                    os.replace(item, target)
+        elif mode == "create":
+            try:
+                os.rename(tmp, path)
+            except OSError:  # finished by another process meanwhile (a non-empty path)
+                if not path.is_dir():
+                    raise
+        else:
+            old = path.with_name(f".{path.name}.old")
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def recover_dir(path: str | Path) -> Path | None:
+    """``path`` if it holds a complete directory written by ``atomic_dir`` (restoring the
+    previous version if a kill struck between its renames), else None."""
+    path = Path(path)
+    old = path.with_name(f".{path.name}.old")
+    if not path.exists() and old.exists():
+        os.rename(old, path)
+    return path if path.exists() else None

@@ -7,7 +7,8 @@ import os
 import pytest
 import torch
 
-from interp_seal.checkpoints import checkpoint_dir, load_optimizer, replacing_dir, save_optimizer
+from interp_seal.checkpoints import load_optimizer, save_optimizer
+from interp_seal.outputs import atomic_dir, recover_dir
 
 
 def test_optimizer_state_round_trips_exactly(tmp_path):
@@ -31,10 +32,10 @@ def test_optimizer_state_round_trips_exactly(tmp_path):
 
 def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
     state = tmp_path / "state"
-    with replacing_dir(state) as d:
+    with atomic_dir(state, mode="replace") as d:
         (d / "a.txt").write_text("1")
         (d / "b.txt").write_text("1")
-    with pytest.raises(RuntimeError), replacing_dir(state) as d:  # fails while writing
+    with pytest.raises(RuntimeError), atomic_dir(state, mode="replace") as d:  # fails while writing
         (d / "a.txt").write_text("2")
         raise RuntimeError("killed")
     assert [(state / n).read_text() for n in ("a.txt", "b.txt")] == ["1", "1"]
@@ -49,10 +50,10 @@ def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
         real_rename(src, dst)
 
     monkeypatch.setattr(os, "rename", rename_once)
-    with pytest.raises(KeyboardInterrupt), replacing_dir(state) as d:
+    with pytest.raises(KeyboardInterrupt), atomic_dir(state, mode="replace") as d:
         (d / "a.txt").write_text("3")
     monkeypatch.setattr(os, "rename", real_rename)
     assert not state.exists()
-    assert checkpoint_dir(state) == state  # the previous checkpoint is back
+    assert recover_dir(state) == state  # the previous checkpoint is back
     assert [(state / n).read_text() for n in ("a.txt", "b.txt")] == ["1", "1"]
-    assert checkpoint_dir(tmp_path / "none") is None
+    assert recover_dir(tmp_path / "none") is None

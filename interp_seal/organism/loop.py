@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from interp_seal.checkpoints import checkpoint_dir, load_optimizer, replacing_dir, save_optimizer
+from interp_seal.checkpoints import load_optimizer, save_optimizer
+from interp_seal.outputs import atomic_dir, recover_dir
 
 
 def learning_rate(cfg, step: int) -> float:
@@ -79,7 +80,7 @@ def save_state(out: Path, model, optimizer, cfg, step: int, cur, seconds: float)
 
     Written whole or not at all: a kill while writing leaves the previous checkpoint."""
     meta = {"step": step, "seconds": seconds, "config": asdict(cfg), "curriculum": asdict(cur)}
-    with replacing_dir(out / "state") as state:
+    with atomic_dir(out / "state", mode="replace") as state:
         save_file(
             {k: v.contiguous() for k, v in model.state_dict().items()}, state / "model.safetensors"
         )
@@ -122,7 +123,7 @@ def run_loop(
     """
     optimizer = make_optimizer(model, cfg)
     step, seconds = 0, 0.0
-    if resume and checkpoint_dir(out / "state") is not None:
+    if resume and recover_dir(out / "state") is not None:
         step, fields, seconds = load_state(out, model, optimizer, cfg)
         cur = type(cur)(**fields)
     end = min(cfg.steps, stop_at or cfg.steps)

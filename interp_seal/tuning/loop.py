@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from interp_seal.checkpoints import load_optimizer, save_optimizer
+from interp_seal.outputs import atomic_dir
 from interp_seal.records import fingerprint
 from interp_seal.tuning.data import Example, TrainingBatch, check_window, collate
 
@@ -201,16 +202,12 @@ def _save_checkpoint(
     out_dir: Path, step: int, tuner: Tuner, optimizer, result: TrainResult, identity: dict
 ):
     final = out_dir / "checkpoints" / f"step-{step:07d}"
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    state = {n: p.detach().to("cpu").contiguous() for n, p in tuner.trainable_state().items()}
-    save_file(state, str(tmp / "trainable.safetensors"))
-    save_optimizer(optimizer, tmp / "optimizer.safetensors")
-    info = {"step": step, "losses": result.losses, "parts": result.parts, "identity": identity}
-    (tmp / "state.json").write_text(json.dumps(info))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    with atomic_dir(final, mode="replace") as tmp:
+        state = {n: p.detach().to("cpu").contiguous() for n, p in tuner.trainable_state().items()}
+        save_file(state, str(tmp / "trainable.safetensors"))
+        save_optimizer(optimizer, tmp / "optimizer.safetensors")
+        info = {"step": step, "losses": result.losses, "parts": result.parts, "identity": identity}
+        (tmp / "state.json").write_text(json.dumps(info))
     latest = out_dir / "latest.tmp"
     latest.write_text(final.name)
     os.replace(latest, out_dir / "latest")

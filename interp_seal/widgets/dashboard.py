@@ -25,8 +25,6 @@ their hooks.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -41,6 +39,7 @@ from interp_seal.analysis import SweepUnit, logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.interventions import Head, ablate, hf_hooks, scale_table
 from interp_seal.models import ModelHandle
+from interp_seal.outputs import atomic_dir
 from interp_seal.tasks import line_retrieval
 from interp_seal.tuning import load_scales, save_merged
 from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
@@ -381,16 +380,8 @@ class Dashboard:
             if target.exists() and any(target.iterdir()):
                 raise ValueError(f"{target} exists and is not empty; choose a new directory")
             scales = head_scales(self.handle, self.state.table())
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merging-"))
-            try:
-                with self.lock:
-                    save_merged(self.handle, scales, partial)
-                if target.exists():
-                    target.rmdir()
-                partial.rename(target)
-            finally:
-                shutil.rmtree(partial, ignore_errors=True)
+            with self.lock, atomic_dir(target, mode="replace") as partial:
+                save_merged(self.handle, scales, partial)
             return target
 
         return self._guard(merge, done="merged the edits into {}")
