@@ -24,10 +24,10 @@ import torch
 
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.cli.dashboard import free_port
+from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import scale_table
 from interp_seal.models import load_model
 from interp_seal.tuning import load_scales
-from interp_seal.widgets import line_records
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -147,7 +147,8 @@ def test_served_dashboard_click_updates_accuracy(chromium, tmp_path):
         # meanwhile: the library's numbers for the same records; a head whose pruning changes
         # exact match, found through the library (no organism number is hard-coded)
         handle = load_model("organism")
-        evaluator = EditEvaluator(handle, line_records(LENGTHS, N, seed=0), progress=False)
+        records = line_retrieval_samples(handle.tokenizer, LENGTHS, n=N, seed=0)
+        evaluator = EditEvaluator(handle, records, progress=False)
         base = evaluator.evaluate(None)
         base = base[base.metric == "exact_match"].value.tolist()
         heads = [(handle.spec.n_layers - 1, h) for h in range(handle.spec.n_heads)]
@@ -216,9 +217,9 @@ def test_jupyterlab_renders_the_dashboard_notebook(chromium, tmp_path):
     command += [f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=None"]
     lab = start(command, "is running at")
     try:
-        evaluator = EditEvaluator(
-            load_model("organism"), line_records(LENGTHS, N, seed=0), progress=False
-        )
+        handle = load_model("organism")
+        records = line_retrieval_samples(handle.tokenizer, LENGTHS, n=N, seed=0)
+        evaluator = EditEvaluator(handle, records, progress=False)
         base = evaluator.evaluate(None)
         base = base[base.metric == "exact_match"].value.tolist()
         page = chromium.new_page(viewport={"width": 1400, "height": 1600})

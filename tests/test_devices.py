@@ -31,13 +31,12 @@ from interp_seal.analysis.sweeps import SweepOptions
 from interp_seal.cli import build_parser, main
 from interp_seal.cli.common import options, sub_parsers
 from interp_seal.engine.batch import pad_id_of
-from interp_seal.evaluation import teacher_force
+from interp_seal.evaluation import line_retrieval_samples, teacher_force
 from interp_seal.models import load_model
 from interp_seal.tasks import passages
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.data import collate, encode_examples
 from interp_seal.tuning.seal import SealTuner
-from interp_seal.widgets import line_records
 
 LINES, N = 40, 6
 
@@ -60,6 +59,8 @@ def test_every_command_that_loads_a_model_takes_device_options():
     for name, found in loading.items():
         if "--cpu" in found:  # training: accelerate places the model (--cpu, or the GPUs)
             assert "--device" not in found, name
+        elif name == "plan":  # reads the config only: a dtype, no device
+            assert "--dtype" in found and "--device" not in found
         else:
             assert {"--device", "--dtype", "--device-map"} <= found, name
 
@@ -104,8 +105,8 @@ def handles():
 
 
 @pytest.fixture(scope="module")
-def records():
-    return line_records([LINES], N, seed=0)
+def records(handles):
+    return line_retrieval_samples(handles[0].tokenizer, [LINES], n=N, seed=0)
 
 
 def test_bfloat16_teacher_forcing_agrees(handles, records):

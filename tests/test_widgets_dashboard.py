@@ -4,6 +4,7 @@ library's own numbers for that edit (evaluate_lengths, logit_attribution, channe
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import re
 
@@ -17,11 +18,12 @@ from plotly.callbacks import InputDeviceState, Points
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.logit_attribution import logit_attribution
 from interp_seal.analysis.sweeps import channel_sweep, scale_table_sweep
+from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import hf_hooks, hf_logits, scale_table
 from interp_seal.models import load_model
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.scales import load_scales
-from interp_seal.widgets import Dashboard, DashboardState, line_records
+from interp_seal.widgets import Dashboard, DashboardState
 
 LENGTHS = (10, 60)
 N = 6
@@ -34,7 +36,7 @@ def organism():
 
 @pytest.fixture(scope="module")
 def records():
-    return line_records(LENGTHS, N, seed=0)
+    return line_retrieval_samples(load_model("organism").tokenizer, LENGTHS, n=N, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -405,3 +407,12 @@ def test_saves_stay_inside_the_save_dir_and_ask_before_overwriting(evaluator, tm
     assert "saved the scale file to" in dash.message.value
     factors = load_scales(tmp_path / "edits.safetensors", evaluator.handle.spec).scales[..., 0]
     assert factors[1, 2] == 0 and factors[1, 3] == 0 and factors.sum() == factors.numel() - 2
+
+
+def test_the_page_and_the_widget_default_to_the_same_records():
+    from interp_seal.cli import build_parser
+    from interp_seal.widgets.dashboard import DEFAULT_LENGTHS
+
+    args = build_parser().parse_args(["dashboard"])
+    assert tuple(args.lengths) == DEFAULT_LENGTHS
+    assert inspect.signature(Dashboard.from_model).parameters["lengths"].default == DEFAULT_LENGTHS

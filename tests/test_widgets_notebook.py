@@ -11,9 +11,9 @@ import nbformat
 from nbclient import NotebookClient
 
 from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import ablate
 from interp_seal.models import load_model
-from interp_seal.widgets import line_records
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "dashboard.ipynb"
 
@@ -32,7 +32,8 @@ def test_dashboard_notebook_matches_library(tmp_path, monkeypatch):
     state = json.loads(code[2].outputs[-1]["text"])
 
     handle = load_model("organism")
-    evaluator = EditEvaluator(handle, line_records((10, 60), 4, seed=0), progress=False)
+    records = line_retrieval_samples(handle.tokenizer, (10, 60), n=4, seed=0)
+    evaluator = EditEvaluator(handle, records, progress=False)
     expected = evaluator.evaluate(ablate(handle.spec, [(0, 3)], "zero"))
     expected = expected[expected.metric == "exact_match"][["length", "value", "baseline", "delta"]]
     assert table.strip() == expected.reset_index(drop=True).to_string().strip()

@@ -11,9 +11,10 @@ from plotly.callbacks import BoxSelector, InputDeviceState, Points
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
 from interp_seal.analysis.sweeps import SweepOptions, channel_sweep, head_sweep, scale_table_sweep
+from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.models import load_model
 from interp_seal.tuning.scales import load_scales
-from interp_seal.widgets import QuadrantExplorer, line_records
+from interp_seal.widgets import QuadrantExplorer
 
 LENGTHS, N = (10, 60), 4
 HEADS = [(0, 1), (0, 3), (1, 2), (1, 6), (2, 1), (2, 5), (3, 0), (3, 4)]
@@ -23,7 +24,7 @@ QUIET = SweepOptions(progress=False)
 @pytest.fixture(scope="module")
 def setup():
     handle = load_model("organism")
-    records = line_records(LENGTHS, N, seed=0)
+    records = line_retrieval_samples(handle.tokenizer, LENGTHS, n=N, seed=0)
     heads = head_sweep(handle, records, heads=HEADS, options=QUIET)
     channels = channel_sweep(handle, records, heads=[HEADS[1]], channels=[0, 5], options=QUIET)
     evaluator = EditEvaluator(handle, records, progress=False)

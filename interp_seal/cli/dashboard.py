@@ -30,7 +30,7 @@ def register(subparsers) -> None:
         "--lengths",
         type=positive_int,
         nargs="+",
-        default=[40, 80, 120, 160],
+        default=[40, 80, 120, 160],  # widgets.dashboard.DEFAULT_LENGTHS (a test keeps them equal)
         help="lines per record",
     )
     parser.add_argument("--n", type=sample_count, default=20, help="records per length")

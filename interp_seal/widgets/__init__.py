@@ -6,9 +6,9 @@ figures from ``interp_seal.viz``. ``interp-seal dashboard`` serves the dashboard
 (Voila, locked down in ``app.py``); the same widgets display inline in JupyterLab.
 """
 
-from interp_seal.widgets.dashboard import Dashboard, line_records
+from interp_seal.widgets.dashboard import Dashboard
 from interp_seal.widgets.passages import PassageExplorer
 from interp_seal.widgets.quadrants import QuadrantExplorer
 from interp_seal.widgets.state import DashboardState
 
-__all__ = ["Dashboard", "DashboardState", "PassageExplorer", "QuadrantExplorer", "line_records"]
+__all__ = ["Dashboard", "DashboardState", "PassageExplorer", "QuadrantExplorer"]

@@ -37,22 +37,16 @@ import plotly.graph_objects as go
 
 from interp_seal.analysis import SweepUnit, logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import Head, ablate, hf_hooks, scale_table
 from interp_seal.models import ModelHandle
 from interp_seal.outputs import atomic_dir
-from interp_seal.tasks import line_retrieval
 from interp_seal.tuning import load_scales, save_merged
 from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
 from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
 
-
-def line_records(lengths: Sequence[int], n: int, seed: int) -> dict[int, list]:
-    """``n`` seeded LongEval records per number of lines (the same ones every time)."""
-    return {
-        int(k): line_retrieval.generate(line_retrieval.LineRetrievalConfig(num_lines=k), n, seed)
-        for k in lengths
-    }
+DEFAULT_LENGTHS = (40, 80, 120, 160)  # lines: where the organism v2 degrades (docs/organism.md)
 
 
 class Dashboard:
@@ -100,13 +94,15 @@ class Dashboard:
         cls,
         handle: ModelHandle,
         *,
-        lengths: Sequence[int] = (20, 40, 60, 80),
+        lengths: Sequence[int] = DEFAULT_LENGTHS,
         n: int = 20,
         seed: int = 0,
         **kwargs,
     ) -> Dashboard:
-        """A dashboard on ``n`` LongEval records per number of lines in ``lengths``."""
-        return cls(EditEvaluator(handle, line_records(lengths, n, seed)), **kwargs)
+        """A dashboard on ``n`` LongEval records per number of lines in ``lengths``
+        (``evaluation.line_retrieval_samples``: the same records every time)."""
+        records = line_retrieval_samples(handle.tokenizer, lengths, n=n, seed=seed)
+        return cls(EditEvaluator(handle, records), **kwargs)
 
     # -- computing (library calls only) ----------------------------------------------------
     def intervention(self, state: DashboardState | None = None):
