@@ -44,9 +44,9 @@ from common import (
     timed,
 )
 
-from interp_seal.evaluation import evaluate_lengths
+from interp_seal.evaluation import evaluate_lengths, line_retrieval_samples
 from interp_seal.interventions import scale_table
-from interp_seal.widgets import Dashboard, line_records
+from interp_seal.widgets import Dashboard
 
 
 def timed_twice(fn, clock: Clock, wall: Clock):
@@ -69,7 +69,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         handle, name = benchmark_model(tmp, device=args.device, dtype=args.dtype)
         clock, wall = Clock(handle.device), Clock(handle.device, wall=True)
-        records = line_records(args.lengths, args.n, seed=0)
+        records = line_retrieval_samples(handle.tokenizer, args.lengths, n=args.n, seed=0)
         dash, build_cpu, build_wall = timed_twice(
             lambda: Dashboard.from_model(handle, lengths=args.lengths, n=args.n), clock, wall
         )
