@@ -21,19 +21,29 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
+from interp_seal.figures import load_tables
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
 class Long:
-    """A long command: its arguments (``{data}`` is a shared task file), the file whose
-    appearance means a unit of work is saved, and the result compared after resuming."""
+    """A long command: its arguments (after any ``setup`` commands, whose files it reads), the
+    file or directory whose appearance means a unit of work is saved, and the result compared
+    after resuming."""
 
     args: list[str]
     progress: str
     result: str
-    needs_data: bool = False
+    setup: tuple[tuple[str, ...], ...] = ()
 
+
+PASSAGES = ("tasks", "generate", "--task", "passages", "--n", "12", "--out", "qa.jsonl")
+NEEDLES = ("tasks", "generate", "--task", "needle", "--tokenizer", "organism", "--lengths", "300")
+NEEDLES += ("600", "--depths", "0", "50", "100", "--out", "niah.jsonl")
+SCORES = ("retrieval", "passage-scores", "--samples", "qa.jsonl", "--out", "scores")
+TUNE = ["--samples", "16", "--num-lines", "20", "--batch-size", "1", "--checkpoint-every", "2"]
+QA_TUNE = ["--task", "passages", "--samples", "12", "--batch-size", "1", "--checkpoint-every", "2"]
 
 COMMANDS = {
     "head-sweep": Long(
@@ -41,17 +51,51 @@ COMMANDS = {
         progress="records.jsonl",
         result="results.csv",
     ),
+    "channel-sweep": Long(
+        ["analysis", "channel-sweep", "--heads", "1.3", "--lengths", "3", "6", "--n", "4"],
+        progress="records.jsonl",
+        result="results.csv",
+    ),
     "passage-scores": Long(
-        ["retrieval", "passage-scores", "--samples", "{data}", "--threads", "1"],
+        ["retrieval", "passage-scores", "--samples", "qa.jsonl", "--threads", "1"],
         progress="per_sample.jsonl",
         result="head_scores.csv",
-        needs_data=True,
+        setup=(PASSAGES,),
     ),
-    "seal-h": Long(
-        ["tune", "seal-h", "--samples", "16", "--num-lines", "20", "--batch-size", "1"]
-        + ["--checkpoint-every", "2", "--threads", "1"],
+    "needle-scores": Long(
+        ["retrieval", "needle-scores", "--samples", "niah.jsonl", "--threads", "1"],
+        progress="per_sample.jsonl",
+        result="head_scores.csv",
+        setup=(NEEDLES,),
+    ),
+    "masking": Long(
+        ["retrieval", "masking", "--samples", "qa.jsonl", "--scores", "scores/head_scores.csv"]
+        + ["--ks", "1", "2", "--seeds", "0", "1", "--threads", "1"],
+        progress="conditions.jsonl",
+        result="masking.csv",
+        setup=(PASSAGES, SCORES),
+    ),
+    "seal-h": Long(["tune", "seal-h", *TUNE], progress="checkpoints", result="scales.safetensors"),
+    "seal-c": Long(["tune", "seal-c", *TUNE], progress="checkpoints", result="scales.safetensors"),
+    "lora": Long(["tune", "lora", *TUNE], progress="checkpoints", result="model/model.safetensors"),
+    "dora": Long(["tune", "dora", *TUNE], progress="checkpoints", result="model/model.safetensors"),
+    "mudaf": Long(
+        ["tune", "mudaf", *QA_TUNE, "--heads", "1.3", "2.5"],
         progress="checkpoints",
-        result="scales.safetensors",
+        result="model/model.safetensors",
+    ),
+    "sft": Long(
+        ["tune", "sft", *QA_TUNE], progress="checkpoints", result="model/model.safetensors"
+    ),
+    "organism-train": Long(
+        ["organism", "train", "--smoke", "--steps", "40", "--set", "checkpoint_every=2"],
+        progress="state",
+        result="model.safetensors",
+    ),
+    "figures": Long(
+        ["figures", "--quick", "--only", "seal_table1_methods", "--no-png"],
+        progress="work",
+        result="data/seal_table1_methods.json",
     ),
 }
 DEFAULT = ("head-sweep",)  # the others run with -m slow
@@ -86,6 +130,11 @@ def same_result(a: Path, b: Path) -> None:
         assert first.keys() == second.keys()
         for key in first:
             assert (first[key] == second[key]).all(), key
+    elif a.suffix == ".json":
+        first, second = load_tables(a)[0], load_tables(b)[0]
+        assert first.keys() == second.keys()
+        for name in first:
+            pd.testing.assert_frame_equal(first[name], second[name])
     else:
         pd.testing.assert_frame_equal(pd.read_csv(a), pd.read_csv(b))
 
@@ -96,11 +145,10 @@ def same_result(a: Path, b: Path) -> None:
 )
 def test_killed_run_resumes_only_when_asked(name, tmp_path):
     long = COMMANDS[name]
-    if long.needs_data:
-        generate = ["tasks", "generate", "--task", "passages", "--n", "12", "--out", "qa.jsonl"]
-        done = run(generate, tmp_path)
-        assert done.returncode == 0, done.stderr
-    args = [a.replace("{data}", "qa.jsonl") for a in long.args]
+    for setup in long.setup:
+        done = run(list(setup), tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+    args = long.args
     straight = run([*args, "--out", "straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
 

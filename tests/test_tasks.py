@@ -705,3 +705,16 @@ def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["tasks", "generate", "--task", "needle", "--lengths", "1:2", "--out", str(out)])
     assert "invalid grid value: '1:2'" in capsys.readouterr().err
+
+
+def test_needle_task_measured_by_the_organisms_tokenizer(tmp_path):
+    """``--tokenizer organism`` is the bundled model's tokenizer, as ``--model organism`` is."""
+    from interp_seal.cli import main
+    from interp_seal.models import load_model
+
+    out = tmp_path / "niah.jsonl"
+    argv = ["tasks", "generate", "--task", "needle", "--tokenizer", "organism", "--lengths", "300"]
+    assert main([*argv, "--depths", "0", "100", "--out", str(out)]) == 0
+    cfg = needle.NeedleConfig(context_lengths=(300,), depths=(0, 100))
+    expected = needle.generate(cfg, load_model("organism").tokenizer, 1, 0)
+    assert [s.prompt for s in jsonl.read_samples(out)] == [s.prompt for s in expected]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 
 from interp_seal.cli.common import (
     index_style_argument,
@@ -68,7 +67,10 @@ def register(subparsers) -> None:
         help="LongChat's draws and file layout (see the module doc)",
     )
     niah = gen.add_argument_group("needle")
-    niah.add_argument("--tokenizer", help="tokenizer (local path or hub name) measuring lengths")
+    niah.add_argument(
+        "--tokenizer",
+        help="the tokenizer measuring lengths: 'organism', a checkpoint dir or a hub name",
+    )
     niah.add_argument("--lengths", type=grid, nargs="+", help="context lengths in tokens")
     niah.add_argument(
         "--depths",
@@ -119,12 +121,9 @@ def _samples(args: argparse.Namespace) -> list:
         return passages.generate(cfg, n, args.seed)
     if not args.tokenizer or not args.lengths:
         raise ValueError("--task needle needs --tokenizer and --lengths")
-    from transformers import AutoTokenizer
+    from interp_seal.models.load import load_tokenizer, resolve
 
-    from interp_seal.models.checks import check_hub_name
-
-    if not Path(args.tokenizer).expanduser().exists():
-        check_hub_name(args.tokenizer)  # fail at once, not after the hub client's retries
+    target = resolve(args.tokenizer)  # 'organism', a checkpoint or a cached hub name, checked
     cfg = needle.NeedleConfig(
         context_lengths=tuple(x for g in args.lengths for x in g),
         depths=tuple(x for g in args.depths for x in g),
@@ -133,8 +132,7 @@ def _samples(args: argparse.Namespace) -> list:
         buffer=args.buffer,
         answer=args.answer,
     )
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    return needle.generate(cfg, tokenizer, n, args.seed)
+    return needle.generate(cfg, load_tokenizer(target), n, args.seed)
 
 
 def generate(args: argparse.Namespace) -> int:
