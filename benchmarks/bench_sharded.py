@@ -16,6 +16,15 @@ byte-identical and prints::
 Wall seconds of the whole command (start-up and model loading included, as a user waits for
 them): on a CPU the processes must have a core each, so run it on an otherwise idle machine.
 On GPUs pass ``--device cuda`` and as many processes as GPUs.
+
+Measured (2-core CPU machine, nothing else running, defaults: 40 and 80 lines, 16 records
+each, 32 heads; 2026-11-25)::
+
+    RESULT sharded shard_speedup=1.47 identical=True one_s=27.6 sharded_s=18.8 procs=2
+
+Each process starts Python, imports torch and transformers and loads the model (about 5 s) and
+runs the clean forward of every chunk it has work in, so on a model this small the two
+processes do not halve the time; the edited forwards, the bulk of a large sweep, divide evenly.
 """
 
 from __future__ import annotations
