@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 
 from interp_seal.cli.common import (
     index_style_argument,
@@ -69,7 +70,7 @@ def register(subparsers) -> None:
     niah = gen.add_argument_group("needle")
     niah.add_argument(
         "--tokenizer",
-        help="the tokenizer measuring lengths: 'organism', a checkpoint dir or a hub name",
+        help="the tokenizer measuring lengths: a directory holding one, 'organism', or a hub name",
     )
     niah.add_argument("--lengths", type=grid, nargs="+", help="context lengths in tokens")
     niah.add_argument(
@@ -123,7 +124,9 @@ def _samples(args: argparse.Namespace) -> list:
         raise ValueError("--task needle needs --tokenizer and --lengths")
     from interp_seal.models.load import load_tokenizer, resolve
 
-    target = resolve(args.tokenizer)  # 'organism', a checkpoint or a cached hub name, checked
+    # a directory holding a tokenizer (with or without a model), or a name --model takes
+    local = Path(args.tokenizer).expanduser()
+    target = str(local) if local.is_dir() else resolve(args.tokenizer)
     cfg = needle.NeedleConfig(
         context_lengths=tuple(x for g in args.lengths for x in g),
         depths=tuple(x for g in args.depths for x in g),
