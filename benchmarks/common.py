@@ -31,6 +31,7 @@ from typing import TypeVar
 import torch
 
 from interp_seal.cli.common import DTYPES
+from interp_seal.cli.common import add_device_arguments as cli_device_arguments
 from interp_seal.models import ModelHandle, load_model
 from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.testing import save_random_checkpoint
@@ -39,19 +40,10 @@ T = TypeVar("T")
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device`` and ``--dtype``, as every ``interp-seal`` command that loads a model has."""
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        help="where the model runs: cpu, cuda, cuda:N, mps, or auto (a GPU if there is one)",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=DTYPES,
-        default="float32",
-        help="parameter precision; in float32 the benchmark's two paths must agree exactly, "
-        "in bfloat16 / float16 their disagreements are counted instead",
-    )
+    """``--device`` and ``--dtype``, as every ``interp-seal`` command that loads a model has
+    (in float32 a benchmark's two paths must agree exactly, in bfloat16 / float16 their
+    disagreements are counted instead)."""
+    cli_device_arguments(parser, device_map=False)
 
 
 def load(name_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32") -> ModelHandle:

@@ -19,11 +19,12 @@ from conftest import SESSION_CACHE
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from interp_seal.analysis.sweeps import BASELINE, SweepOptions, head_sweep
+from interp_seal.analysis.sweeps import BASELINE, SweepOptions, head_sweep, sweep_manifest
 from interp_seal.evaluation import line_retrieval_samples, teacher_force
+from interp_seal.evaluation.teacher_forcing import encode_samples
 from interp_seal.models import load_model
 from interp_seal.models.gguf import cache_dir, smollm2_path
-from interp_seal.records import RecordStore
+from interp_seal.records import read_records
 from interp_seal.tasks import LineRetrievalConfig, line_retrieval
 from interp_seal.tasks.chat import wrap_sample
 
@@ -106,8 +107,13 @@ def test_smollm2_reference_sweep_is_what_the_library_computes(smollm2):
     bench_screened_sweep.py`` ranks screens against it): its first record at each length,
     for the baseline and three heads, recomputed now."""
     run, samples = reference_samples(smollm2)
-    store = RecordStore.open(REFERENCE, sweep_manifest_of(smollm2, samples, run), resume=True)
-    stored = {(r["length"], r["sample"], r["unit"]): r for r in store.load()}
+    # the same records: the manifest's fingerprints of the encoded samples
+    encoded = {length: encode_samples(smollm2, batch) for length, batch in samples.items()}
+    manifest = json.loads((REFERENCE / "manifest.json").read_text())
+    assert sweep_manifest(smollm2, encoded, [], [], {})["samples"] == manifest["samples"]
+    stored = {
+        (r["length"], r["sample"], r["unit"]): r for r in read_records(REFERENCE / "records.jsonl")
+    }
     assert len(stored) == (270 + 1) * run["n"] * len(run["lengths"])
     heads = [(16, 0), (18, 6), (0, 6)]  # the most helpful, another helpful, a harmful one
     first = {length: batch[:1] for length, batch in samples.items()}
@@ -124,21 +130,3 @@ def test_smollm2_reference_sweep_is_what_the_library_computes(smollm2):
         for s in range(run["n"])
     ]
     assert np.mean(drops) == pytest.approx(-7.60, abs=0.01)
-
-
-def sweep_manifest_of(smollm2, samples, run) -> dict:
-    """The reference's manifest as the CLI wrote it (same model name, samples and arguments)."""
-    from interp_seal.analysis.sweeps import all_heads, sweep_manifest
-    from interp_seal.evaluation.teacher_forcing import encode_samples
-    from interp_seal.interventions import ablate
-
-    encoded = {length: encode_samples(smollm2, batch) for length, batch in samples.items()}
-    heads = all_heads(smollm2)
-    manifest = sweep_manifest(
-        smollm2,
-        encoded,
-        [ablate(smollm2.spec, [head], "zero") for head in heads],
-        [{"layer": lay, "head": h, "channel": None} for lay, h in heads],
-        {"sweep": "head", "mode": "zero", "factor": None, "heads": heads},
-    )
-    return manifest | {"model": "smollm2"}

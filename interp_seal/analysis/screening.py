@@ -181,8 +181,9 @@ def screened_head_sweep(
         mean_z=mean_z,
         options=exact_options,
     ).assign(source="exact")
-    heads = list(zip(estimates["layer"], estimates["head"], strict=True))
-    estimates["confirmed"] = [head in set(confirmed) for head in heads]
+    chosen = set(confirmed)
+    heads = zip(estimates["layer"], estimates["head"], strict=True)
+    estimates["confirmed"] = [head in chosen for head in heads]
     table = pd.concat([exact, _estimated_rows(estimates)], ignore_index=True)
     table = table.sort_values(["metric", "length", "layer", "head"], kind="stable")
     ranked = top_heads(table, top_k)
@@ -235,20 +236,20 @@ def _record_estimates(handle, samples, mode, factor, mean_z, store, progress) ->
 def _per_length(handle: ModelHandle, per_record: list[dict]) -> pd.DataFrame:
     """``layer, head, length, estimate, se, baseline``: per length, the mean estimate over
     records, its standard error (0 with one record) and the mean of M (the baseline)."""
+    heads = all_heads(handle)  # layer-major, as an (L, H) array ravels
     frames = []
     for length in dict.fromkeys(r["length"] for r in per_record):
         records = [r for r in per_record if r["length"] == length]
         values = np.array([r["estimate"] for r in records])  # (records, L, H)
         se = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0 * values[0]
-        heads = all_heads(handle)
         frames.append(
             pd.DataFrame(
                 {
                     "layer": [lay for lay, _ in heads],
                     "head": [h for _, h in heads],
                     "length": length,
-                    "estimate": [values.mean(0)[lay, h] for lay, h in heads],
-                    "se": [se[lay, h] for lay, h in heads],
+                    "estimate": values.mean(0).ravel(),
+                    "se": se.ravel(),
                     "baseline": float(np.mean([r["metric"] for r in records])),
                 }
             )

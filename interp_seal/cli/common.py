@@ -226,10 +226,12 @@ def add_model_options(root: argparse.ArgumentParser) -> None:
     for _, parser in list(sub_parsers(root)):
         found = options(parser)
         if "--model" in found and "--cpu" not in found and "--dtype" not in found:
-            _add_device_arguments(parser)
+            add_device_arguments(parser)
 
 
-def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
+def add_device_arguments(parser: argparse.ArgumentParser, *, device_map: bool = True) -> None:
+    """``--device``, ``--dtype`` and (with ``device_map``) ``--device-map``: where and in which
+    precision a model runs (the benchmarks take the same first two)."""
     parser.add_argument(
         "--device",
         default="cpu",
@@ -242,6 +244,8 @@ def _add_device_arguments(parser: argparse.ArgumentParser) -> None:
         help="parameter precision; float32 keeps the analyses exact (bf16 / fp16 tolerances: "
         "docs/design.md)",
     )
+    if not device_map:
+        return
     parser.add_argument(
         "--device-map",
         choices=("auto",),
