@@ -44,8 +44,8 @@ naive loop (1e-4). Final line::
 Why 32 pairs: one pair's Spearman correlation over the organism's 32 heads, most of which
 barely move the logit difference, ranges from 0.37 to 0.997 (key corruption, 20 lines), so the
 mean of 4 pairs (the old default) is uncertain by about +-0.13. The first 4 pairs give 0.68,
-all 32 give 0.837 +- 0.030 (measured 2026-11-25, one thread: ``atp_speedup=21.17
-atp_spearman=0.837 atp_spearman_se=0.030 atp_speedup_exact=1.73``). An integrated-gradients
+all 32 give 0.837 +- 0.030 (measured 2026-11-25, one thread, alone on the machine:
+``atp_speedup=20.73 atp_spearman=0.837 atp_spearman_se=0.030 atp_speedup_exact=1.78``). An integrated-gradients
 variant (gradients averaged along the interpolation of the differing tokens' embeddings, 2 to
 5 points, as in EAP-IG) ranked heads worse on the first 8 pairs (0.54-0.66 against plain
 AtP's 0.82), so plain AtP stays the estimate.

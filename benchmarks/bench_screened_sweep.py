@@ -40,14 +40,14 @@ Final line::
 Times are the ``Clock`` of ``benchmarks/common.py``: CPU seconds of this process on the CPU,
 synchronised wall seconds on a GPU.
 
-Measured (one thread on the shared 2-core CPU machine, defaults: 30 candidates confirmed on
+Measured (one thread, alone on the 2-core CPU machine, defaults: 30 candidates confirmed on
 2 records per length; 2026-11-25)::
 
-    RESULT screened_sweep screen_speedup=23.4 screen_topk_overlap=0.75 spearman=0.86
-        full_s=2016 full_s_from=60_heads screened_s=86 ... reference_full_s=1867
+    RESULT screened_sweep screen_speedup=22.6 screen_topk_overlap=0.75 spearman=0.86
+        full_s=1920 full_s_from=60_heads screened_s=85 ... reference_full_s=1867
         noise_ceiling=0.85
 
-(against the reference's own measured 1867 CPU s the speed-up is 21.7). The trade-off it
+(against the reference's own measured 1867 CPU s the speed-up is 22.0). The trade-off it
 printed, overlap with the reference's top-10 lists (confirming on the first R records, and the
 mean over 50 random choices of R records) against the modelled speed-up:
 
@@ -55,12 +55,12 @@ mean over 50 random choices of R records) against the modelled speed-up:
 candidates  records R  first R   random R   speed-up
 ==========  =========  ========  =========  ========
 0 (AtP)     -          0.60      -          49
-20          2          0.70      0.68       28.3
-30          2          0.75      0.69       23.4
-40          2          0.75      0.71       19.9
-40          3          0.80      0.75       15.4
-60          5          0.85      0.83       7.6
-30          10 (all)   0.80      0.80       7.6
+20          2          0.70      0.68       27.1
+30          2          0.75      0.69       22.6
+40          2          0.75      0.71       19.3
+40          3          0.80      0.75       15.0
+60          5          0.85      0.83       7.5
+30          10 (all)   0.80      0.80       7.5
 60          10 (all)   0.95      0.95       4.1
 ==========  =========  ========  =========  ========
 
