@@ -54,7 +54,7 @@ mean over 50 random choices of R records) against the modelled speed-up:
 ==========  =========  ========  =========  ========
 candidates  records R  first R   random R   speed-up
 ==========  =========  ========  =========  ========
-0 (AtP)     -          0.60      -          49
+0 (AtP)     -          0.60      -          45
 20          2          0.70      0.68       27.1
 30          2          0.75      0.69       22.6
 40          2          0.75      0.71       19.3
