@@ -53,3 +53,14 @@ def test_notebook_nouns_import_from_their_subpackage(package, name, home):
     found = getattr(importlib.import_module(f"interp_seal.{package}"), name)
     assert found.__module__ == f"interp_seal.{home}"
     assert found is getattr(importlib.import_module(f"interp_seal.{home}"), name)
+
+
+def test_wilson_interval_known_values():
+    """Wilson (1927) 95 % intervals, hand-computed: 0/10 -> (0, 0.27754), 5/10 -> (0.2366,
+    0.7634), 10/10 -> (0.7225, 1); no records gives (0, 1)."""
+    from interp_seal.analysis.statistics import wilson
+
+    assert wilson(0, 10) == pytest.approx((0.0, 0.277540), abs=1e-6)
+    assert wilson(5, 10) == pytest.approx((0.236590, 0.763410), abs=1e-6)
+    assert wilson(10, 10) == pytest.approx((0.722460, 1.0), abs=1e-6)
+    assert wilson(3, 0) == (0.0, 1.0)

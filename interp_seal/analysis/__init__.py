@@ -10,7 +10,8 @@
 - ``retrieval_scores.py``: MuDAF passage retrieval scores, Retrieval-Head copy-paste scores
   (``peer_conventions.py``: the peers' own code conventions as options);
 - ``masking.py``: masking top retrieval heads vs random heads (MuDAF Fig. 4);
-- ``live_eval.py``: accuracy under an edit from a cached clean run (the dashboard).
+- ``live_eval.py``: accuracy under an edit from a cached clean run (the dashboard);
+- ``statistics.py``: intervals for error bars and paired tests for claims.
 """
 
 from interp_seal.analysis.attention_rows import attention_row_hooks, capture_attention_rows

@@ -20,19 +20,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interp_seal.analysis.statistics import wilson
 from interp_seal.viz.tuning import method_accuracy
 
 PALETTE = ("#495057", "#1c7ed6", "#e8590c", "#2f9e44", "#9c36b5", "#f08c00", "#0ca678", "#d6336c")
-
-
-def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion ``k / n`` (95 % by default)."""
-    if n <= 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match") -> go.Figure:
