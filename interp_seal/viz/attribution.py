@@ -1,7 +1,8 @@
 """Figures for direct logit attribution and patching (SEAL Fig. 4, patching heatmaps).
 
-Pure functions: a result table in, a plotly ``Figure`` out. Heatmaps use a diverging scale
-centred on zero so that helpful and harmful components read at a glance.
+Pure functions: a result table in, a plotly ``Figure`` out. Heatmaps use the signed scale
+(``colors.SIGNED``: blue helps, red hurts) centred on zero, so that helpful and harmful
+components read at a glance.
 """
 
 from __future__ import annotations
@@ -11,19 +12,21 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp_seal.analysis.logit_attribution import LogitAttribution
+from interp_seal.viz.colors import SIGNED, symmetric_range
 
-DIVERGING = "RdBu"
 
-
-def _heatmap(grid: pd.DataFrame, *, zmid: float = 0.0, label: str = "value") -> go.Heatmap:
-    """A diverging heatmap of ``grid`` (index on y, columns on x)."""
+def _heatmap(grid: pd.DataFrame, *, label: str = "value", zmax: float | None = None) -> go.Heatmap:
+    """A signed heatmap of ``grid`` (index on y, columns on x), centred on 0; ``zmax`` fixes
+    the colour range to ``[-zmax, zmax]`` (default: the grid's own largest magnitude)."""
+    zmax = symmetric_range(grid.to_numpy()) if zmax is None else zmax
     return go.Heatmap(
         z=grid.to_numpy(),
         x=[str(c) for c in grid.columns],
         y=[str(i) for i in grid.index],
-        colorscale=DIVERGING,
-        zmid=zmid,
-        reversescale=True,  # red = positive
+        colorscale=SIGNED,
+        zmid=0,
+        zmin=-zmax,
+        zmax=zmax,
         colorbar={"title": {"text": label}},
         hovertemplate="y=%{y}<br>x=%{x}<br>" + label + "=%{z:.4g}<extra></extra>",
     )
@@ -42,9 +45,51 @@ def _position_grid(rows: pd.DataFrame) -> pd.DataFrame:
     return grid.sort_index(ascending=False)
 
 
-def dla_figure(result: LogitAttribution, target: str | None = None) -> go.Figure:
+def dla_figure(
+    result: LogitAttribution,
+    target: str | None = None,
+    *,
+    head_range: float | None = None,
+    bar_range: float | None = None,
+) -> go.Figure:
     """SEAL Fig. 4 for one target: heads (layer x head heatmap), then the embedding and each
-    layer's MLP (bars), with the model's logit in the title."""
+    layer's MLP (bars), with the model's logit in the title.
+
+    ``head_range`` / ``bar_range`` fix the heatmap's colour range and the bars' axis to
+    ``[-range, range]`` (a widget fixes them so that views compare); default: this result's."""
+    heads, names, values, title = _dla_parts(result, target)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.6, 0.4],
+        subplot_titles=("attention heads", "embedding and MLPs"),
+        horizontal_spacing=0.14,
+    )
+    head_range = symmetric_range(heads.to_numpy()) if head_range is None else head_range
+    fig.add_trace(_heatmap(heads, label="direct effect", zmax=head_range), row=1, col=1)
+    fig.add_trace(go.Bar(x=names, showlegend=False), row=1, col=2)
+    fig.update_xaxes(title_text="head", row=1, col=1)
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    bar_range = symmetric_range(values) if bar_range is None else bar_range
+    fig.update_yaxes(
+        title_text="direct effect (logit)", range=[-bar_range, bar_range], row=1, col=2
+    )
+    fig.update_layout(title=title)
+    set_dla(fig, result, target)
+    return fig
+
+
+def set_dla(fig: go.Figure, result: LogitAttribution, target: str | None = None) -> None:
+    """Redraw ``dla_figure``'s values and title in place (colour range and axes kept)."""
+    heads, _, values, title = _dla_parts(result, target)
+    fig.data[0].z = heads.to_numpy()
+    fig.data[1].y = values
+    fig.data[1].marker.color = ["#1c7ed6" if v >= 0 else "#c92a2a" for v in values]
+    fig.layout.title.text = title
+
+
+def _dla_parts(result: LogitAttribution, target: str | None):
+    """The head grid, bar names, bar values and title of ``result``'s ``target``."""
     targets = list(result.logits)
     target = targets[0] if target is None else target
     if target not in result.logits:
@@ -56,27 +101,11 @@ def dla_figure(result: LogitAttribution, target: str | None = None) -> go.Figure
         c if pd.isna(layer) else f"{c} {layer}"
         for c, layer in zip(others.component, others.layer, strict=True)
     ]
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.6, 0.4],
-        subplot_titles=("attention heads", "embedding and MLPs"),
-        horizontal_spacing=0.12,
+    title = (
+        f"Direct logit attribution ({result.variant}) of {target!r} at position "
+        f"{result.position}; model logit {result.logits[target]:.4g}"
     )
-    fig.add_trace(_heatmap(grid, label="direct effect"), row=1, col=1)
-    fig.add_trace(
-        go.Bar(x=names, y=others.value, marker_color="#495057", showlegend=False), row=1, col=2
-    )
-    fig.update_xaxes(title_text="head", row=1, col=1)
-    fig.update_yaxes(title_text="layer", row=1, col=1)
-    fig.update_yaxes(title_text="direct effect", row=1, col=2)
-    fig.update_layout(
-        title=(
-            f"Direct logit attribution ({result.variant}) of {target!r} at position "
-            f"{result.position}; model logit {result.logits[target]:.4g}"
-        )
-    )
-    return fig
+    return grid, names, others.value.tolist(), title
 
 
 def patching_figure(table: pd.DataFrame, *, title: str = "Activation patching") -> go.Figure:

@@ -1,15 +1,16 @@
 """Figures of the head-pruning dashboard and the quadrant explorer (SEAL Fig. 2b, 2d).
 
-Pure functions: data in, a plotly ``Figure`` out. Widgets (``interp_seal.widgets``) wrap them in
-``FigureWidget``s built complete and change them only inside ``batch_update()``.
+Pure functions: data in, a plotly ``Figure`` out; the ``set_*`` functions redraw a figure's
+data in place, so that a widget (``interp_seal.widgets``) built once sends only the changed
+values to the browser.
 
-- ``edit_grid``: the layers x heads grid of the current edits, coloured by ``factor - 1`` on the
-  diverging scale centred on 0 that every delta panel uses (pruned heads at -1, kept heads white,
-  amplified heads red), each cell labelled with its factor.
+- ``edit_grid`` / ``set_edits``: the layers x heads grid of the current edits, coloured by
+  factor on the edit scale (``colors.EDITS``: grey pruned, white kept, orange amplified), each
+  edited cell labelled with its factor.
 - ``quadrant_map``: SEAL Fig. 2b with the quadrants shaded and every head's layer, head, both
   deltas and quadrant in its hover text; ``customdata`` carries ``(layer, head)`` for clicks.
-- ``accuracy_curves``: accuracy against length, baseline and edited (SEAL Fig. 2d), from a table
-  shaped like ``EditEvaluator.evaluate``'s.
+- ``accuracy_curves`` / ``set_accuracy``: accuracy against length, unedited and edited (SEAL
+  Fig. 2d) with 95 % Wilson intervals, from a table shaped like ``EditEvaluator.evaluate``'s.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from interp_seal.analysis.quadrants import HeadQuadrants
+from interp_seal.analysis.statistics import wilson
 from interp_seal.interventions import Head
+from interp_seal.viz.colors import EDITS
 from interp_seal.viz.sweeps import METRIC_NAMES, QUADRANT_COLORS
 
-DIVERGING = "RdBu"
+FACTOR_SPAN = (0.0, 2.0)  # the edit colour scale: pruned .. kept .. doubled
 
 
 def edit_factors(n_layers: int, n_heads: int, edits: Mapping[Head, float]) -> np.ndarray:
@@ -38,49 +41,58 @@ def edit_factors(n_layers: int, n_heads: int, edits: Mapping[Head, float]) -> np
 def edit_grid(
     n_layers: int, n_heads: int, edits: Mapping[Head, float], *, selected: Head | None = None
 ) -> go.Figure:
-    """Layers x heads grid of ``edits`` (``{(layer, head): factor}``), layer 0 at the top."""
-    factors = edit_factors(n_layers, n_heads, edits)
-    text = [[_factor_label(f) for f in row] for row in factors]
+    """Layers x heads grid of ``edits`` (``{(layer, head): factor}``), layer 0 at the top.
+
+    Coloured by factor on the edit scale (``colors.EDITS``: grey pruned, white kept, orange
+    amplified), each edited cell labelled with its factor; ``selected`` is outlined."""
     fig = go.Figure(
         go.Heatmap(
-            z=factors - 1,
             x=list(range(n_heads)),
             y=list(range(n_layers)),
-            text=text,
             texttemplate="%{text}",
-            customdata=factors,
-            colorscale=DIVERGING,
-            reversescale=True,
-            zmid=0,
-            zmin=-1,
-            zmax=1,
+            colorscale=EDITS,
+            zmin=FACTOR_SPAN[0],
+            zmax=FACTOR_SPAN[1],
             xgap=2,
             ygap=2,
-            colorbar={"title": {"text": "factor - 1"}},
-            hovertemplate="layer %{y}, head %{x}: x %{customdata:.2f}<extra></extra>",
+            colorbar={"title": {"text": "factor"}, "tickvals": [0, 1, 2], "len": 0.8},
+            hovertemplate="layer %{y}, head %{x}: factor %{z:.2f}<extra></extra>",
         )
     )
-    if selected is not None:
-        layer, head = selected
-        fig.add_shape(
-            type="rect",
-            x0=head - 0.5,
-            x1=head + 0.5,
-            y0=layer - 0.5,
-            y1=layer + 0.5,
-            line={"color": "black", "width": 3},
-        )
     fig.update_layout(
-        title="Head edits (click: keep / prune / scale)",
+        title="Head edits",
         xaxis={"title": "head", "dtick": 1},
         yaxis={"title": "layer", "dtick": 1, "autorange": "reversed"},
         dragmode=False,  # heatmap cells fire no clicks in select mode
         template="plotly_white",
-        width=160 + 44 * n_heads,
-        height=140 + 44 * n_layers,
-        margin={"t": 50, "b": 40},
+        width=150 + 40 * n_heads,
+        height=130 + 40 * n_layers,
+        margin={"t": 40, "b": 40, "l": 50, "r": 10},
     )
+    set_edits(fig, edits, selected=selected)
     return fig
+
+
+def set_edits(fig: go.Figure, edits: Mapping[Head, float], *, selected: Head | None) -> None:
+    """Redraw ``edit_grid``'s cells and outline in place (a widget sends only what changed)."""
+    trace = fig.data[0]
+    factors = edit_factors(len(trace.y), len(trace.x), edits)
+    trace.z = factors
+    trace.text = [[_factor_label(f) for f in row] for row in factors]
+    shapes = []
+    if selected is not None:
+        layer, head = selected
+        shapes.append(
+            {
+                "type": "rect",
+                "x0": head - 0.5,
+                "x1": head + 0.5,
+                "y0": layer - 0.5,
+                "y1": layer + 0.5,
+                "line": {"color": "#1c7ed6", "width": 3},
+            }
+        )
+    fig.layout.shapes = shapes
 
 
 def _factor_label(factor: float) -> str:
@@ -89,46 +101,84 @@ def _factor_label(factor: float) -> str:
     return "x0" if factor == 0 else f"x{factor:.2f}"
 
 
-def accuracy_curves(table: pd.DataFrame, *, metric: str = "exact_match") -> go.Figure:
-    """``metric`` against length: the unedited model (dashed) and the edited one.
+def accuracy_curves(
+    table: pd.DataFrame, *, metric: str = "exact_match", records: Mapping[int, int] | None = None
+) -> go.Figure:
+    """``metric`` against length: the edited model (solid) under the unedited one (dashed, on
+    top so it stays visible where the curves coincide).
 
     ``table`` has ``length``, ``metric``, ``value`` and ``baseline`` columns
-    (``EditEvaluator.evaluate``)."""
-    rows = table[table.metric == metric].sort_values("length")
-    if rows.empty:
-        raise ValueError(f"no {metric!r} rows; metrics present: {sorted(table.metric.unique())}")
+    (``EditEvaluator.evaluate``); lengths it lacks are drawn as gaps (not computed yet).
+    ``records`` (records per length) adds 95 % Wilson intervals to exact match."""
+    lengths = sorted(records) if records else sorted(table.length.unique())
     name = METRIC_NAMES.get(metric, metric)
-    hover = "length %{x}: %{y:.4f}<extra>%{fullData.name}</extra>"
+    hover = "%{x} lines: %{y:.3f}<extra>%{fullData.name}</extra>"
     fig = go.Figure(
         [
             go.Scatter(
-                x=rows.length.tolist(),
-                y=rows.baseline.tolist(),
-                name="baseline",
+                x=lengths,
+                name="edited",
                 mode="lines+markers",
-                line={"color": "black", "dash": "dash"},
+                line={"color": "#e8590c", "width": 4},
+                marker={"size": 10},
                 hovertemplate=hover,
             ),
             go.Scatter(
-                x=rows.length.tolist(),
-                y=rows.value.tolist(),
-                name="edited",
+                x=lengths,
+                name="unedited",
                 mode="lines+markers",
-                line={"color": "#c92a2a"},
+                line={"color": "black", "dash": "dash", "width": 2},
+                marker={"size": 6},
                 hovertemplate=hover,
             ),
         ]
     )
     fig.update_layout(
         title=f"{name} vs context length",
-        xaxis_title="length",
+        xaxis={"title": "context length (lines)", "tickvals": lengths},
         yaxis_title=name,
         template="plotly_white",
-        margin={"t": 50, "b": 40},
+        width=460,
+        height=380,
+        margin={"t": 40, "b": 40, "l": 60, "r": 10},
+        legend={"orientation": "h", "y": -0.2},
     )
     if metric == "exact_match":
-        fig.update_yaxes(range=[-0.02, 1.02])
+        fig.update_yaxes(range=[-0.03, 1.03])
+    set_accuracy(fig, table, metric=metric, records=records)
     return fig
+
+
+def set_accuracy(
+    fig: go.Figure,
+    table: pd.DataFrame,
+    *,
+    metric: str = "exact_match",
+    records: Mapping[int, int] | None = None,
+) -> None:
+    """Redraw ``accuracy_curves``' points in place from ``table`` (missing lengths: gaps)."""
+    rows = table[table.metric == metric].set_index("length")
+    if rows.empty and not table.empty:
+        raise ValueError(f"no {metric!r} rows; metrics present: {sorted(table.metric.unique())}")
+    edited, unedited = fig.data
+    lengths = list(edited.x)
+    for trace, column in ((edited, "value"), (unedited, "baseline")):
+        values = [float(rows.loc[x, column]) if x in rows.index else None for x in lengths]
+        trace.y = values
+        if records and metric == "exact_match":
+            up, down = [], []
+            for x, v in zip(lengths, values, strict=True):
+                lo, hi = wilson(v * records[x], records[x]) if v is not None else (None, None)
+                up.append(None if v is None else hi - v)
+                down.append(None if v is None else v - lo)
+            trace.error_y = {
+                "type": "data",
+                "symmetric": False,
+                "array": up,
+                "arrayminus": down,
+                "thickness": 1.5,
+                "width": 4,
+            }
 
 
 def quadrant_map(quadrants: HeadQuadrants) -> go.Figure:
