@@ -9,7 +9,9 @@ draws it, ``widgets`` composes figures into interactive views).
   3, 4, 10);
 - ``tuning.py``: loss curves, scale heatmaps, accuracy by method, target-head scores;
 - ``dashboard.py``: the dashboard's edit grid, accuracy curves and quadrant map;
-- ``paper_figures.py``: the multi-panel figures of the regenerated gallery.
+- ``paper_figures.py``: the multi-panel figures of the regenerated gallery;
+- ``tokens.py``: token-level views: a prompt's tokens coloured by one head's attention or by a
+  signed per-token effect (DLA by source token, patching by position), windowed when long.
 """
 
 from interp_seal.viz.attribution import attribution_scatter, dla_figure, patching_figure
@@ -34,16 +36,28 @@ from interp_seal.viz.sweeps import (
     quadrant_scatter,
     scale_table_curves,
 )
+from interp_seal.viz.tokens import (
+    attention_html,
+    attention_view,
+    effect_html,
+    pair_labels,
+    position_effects,
+    token_labels,
+    token_windows,
+)
 from interp_seal.viz.tuning import loss_curves, method_accuracy, scale_heatmap, target_head_scores
 
 __all__ = [
     "accuracy_curves",
     "accuracy_figure",
+    "attention_html",
+    "attention_view",
     "attribution_scatter",
     "channel_map",
     "dla_comparison",
     "dla_figure",
     "edit_grid",
+    "effect_html",
     "head_delta_heatmap",
     "head_score_heatmap",
     "loss_curves",
@@ -53,13 +67,17 @@ __all__ = [
     "method_curves",
     "niah_heatmap",
     "niah_panels",
+    "pair_labels",
     "passage_grid",
     "passage_heatmap",
     "patching_figure",
+    "position_effects",
     "quadrant_map",
     "quadrant_scatter",
     "ranked_score_curve",
     "scale_heatmap",
     "scale_table_curves",
     "target_head_scores",
+    "token_labels",
+    "token_windows",
 ]

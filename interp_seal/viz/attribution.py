@@ -7,6 +7,9 @@ components read at a glance.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from html import escape
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -108,9 +111,18 @@ def _dla_parts(result: LogitAttribution, target: str | None):
     return grid, names, others.value.tolist(), title
 
 
-def patching_figure(table: pd.DataFrame, *, title: str = "Activation patching") -> go.Figure:
+def patching_figure(
+    table: pd.DataFrame,
+    *,
+    title: str = "Activation patching",
+    tokens: Sequence[str] | None = None,
+) -> go.Figure:
     """Normalised patching effect: layer x head for whole-head patches, layer x position for
-    per-position head patches (summed over heads) and for the residual stream."""
+    per-position head patches (summed over heads) and for the residual stream.
+
+    All panels share one colour range (the largest magnitude of any of them) and its colour
+    bar. ``tokens`` (one label per prompt position, e.g. ``viz.tokens.pair_labels``) names each
+    position on the position axes and in the hover text instead of its bare index."""
     head_all = table[(table.site == "head") & table.position.isna()]
     head_pos = table[(table.site == "head") & table.position.notna()]
     resid = table[table.site == "resid"]
@@ -123,17 +135,37 @@ def patching_figure(table: pd.DataFrame, *, title: str = "Activation patching") 
         panels.append(("residual stream", _position_grid(resid), "position"))
     if not panels:
         raise ValueError("the patching table is empty")
+    zmax = symmetric_range(*[grid.to_numpy() for _, grid, _ in panels])
     fig = make_subplots(
         rows=len(panels), cols=1, subplot_titles=[p[0] for p in panels], vertical_spacing=0.12
     )
     for i, (_, grid, x_title) in enumerate(panels, start=1):
-        trace = _heatmap(grid, label="normalised LD")
+        trace = _heatmap(grid, label="normalised LD", zmax=zmax)
         trace.update(showscale=i == 1)
+        if x_title == "position" and tokens is not None:
+            labels = _position_labels(grid.columns, tokens)
+            trace.update(
+                text=[labels] * len(grid.index),
+                hovertemplate="layer %{y}<br>%{text}<br>normalised LD=%{z:.4g}<extra></extra>",
+            )
+            fig.update_xaxes(
+                tickmode="array", tickvals=list(trace.x), ticktext=labels, row=i, col=1
+            )
+            x_title = "position and token"
         fig.add_trace(trace, row=i, col=1)
         fig.update_xaxes(title_text=x_title, row=i, col=1)
         fig.update_yaxes(title_text="layer", row=i, col=1)
     fig.update_layout(title=title, height=320 * len(panels))
     return fig
+
+
+def _position_labels(positions, tokens: Sequence[str]) -> list[str]:
+    """``"616 token"`` per position (HTML-escaped: plotly reads tags in tick text)."""
+    positions = [int(p) for p in positions]
+    outside = [p for p in positions if not 0 <= p < len(tokens)]
+    if outside:
+        raise ValueError(f"positions {outside} have no token label ({len(tokens)} labels given)")
+    return [f"{p} {escape(tokens[p])}" for p in positions]
 
 
 def attribution_scatter(table: pd.DataFrame, spearman: dict[str, float]) -> go.Figure:
