@@ -172,11 +172,12 @@ def test_second_run_only_redraws_and_a_lost_figure_resumes(gallery, tmp_path):
     name = "seal_table1_methods"
     before = tables(copy, name)["accuracy"]
     (copy / "data" / f"{name}.json").unlink()
-    records = copy / "work" / "table1" / "records.jsonl"
+    records = copy / "work" / "table1_paired" / "records.jsonl"
     records.write_bytes(records.read_bytes()[:-25])
     resumed = regenerate("organism", copy, quick=True, only=[name], progress=False, png=False)
     assert resumed.computed == [name]
     pd.testing.assert_frame_equal(tables(copy, name)["accuracy"], before)
+    pd.testing.assert_frame_equal(tables(copy, name)["records"], tables(out, name)["records"])
 
 
 def test_no_browser_still_writes_html_and_data(gallery, tmp_path, monkeypatch, capsys):
@@ -206,27 +207,112 @@ def test_other_sizes_and_unknown_figures_are_refused_before_work(gallery, capsys
     assert "other arguments" in capsys.readouterr().err
 
 
-def test_claim_statistics_by_hand():
-    # (k+1)/(n+2): 9/10 -> 10/12, 5/10 -> 6/12
-    a, b = 10 / 12, 6 / 12
-    expected = (a * (1 - a) / 12 + b * (1 - b) / 12) ** 0.5
-    assert C.se_diff(0.9, 10, 0.5, 10) == pytest.approx(expected)
-    assert C.verdict(0.4, 0.15) == "supported"
-    assert C.verdict(-0.4, 0.15) == "contradicted"
-    assert C.verdict(0.2, 0.15) == "not shown"
+def paired_data(base, seal_h, seal_l, length: int = 200) -> dict:
+    """A Table 1 with per-record outcomes for base, SEAL-H and LoRA (and SEAL-C = base)."""
+    arms = {"base": base, "seal-h": seal_h, "seal-c": base, "seal-l": seal_l}
+    records = pd.DataFrame(
+        [
+            {"method": m, "length": length, "record": i, "exact_match": int(v)}
+            for m, xs in arms.items()
+            for i, v in enumerate(xs)
+        ]
+    )
+    acc = records.groupby(["method", "length"], as_index=False).exact_match.mean()
+    acc["n"] = len(base)
+    params = pd.DataFrame({"method": ["seal-h", "seal-l"], "trainable": [32, 18432]})
+    return {"seal_table1_methods": {"accuracy": acc, "records": records, "params": params}}
 
 
-def test_claims_are_computed_from_the_data(gallery):
+def test_comparable_needs_equivalence_and_both_arms_above_the_baseline():
+    # nothing moved: 20 of 50 right for all three arms, the same records -> not "supported"
+    same = [1] * 20 + [0] * 30
+    row = C.seal_h_parameters(paired_data(same, same, same))
+    assert row.verdict == "not shown"
+    assert "TOST" in row.test and "McNemar" in row.test
+    # both arms 20 -> 45 of 50 on the same records: equivalent and both above the baseline.
+    # McNemar vs base: b = 25, c = 0, p = 2 * 0.5^25 ~ 6e-8; TOST SEAL-H vs LoRA: b = c = 0,
+    # se = sqrt(1 / 52^2) = 1/52, z = 0.1 * 52 = 5.2, p = 1 - Phi(5.2) = 9.96e-8. The row's p
+    # is the largest of the three (intersection-union): the TOST's.
+    up = [1] * 45 + [0] * 5
+    row = C.seal_h_parameters(paired_data(same, up, up))
+    assert row.verdict == "supported" and row.n_needed == ""
+    assert row.p_value == pytest.approx(9.9644e-8, rel=1e-4)
+    # SEAL-H far below LoRA (LoRA right on 25 records SEAL-H misses): contradicted
+    row = C.seal_h_parameters(paired_data(same, same, up))
+    assert row.verdict == "contradicted"
+
+
+def test_paired_claims_use_mcnemar_on_the_records():
+    # SEAL-H right on 8 records the base misses, wrong on 2 it gets: b = 8, c = 2,
+    # exact McNemar p = 2 * (1 + 10 + 45) / 1024 = 0.109375 -> not shown, n from Connor 1987
+    base = [1] * 2 + [0] * 8 + [1] * 20 + [0] * 20
+    seal_h = [0] * 2 + [1] * 8 + [1] * 20 + [0] * 20
+    check = C.compare(
+        paired_data(base, seal_h, base)["seal_table1_methods"],
+        "seal-h",
+        "base",
+        200,
+        "SEAL-H - base",
+    )
+    assert check.p_value == pytest.approx(112 / 1024)
+    assert check.difference == pytest.approx(6 / 50)
+    assert check.verdict == "not shown"
+    from interp_seal.analysis.statistics import mcnemar_sample_size
+
+    assert str(mcnemar_sample_size(6 / 50, 10 / 50)) in check.n_needed
+    # without the records the same numbers fall back to Fisher on the accuracies
+    t = paired_data(base, seal_h, base)["seal_table1_methods"]
+    check = C.compare({"accuracy": t["accuracy"]}, "seal-h", "base", 200, "SEAL-H - base")
+    assert check.test.startswith("Fisher") and check.verdict == "not shown"
+
+
+def test_claims_are_computed_from_the_data(gallery, organism):
     out, _ = gallery
-    claims = pd.read_csv(out / "claims.csv")
-    assert len(claims) == len(C.CLAIMS)
+    claims = pd.read_csv(out / "claims.csv", keep_default_na=False, na_values=[""])
+    assert list(claims.claim) == [c for c, _, _ in C.CLAIMS]
     acc = tables(out, "seal_table1_methods")["accuracy"]
     base = acc[acc.method == "base"].sort_values("length")
-    p1, p2, n = base.exact_match.iloc[0], base.exact_match.iloc[-1], base.n.iloc[0]
+    p1, p2, n = base.exact_match.iloc[0], base.exact_match.iloc[-1], int(base.n.iloc[0])
     row = claims[claims.claim == "Accuracy falls with context length"].iloc[0]
     assert row.difference == pytest.approx(p1 - p2, abs=1e-4)
-    assert row.se == pytest.approx(C.se_diff(p1, n, p2, n), abs=1e-4)
-    assert row.verdict == C.verdict(p1 - p2, C.se_diff(p1, n, p2, n))
+    from scipy.stats import fisher_exact
+
+    k1, k2 = round(p1 * n), round(p2 * n)
+    expected = fisher_exact([[k1, n - k1], [k2, n - k2]]).pvalue
+    assert row.p_value == pytest.approx(expected, rel=1e-2)
+    assert row.test.startswith("Fisher")
+    # Table 1's per-record outcomes are the accuracies, and SEAL-H vs base is their McNemar
+    t = tables(out, "seal_table1_methods")
+    means = t["records"].groupby(["method", "length"]).exact_match.mean()
+    for r in t["accuracy"].itertuples():
+        assert means[(r.method, r.length)] == pytest.approx(r.exact_match)
+    L = int(acc.length.max())
+    rec = t["records"][t["records"].length == L]
+    x = rec[rec.method == "seal-h"].sort_values("record").exact_match.to_numpy()
+    y = rec[rec.method == "base"].sort_values("record").exact_match.to_numpy()
+    from interp_seal.analysis.statistics import mcnemar_exact
+
+    row = claims[claims.paper == "SEAL Table 1"].iloc[1]
+    assert "McNemar" in row.test and row.n == QUICK.n
+    assert row.difference == pytest.approx(mcnemar_exact(x, y).difference, abs=1e-4)
+    # fresh records: the confirm table's baseline and Fig. 2d's records use seed 1
+    confirm = tables(out, "seal_fig2b_quadrants")["confirm"]
+    assert set(confirm.unit) == {"baseline", "best", "worst"} and (confirm.seed == 1).all()
+    fresh = line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), QUICK.sweep_n, 1)
+    direct = evaluate_lengths(organism, {QUICK.long: fresh}, progress=False)
+    assert confirm[confirm.unit == "baseline"].exact_match.mean() == pytest.approx(
+        direct.exact_match.iloc[0]
+    )
+    scaling = tables(out, "seal_fig2d_scaling")
+    per = scaling["records"].groupby(["unit", "length"]).exact_match.mean()
+    sw = scaling["sweep"][scaling["sweep"].metric == "exact_match"]
+    for r in sw.itertuples():
+        assert per[(r.table, r.length)] == pytest.approx(r.value)
+        assert per[("baseline", r.length)] == pytest.approx(r.baseline)
+    qa = tables(out, "mudaf_table2_methods")
+    per = qa["records"].groupby("method").exact_match.mean()
+    for r in qa["accuracy"].itertuples():
+        assert per[r.method] == pytest.approx(r.exact_match)
 
 
 def test_list_names_every_figure(tmp_path, capsys):

@@ -146,3 +146,12 @@ def test_fisher_and_overlap_by_hand():
     assert r.p_value == pytest.approx(34 / 70) and r.difference == 0.5
     assert S.overlap_test(3, 4, 4, 32) == pytest.approx(113 / 35960)
     assert S.overlap_test(0, 4, 4, 32) == pytest.approx(1.0)
+
+
+def test_newcombe_interval_published_example():
+    """Newcombe (1998, Stat. Med. 17:873), Table II, method 10 (hybrid score): 56/70 vs 48/80
+    gives 0.0524 to 0.3339. By hand: the Wilson intervals of 0.8 and 0.6 are (0.69183, 0.87695)
+    and (0.49045, 0.70038); low = 0.2 - sqrt(0.10817^2 + 0.10038^2) = 0.2 - 0.14757 = 0.05243,
+    high = 0.2 + sqrt(0.07695^2 + 0.10955^2) = 0.2 + 0.13387 = 0.33387."""
+    low, high = S.newcombe_interval(56, 70, 48, 80)
+    assert (low, high) == pytest.approx((0.0524, 0.3339), abs=5e-5)

@@ -14,8 +14,8 @@ records) are compared record by record:
   the test a "comparable accuracy" claim needs);
 - ``mcnemar_sample_size`` / ``equivalence_sample_size``: how many records would decide it.
 
-Outcomes on *different* records (two context lengths) use ``fisher_two_proportions`` and
-``two_proportion_sample_size``; ``overlap_test`` asks whether two top-k head lists share more
+Outcomes on *different* records (two context lengths) use ``fisher_two_proportions``,
+``newcombe_interval`` and ``two_proportion_sample_size``; ``overlap_test`` asks whether two top-k head lists share more
 heads than chance.
 """
 
@@ -345,6 +345,20 @@ def fisher_two_proportions(k1: int, n1: int, k2: int, n2: int) -> TwoProportionR
         raise ValueError(f"need 0 <= k <= n and n > 0, got {k1}/{n1}, {k2}/{n2}")
     p = float(fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue)
     return TwoProportionResult(k1=k1, n1=n1, k2=k2, n2=n2, difference=k1 / n1 - k2 / n2, p_value=p)
+
+
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.96) -> tuple[float, float]:
+    """Interval of ``k1 / n1 - k2 / n2`` for independent samples: Newcombe's hybrid score
+    interval (Newcombe 1998, "Interval estimation for the difference between independent
+    proportions", Stat. Med. 17:873, method 10). With Wilson intervals ``(l_i, u_i)`` of each
+    proportion and ``d = p1 - p2``,
+
+        (d - sqrt((p1 - l1)^2 + (u2 - p2)^2),  d + sqrt((u1 - p1)^2 + (p2 - l2)^2)).
+    """
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1, z), wilson(k2, n2, z)
+    d = p1 - p2
+    return (d - math.hypot(p1 - l1, u2 - p2), d + math.hypot(u1 - p1, p2 - l2))
 
 
 def two_proportion_sample_size(

@@ -1,184 +1,560 @@
-"""The claims table: each qualitative claim of SEAL and MuDAF, checked on the measured numbers.
+"""The claims table: each qualitative claim of SEAL and MuDAF, tested on the measured numbers.
 
-A claim compares two measured proportions (exact match over ``n`` records, or a retrieval score
-averaged over ``n`` questions). The difference ``d`` gets the standard error of a difference of
-two independent proportions, with the Agresti-Caffo adjustment ``(k + 1) / (n + 2)`` so that
-0 / n and n / n still carry uncertainty (conservative for the paired comparisons here: the
-same records are used for both sides). The verdict is computed, never written:
+Every claim is a statement about exact match (or a retrieval score) measured on a fixed set of
+records; the verdict is computed from a stated test at level ``ALPHA`` (0.05), never written:
 
-- ``supported``: ``d > 2 se`` in the claimed direction;
-- ``contradicted``: ``d < -2 se``;
-- ``not shown``: within two standard errors (the organism's numbers cannot tell).
+- **paired records, 0/1 outcomes** (two methods on the same seeded records, which is how every
+  figure compares methods): the exact McNemar test on the discordant records
+  (``analysis.statistics.mcnemar_exact``), with a paired bootstrap 95 % interval of the
+  difference of accuracies (``paired_bootstrap``). *supported*: p < 0.05 in the claimed
+  direction; *contradicted*: p < 0.05 the other way; *not shown* otherwise;
+- **"comparable" claims** (SEAL-H vs LoRA): equivalence is its own hypothesis. *supported*
+  needs a TOST equivalence test within ``MARGIN`` (0.10 exact match, ``tost_paired``) AND
+  both arms significantly above the baseline (McNemar): two arms that both stayed at the
+  baseline are not "comparable accuracy" in the paper's sense;
+- **different records** (two context lengths): Fisher's exact test, Newcombe's interval;
+- **no per-record data on disk** (a figure computed before it kept its ``records`` table, or
+  a score that is a mean over heads): an approximate unpaired z test on the two means, said
+  so in the ``test`` column.
 
-Masking compares one head set with the mean over random draws: the standard error of that
-mean (draws' standard deviation / sqrt(draws)) is added to the binomial error.
+A row made of several tests (e.g. "SEAL-H and SEAL-C raise accuracy") is *supported* only if
+every test supports it (an intersection-union test: no multiplicity correction is needed for
+that) and *contradicted* if any contradicts it. Heads picked as "best" on the sweep's records
+are tested on fresh records (``figures.seal.FRESH_SEED``).
+
+When the verdict is *not shown*, ``n_needed`` says how many records the test would need to
+decide it with 80 % power: Connor's (1987) McNemar sample size at the observed difference and
+discordant rate (``mcnemar_sample_size``), the equivalence sample size for TOST, or Fleiss'
+two-proportion formula. It is a planning number for the next run (the n at which an effect of
+the observed size would be detected), not evidence; when no difference was observed it is given
+for a difference of ``MIN_EFFECT``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm, pearsonr
+
+from interp_seal.analysis.statistics import (
+    equivalence_sample_size,
+    fisher_two_proportions,
+    mcnemar_exact,
+    mcnemar_sample_size,
+    newcombe_interval,
+    overlap_test,
+    paired_bootstrap,
+    tost_paired,
+    two_proportion_sample_size,
+)
 
 Tables = dict[str, pd.DataFrame]
 Data = dict[str, Tables]  # figure name -> its tables
 
+ALPHA = 0.05
+MARGIN = 0.10  # equivalence margin of "comparable accuracy" (absolute exact match)
+MIN_EFFECT = 0.10  # the difference n_needed plans for when none was observed
+COLUMNS = [
+    "claim",
+    "paper",
+    "measured",
+    "test",
+    "n",
+    "difference",
+    "low",
+    "high",
+    "p_value",
+    "n_needed",
+    "verdict",
+]
 
-def se_diff(p1: float, n1: float, p2: float, n2: float) -> float:
-    """Standard error of ``p1 - p2`` for proportions over ``n1`` and ``n2`` trials."""
-    a, b = (p1 * n1 + 1) / (n1 + 2), (p2 * n2 + 1) / (n2 + 2)
-    return math.sqrt(a * (1 - a) / (n1 + 2) + b * (1 - b) / (n2 + 2))
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One claim (or one part of it) tested.
+
+    Attributes:
+        measured: the numbers, in words.
+        test: the test that gave ``p_value``.
+        n: records (pairs for paired tests; per arm otherwise).
+        difference: the claimed direction's effect (positive supports the claim).
+        low, high: 95 % interval of ``difference`` (NaN where none applies).
+        p_value: the test's p (NaN where no test can be run).
+        verdict: ``supported``, ``contradicted`` or ``not shown``.
+        n_needed: records that would decide a *not shown* verdict ("" when decided).
+    """
+
+    measured: str
+    test: str
+    n: int
+    difference: float
+    low: float = math.nan
+    high: float = math.nan
+    p_value: float = math.nan
+    verdict: str = "not shown"
+    n_needed: str = ""
 
 
-def verdict(d: float, se: float) -> str:
-    if d > 2 * se:
+def decide(p: float, difference: float) -> str:
+    """The verdict of a two-sided test at ``ALPHA`` whose claimed direction is positive."""
+    if p < ALPHA and difference > 0:
         return "supported"
-    if d < -2 * se:
+    if p < ALPHA and difference < 0:
         return "contradicted"
     return "not shown"
 
 
-def _combine(*vs: str) -> str:
-    if all(v == "supported" for v in vs):
-        return "supported"
-    return "contradicted" if "contradicted" in vs else "not shown"
+def combine(checks: list[Check], measured: str | None = None) -> Check:
+    """One row from several tests: supported iff all support, contradicted if any contradicts;
+    the row's numbers are the first test's, its p the largest (the intersection-union p)."""
+    verdicts = [c.verdict for c in checks]
+    if all(v == "supported" for v in verdicts):
+        verdict = "supported"
+    elif "contradicted" in verdicts:
+        verdict = "contradicted"
+    else:
+        verdict = "not shown"
+    first = checks[0]
+    needed = [c.n_needed for c in checks if c.n_needed]
+    return Check(
+        measured=measured or "; ".join(c.measured for c in checks),
+        test="; ".join(dict.fromkeys(c.test for c in checks)),
+        n=first.n,
+        difference=first.difference,
+        low=first.low,
+        high=first.high,
+        p_value=max(c.p_value for c in checks),
+        verdict=verdict,
+        n_needed="" if verdict != "not shown" else "; ".join(needed),
+    )
 
 
-def _at(acc: pd.DataFrame, method: str, length: int) -> tuple[float, float]:
-    row = acc[(acc.method == method) & (acc.length == length)].iloc[0]
+# -- the tests ----------------------------------------------------------------------------------
+def paired(x, y, label: str) -> Check:
+    """``x`` better than ``y`` on the same records? Exact McNemar + paired bootstrap."""
+    m = mcnemar_exact(x, y)
+    ci = paired_bootstrap(x, y)
+    verdict = decide(m.p_value, m.difference)
+    needed = ""
+    if verdict == "not shown":
+        psi = (m.b + m.c) / m.n
+        if m.b != m.c:
+            n = mcnemar_sample_size(m.difference, psi)
+            needed = f"{label}: {n} (effect {m.difference:+.2f}, discordant {psi:.2f})"
+        else:
+            n = mcnemar_sample_size(MIN_EFFECT, max(psi, MIN_EFFECT))
+            needed = f"{label}: {n} (for a {MIN_EFFECT:.2f} effect; none observed)"
+    return Check(
+        measured=f"{label} {m.difference:+.2f} (b={m.b}, c={m.c})",
+        test="exact McNemar (paired)",
+        n=m.n,
+        difference=m.difference,
+        low=ci.low,
+        high=ci.high,
+        p_value=m.p_value,
+        verdict=verdict,
+        n_needed=needed,
+    )
+
+
+def unpaired(p1: float, n1: float, p2: float, n2: float, label: str, *, reason: str) -> Check:
+    """``p1`` above ``p2``, outcomes on different records (or pairing not on disk): Fisher."""
+    k1, k2, n1, n2 = round(p1 * n1), round(p2 * n2), int(n1), int(n2)
+    r = fisher_two_proportions(k1, n1, k2, n2)
+    low, high = newcombe_interval(k1, n1, k2, n2)
+    verdict = decide(r.p_value, r.difference)
+    needed = ""
+    if verdict == "not shown":
+        a, b = (k1 / n1, k2 / n2) if k1 * n2 != k2 * n1 else (k1 / n1, k1 / n1 - MIN_EFFECT)
+        a, b = min(max(a, 0.01), 0.99), min(max(b, 0.01), 0.99)
+        needed = f"{label}: {two_proportion_sample_size(a, b)} per arm"
+    return Check(
+        measured=f"{label} {r.difference:+.2f}",
+        test=f"Fisher exact ({reason})",
+        n=min(n1, n2),
+        difference=r.difference,
+        low=low,
+        high=high,
+        p_value=r.p_value,
+        verdict=verdict,
+        n_needed=needed,
+    )
+
+
+def approximate(m1: float, m2: float, n: float, label: str, *, reason: str, se=None) -> Check:
+    """``m1`` above ``m2`` for two means over ``n`` questions without per-question data: a z
+    test with the Agresti-Caffo standard error of two independent proportions (``se`` adds
+    to it, e.g. the spread of random draws)."""
+    a, b = (m1 * n + 1) / (n + 2), (m2 * n + 1) / (n + 2)
+    s = math.sqrt(a * (1 - a) / (n + 2) + b * (1 - b) / (n + 2) + (se or 0.0) ** 2)
+    d = m1 - m2
+    p = float(2 * norm.sf(abs(d) / s))
+    verdict = decide(p, d)
+    needed = ""
+    if verdict == "not shown":
+        x, y = (m1, m2) if m1 != m2 else (m1, m1 - MIN_EFFECT)
+        x, y = min(max(x, 0.01), 0.99), min(max(y, 0.01), 0.99)
+        needed = f"{label}: {two_proportion_sample_size(x, y)} per arm (per-question data)"
+    return Check(
+        measured=f"{label} {d:+.2f}",
+        test=f"approx. z, unpaired ({reason})",
+        n=int(n),
+        difference=d,
+        low=d - 1.96 * s,
+        high=d + 1.96 * s,
+        p_value=p,
+        verdict=verdict,
+        n_needed=needed,
+    )
+
+
+def outcomes(records: pd.DataFrame, column: str, value, **where) -> pd.Series:
+    """0/1 outcomes of the rows with ``column == value`` (and ``where``), indexed by record."""
+    rows = records[records[column] == value]
+    for k, v in where.items():
+        rows = rows[rows[k] == v]
+    if rows.empty:
+        raise KeyError(f"no records for {column}={value!r} {where}")
+    return rows.set_index("record").exact_match.sort_index()
+
+
+def paired_from(records: pd.DataFrame, column: str, a, b, label: str, **where) -> Check:
+    x, y = outcomes(records, column, a, **where), outcomes(records, column, b, **where)
+    if not x.index.equals(y.index):
+        raise ValueError(f"{a} and {b} were scored on different records")
+    return paired(x.to_numpy(), y.to_numpy(), label)
+
+
+def _at(acc: pd.DataFrame, method: str, length: int | None = None) -> tuple[float, float]:
+    rows = acc[acc.method == method]
+    if length is not None:
+        rows = rows[rows.length == length]
+    row = rows.iloc[0]
     return float(row.exact_match), float(row.n)
 
 
-def _cmp(acc, a: str, b: str, L: int) -> tuple[float, float, str]:
-    (p1, n1), (p2, n2) = _at(acc, a, L), _at(acc, b, L)
-    se = se_diff(p1, n1, p2, n2)
-    return p1 - p2, se, f"{a} {p1:.2f} vs {b} {p2:.2f} (n={int(n1)}/{int(n2)})"
+def compare(t: Tables, a: str, b: str, length: int | None, label: str) -> Check:
+    """Method ``a`` above ``b``: paired McNemar on the ``records`` table when it is on disk,
+    else Fisher on the stored accuracies (saying so)."""
+    if "records" in t:
+        where = {} if length is None else {"length": length}
+        return paired_from(t["records"], "method", a, b, label, **where)
+    (p1, n1), (p2, n2) = _at(t["accuracy"], a, length), _at(t["accuracy"], b, length)
+    return unpaired(p1, n1, p2, n2, label, reason="per-record outcomes not on disk")
 
 
-def falls_with_length(d: Data):
+def _rate(t: Tables, method: str, length: int | None = None) -> str:
+    p, n = _at(t["accuracy"], method, length)
+    return f"{method} {p:.2f}"
+
+
+# -- the claims ---------------------------------------------------------------------------------
+def falls_with_length(d: Data) -> Check:
     acc = d["seal_table1_methods"]["accuracy"]
     base = acc[acc.method == "base"].sort_values("length")
-    (p1, n1), (p2, n2) = base.iloc[0][["exact_match", "n"]], base.iloc[-1][["exact_match", "n"]]
-    diff, se = p1 - p2, se_diff(p1, n1, p2, n2)
-    lo, hi = int(base.length.iloc[0]), int(base.length.iloc[-1])
-    return (
-        f"{lo} lines {p1:.2f} vs {hi} lines {p2:.2f} (n={int(n1)} each)",
-        diff,
-        se,
-        verdict(diff, se),
-    )
-
-
-def pruning_both_ways(d: Data):
-    sw = d["seal_fig2b_quadrants"]["sweep"]
-    sw = sw[sw.metric == "exact_match"]
-    L = sw.length.max()
-    at = sw[sw.length == L]
-    n = float(d["_sizes"]["sweep_n"])
-    base = float(at.baseline.iloc[0])
-    up, down = at.delta.max(), at.delta.min()
-    se_up, se_down = se_diff(base + up, n, base, n), se_diff(base + down, n, base, n)
-    wide = sw.pivot_table(index=["layer", "head"], columns="length", values="delta")
-    x, y = wide.iloc[:, 0].to_numpy(), wide.iloc[:, -1].to_numpy()
-    r = float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
-    k = len(x)
-    se_r = math.sqrt((1 - r * r) / (k - 2)) if k > 2 and not math.isnan(r) else float("inf")
-    v = _combine(
-        verdict(up, se_up), verdict(-down, se_down), verdict(r if not math.isnan(r) else 0.0, se_r)
+    lo, hi = base.iloc[0], base.iloc[-1]
+    c = unpaired(
+        lo.exact_match,
+        lo.n,
+        hi.exact_match,
+        hi.n,
+        f"{int(lo.length)} - {int(hi.length)} lines",
+        reason="each length has its own records",
     )
     text = (
-        f"at {L} lines best delta {up:+.2f}, worst {down:+.2f} (baseline {base:.2f}); "
-        f"Pearson r of deltas at two lengths {r:.2f} over {k} heads"
+        f"base at {int(lo.length)} lines {lo.exact_match:.2f} vs {int(hi.length)} lines "
+        f"{hi.exact_match:.2f} (n={int(lo.n)} each)"
     )
-    return text, min(up, -down), max(se_up, se_down), v
+    return replace(c, measured=text)
 
 
-def scaling_beats_baseline(d: Data):
-    sw = d["seal_fig2d_scaling"]["sweep"]
-    sw = sw[sw.metric == "exact_match"]
+def pruning_both_ways(d: Data) -> Check:
+    t = d["seal_fig2b_quadrants"]
+    sw = t["sweep"][t["sweep"].metric == "exact_match"]
+    wide = sw.pivot_table(index=["layer", "head"], columns="length", values="delta")
+    x, y = wide.iloc[:, 0].to_numpy(), wide.iloc[:, -1].to_numpy()
+    lengths = list(wide.columns)
+    if x.std() > 0 and y.std() > 0 and len(x) > 2:
+        r, p = pearsonr(x, y)
+        z, s = math.atanh(min(r, 0.999999)), 1 / math.sqrt(len(x) - 3) if len(x) > 3 else math.inf
+        low, high = math.tanh(z - 1.96 * s), math.tanh(z + 1.96 * s)
+    else:
+        r, p, low, high = 0.0, 1.0, math.nan, math.nan
+    consistent = Check(
+        measured=f"Pearson r of the deltas at {lengths[0]} and {lengths[-1]} lines {r:.2f} "
+        f"over {len(x)} heads",
+        test="Pearson r",
+        n=len(x),
+        difference=float(r),
+        low=low,
+        high=high,
+        p_value=float(p),
+        verdict=decide(float(p), float(r)),
+    )
+    if "confirm" not in t:
+        fresh = Check(
+            measured="best / worst head not re-measured on fresh records (older data)",
+            test="none: selection records only",
+            n=0,
+            difference=math.nan,
+            n_needed="regenerate seal_fig2b_quadrants (its confirm table)",
+        )
+        return combine([fresh, consistent])
+    c = t["confirm"]
+    L = int(c.length.iloc[0])
+    base = outcomes(c, "unit", "baseline")
+    best, worst = outcomes(c, "unit", "best"), outcomes(c, "unit", "worst")
+    name = {
+        u: f"L{int(r.layer)}H{int(r['head'])}"
+        for u, r in c[c.unit != "baseline"].groupby("unit").first().iterrows()
+    }
+    up = paired(best.to_numpy(), base.to_numpy(), f"pruning {name['best']} (best)")
+    down = paired(base.to_numpy(), worst.to_numpy(), f"baseline over pruned {name['worst']}")
+    text = (
+        f"on {len(base)} fresh records at {L} lines (heads chosen on the sweep's): baseline "
+        f"{base.mean():.2f}, best head {name['best']} pruned {best.mean():.2f}, worst "
+        f"{name['worst']} pruned {worst.mean():.2f}; {consistent.measured}"
+    )
+    return combine([up, down, consistent], text)
+
+
+def scaling_beats_baseline(d: Data) -> Check:
+    t = d["seal_fig2d_scaling"]
+    sw = t["sweep"][t["sweep"].metric == "exact_match"]
     L = int(d["_sizes"]["long"]) if (sw.length == d["_sizes"]["long"]).any() else sw.length.max()
-    n = float(d["_sizes"]["n"])
     at = sw[sw.length == L].set_index("table")
     name = "Q1 x 0.9 + Q3 x 1.1" if "Q1 x 0.9 + Q3 x 1.1" in at.index else at.index[0]
     p, b = float(at.loc[name, "value"]), float(at.loc[name, "baseline"])
-    se = se_diff(p, n, b, n)
-    text = f"{name} {p:.2f} vs baseline {b:.2f} at {L} lines (n={int(n)})"
+    if "records" in t:
+        c = paired_from(t["records"], "unit", name, "baseline", name, length=L)
+        where = "fresh records"
+    else:
+        n = float(d["_sizes"]["n"])
+        c = unpaired(p, n, b, n, name, reason="per-record outcomes not on disk")
+        where = "the sweep's records"
+    text = f"{name} {p:.2f} vs baseline {b:.2f} at {L} lines (n={c.n}, {where})"
     if "seal_fig2b_quadrants" in d:
         from interp_seal.figures.seal import _quadrants
 
         counts = _quadrants(d["seal_fig2b_quadrants"]["sweep"]).counts()
         text += f"; heads scaled: Q1 {counts['Q1']}, Q3 {counts['Q3']}"
-    return text, p - b, se, verdict(p - b, se)
+    return replace(c, measured=text)
 
 
-def seal_raises(d: Data):
-    acc = d["seal_table1_methods"]["accuracy"]
-    L = int(acc.length.max())
-    h, c, ch = (
-        _cmp(acc, "seal-h", "base", L),
-        _cmp(acc, "seal-c", "base", L),
-        _cmp(acc, "seal-c", "seal-h", L),
-    )
-    ge = "supported" if ch[0] >= -2 * ch[1] else "contradicted"
-    v = _combine(verdict(h[0], h[1]), verdict(c[0], c[1]), ge)
-    return f"at {L} lines: {h[2]}; {c[2]}; C - H {ch[0]:+.2f}", min(h[0], c[0]), max(h[1], c[1]), v
+def seal_raises(d: Data) -> Check:
+    t = d["seal_table1_methods"]
+    L = int(t["accuracy"].length.max())
+    h = compare(t, "seal-h", "base", L, "SEAL-H - base")
+    c = compare(t, "seal-c", "base", L, "SEAL-C - base")
+    parts = [h, c]
+    if "records" in t:  # C >= H: better, or not worse by more than MARGIN (one-sided TOST)
+        x, y = (outcomes(t["records"], "method", m, length=L) for m in ("seal-c", "seal-h"))
+        eq = tost_paired(x.to_numpy(), y.to_numpy(), margin=MARGIN)
+        ch = paired(x.to_numpy(), y.to_numpy(), "SEAL-C - SEAL-H")
+        if ch.verdict == "not shown" and eq.p_lower < ALPHA:
+            ch = replace(ch, verdict="supported", n_needed="")
+        parts.append(ch)
+    text = f"at {L} lines: " + ", ".join(_rate(t, m, L) for m in ("base", "seal-h", "seal-c"))
+    row = combine(parts, text)
+    if "records" in t:
+        row = replace(row, test=row.test + f"; C >= H: non-inferiority margin {MARGIN}")
+    return row
 
 
-def seal_h_parameters(d: Data):
-    p = d["seal_table1_methods"]["params"].set_index("method").trainable
-    acc = d["seal_table1_methods"]["accuracy"]
-    L = int(acc.length.max())
-    diff, se, text = _cmp(acc, "seal-h", "seal-l", L)
+def seal_h_parameters(d: Data) -> Check:
+    t = d["seal_table1_methods"]
+    p = t["params"].set_index("method").trainable
+    L = int(t["accuracy"].length.max())
     ratio = p["seal-l"] / p["seal-h"]
-    comparable = "supported" if abs(diff) <= 2 * se or diff > 0 else "contradicted"
-    return f"LoRA / SEAL-H parameters {ratio:.0f}x (paper ~4000x); {text}", diff, se, comparable
+    text = f"LoRA / SEAL-H parameters {ratio:.0f}x (paper ~4000x); at {L} lines " + ", ".join(
+        _rate(t, m, L) for m in ("base", "seal-h", "seal-l")
+    )
+    if "records" not in t:
+        h = compare(t, "seal-h", "base", L, "SEAL-H - base")
+        lora = compare(t, "seal-l", "base", L, "LoRA - base")
+        eq = Check(
+            measured="no per-record outcomes: equivalence not testable",
+            test="TOST needs paired records",
+            n=h.n,
+            difference=math.nan,
+            n_needed="regenerate seal_table1_methods (its records table)",
+        )
+        return combine([eq, h, lora], text)
+    rec = t["records"]
+    x, y, b = (
+        outcomes(rec, "method", m, length=L).to_numpy() for m in ("seal-h", "seal-l", "base")
+    )
+    e = tost_paired(x, y, margin=MARGIN)
+    m = mcnemar_exact(x, y)
+    ci = paired_bootstrap(x, y)
+    if e.equivalent:
+        v = "supported"
+    elif m.p_value < ALPHA and m.difference < 0:
+        v = "contradicted"  # SEAL-H significantly below LoRA
+    else:
+        v = "not shown"
+    needed = ""
+    if v == "not shown":
+        psi = max((m.b + m.c) / m.n, abs(m.difference), 1 / m.n)
+        needed = f"SEAL-H ~ LoRA within {MARGIN}: " + (
+            f"{equivalence_sample_size(MARGIN, psi, difference=m.difference)}"
+            if abs(m.difference) < MARGIN
+            else "no n (observed difference beyond the margin)"
+        )
+    equiv = Check(
+        measured=f"SEAL-H - LoRA {m.difference:+.2f}",
+        test=f"TOST equivalence, margin {MARGIN} (paired)",
+        n=m.n,
+        difference=m.difference,
+        low=ci.low,
+        high=ci.high,
+        p_value=e.p_value,
+        verdict=v,
+        n_needed=needed,
+    )
+    h = paired(x, b, "SEAL-H - base")
+    lora = paired(y, b, "LoRA - base")
+    return combine([equiv, h, lora], text)
 
 
-def extension_recovers(d: Data):
-    acc = d["seal_table2_extension"]["accuracy"]
-    L = int(acc.length.max())
-    parts, vs, ses, diffs = [], [], [], []
-    for ext in ("NTK", "Self-Extend"):
-        diff, se, text = _cmp(acc, f"{ext} + SEAL-C", ext, L)
-        parts.append(text)
-        vs.append(verdict(diff, se))
-        ses.append(se)
-        diffs.append(diff)
-    return f"at {L} lines: " + "; ".join(parts), min(diffs), max(ses), _combine(*vs)
+def extension_recovers(d: Data) -> Check:
+    t = d["seal_table2_extension"]
+    L = int(t["accuracy"].length.max())
+    parts = [
+        compare(t, f"{e} + SEAL-C", e, L, f"{e} + SEAL-C - {e}") for e in ("NTK", "Self-Extend")
+    ]
+    methods = ("NTK", "NTK + SEAL-C", "Self-Extend", "Self-Extend + SEAL-C")
+    return combine(parts, f"at {L} lines: " + ", ".join(_rate(t, m, L) for m in methods))
 
 
-def mudaf_targets(d: Data):
+def mudaf_targets(d: Data) -> Check:
     t = d["mudaf_fig5_targets"]
     n = float(d["_sizes"]["retrieval_n"])
     from interp_seal.figures.mudaf import target_gain
 
     g = target_gain(t)
     m, s, b = g.get("mudaf", 0.0), g.get("sft", 0.0), g.get("base", 0.0)
-    se = se_diff(m, n, s, n)
+    c = approximate(m, s, n, "MuDAF - SFT", reason="per-question scores not on disk")
     text = f"targets' mean F1: base {b:.2f}, SFT {s:.2f}, MuDAF {m:.2f} (n={int(n)} questions)"
-    return text, m - s, se, verdict(m - s, se)
+    return replace(c, measured=text)
 
 
-def masking_hurts(d: Data):
+def masking_hurts(d: Data) -> Check:
     m = d["mudaf_fig4_masking"]["masking"]
     z = m[m["mode"] == "zero"]
     n = float(z.n_samples.iloc[0])
     ret = float(z[z.strategy == "retrieval"].exact_match.mean())
     rnd = z[z.strategy == "random"].exact_match
-    # binomial error of the two scores plus the standard error of the random draws' mean
     spread = float(rnd.std(ddof=1)) / math.sqrt(len(rnd)) if len(rnd) > 1 else 0.0
-    se = math.sqrt(se_diff(ret, n, float(rnd.mean()), n) ** 2 + spread**2)
-    diff = float(rnd.mean()) - ret
+    c = approximate(
+        float(rnd.mean()),
+        ret,
+        n,
+        "random - retrieval",
+        reason="per-question outcomes not on disk; + spread of the random draws",
+        se=spread,
+    )
     text = (
         f"passage QA exact match, zeroing top retrieval heads {ret:.2f} vs random heads "
         f"{rnd.mean():.2f} (mean of {len(rnd)} draws, n={int(n)} questions)"
     )
-    return text, diff, se, verdict(diff, se)
+    if c.verdict == "not shown" and len(rnd) > 1 and c.difference != 0:
+        # the draws' spread dominates: draws needed for a z test of the observed difference
+        draws = math.ceil(
+            ((norm.ppf(1 - ALPHA / 2) + norm.ppf(0.8)) * rnd.std(ddof=1) / c.difference) ** 2
+        )
+        c = replace(
+            c,
+            n_needed=f"{max(draws, len(rnd) + 1)} random draws (their spread, "
+            f"sd {rnd.std(ddof=1):.2f}, dominates); " + c.n_needed,
+        )
+    return replace(c, measured=text)
 
 
-CLAIMS: tuple[tuple[str, str, Callable], ...] = (
+# -- results that go against the papers -------------------------------------------------------
+SIGN_TEST_N = 6  # the fewest records at which a two-sided exact sign test can reach p < 0.05
+
+
+def dla_flips(d: Data) -> Check:
+    lg = d["seal_fig4_dla"]["logits"].set_index("method").logit
+    parts = ", ".join(f"{m} {v:+.2f}" for m, v in lg.items())
+    return Check(
+        measured=f"logit(correct) - logit(wrong) at the first answer token on one record: {parts}",
+        test="none: one record",
+        n=1,
+        difference=float(lg.get("seal-h", math.nan) - lg.get("base", math.nan)),
+        n_needed=f">= {SIGN_TEST_N} records for an exact sign test of the flip "
+        f"(2 x 0.5^6 = 0.031); the figure computes one",
+    )
+
+
+def needle_recovered(d: Data) -> Check:
+    g = d["seal_fig5_needle"]["grid"]
+    if not g.exact_match.isin((0, 1)).all():  # several needles per cell: no per-record outcomes
+        raise KeyError("the needle grid holds cell means, not per-record outcomes")
+    g = g.assign(record=g.groupby("method").cumcount())
+    methods = [m for m in ("seal-h", "seal-c", "seal-l", "seal-d") if m in set(g.method)]
+    parts = [paired_from(g, "method", m, "base", f"{m} - base") for m in methods]
+    means = g.groupby("method", sort=False).exact_match.mean()
+    text = (
+        f"mean needle exact match over {int((g.method == 'base').sum())} cells (one needle "
+        "each): " + ", ".join(f"{m} {v:.2f}" for m, v in means.items())
+    )
+    return combine(parts, text)
+
+
+def mudaf_task_score(d: Data) -> Check:
+    t = d["mudaf_table2_methods"]
+    methods = [m for m in ("mudaf", "mudaf-weak") if m in set(t["accuracy"].method)]
+    parts = [compare(t, m, "sft", None, f"{m} - SFT") for m in methods]
+    names = ("base", "sft", *methods)
+    n = int(t["accuracy"].n.iloc[0])
+    text = (
+        "passage QA exact match (teacher-forced): "
+        + ", ".join(_rate(t, m) for m in names)
+        + f" (n={n} questions)"
+    )
+    return combine(parts, text)
+
+
+def niah_heads_differ(d: Data) -> Check:
+    t = d["mudaf_fig4_masking"]
+    m = t["masking"]
+    z = m[m["mode"] == "zero"]
+    sets = {
+        s: {"L{}H{}".format(*h.split(".")) for h in str(z[z.strategy == s].heads.iloc[0]).split()}
+        for s in ("retrieval", "niah")
+    }
+    k1, k2, total = len(sets["retrieval"]), len(sets["niah"]), len(t["niah"])
+    shared = len(sets["retrieval"] & sets["niah"])
+    p_more = overlap_test(shared, k1, k2, total)
+    p_fewer = 1.0 - (overlap_test(shared + 1, k1, k2, total) if shared < min(k1, k2) else 0.0)
+    if p_more < ALPHA:
+        verdict, p = "contradicted", p_more
+    elif p_fewer < ALPHA:
+        verdict, p = "supported", p_fewer
+    else:
+        verdict, p = "not shown", min(p_more, p_fewer)
+    em = z.groupby("strategy").exact_match.mean()
+    return Check(
+        measured=f"top-{k1} MDQA retrieval heads {sorted(sets['retrieval'])} and top-{k2} NIAH "
+        f"heads {sorted(sets['niah'])} share {shared} of {total} heads (chance "
+        f"{k1 * k2 / total:.1f}); QA exact match with each set zeroed: retrieval "
+        f"{em.get('retrieval', math.nan):.2f}, NIAH {em.get('niah', math.nan):.2f}",
+        test="hypergeometric overlap (two one-sided)",
+        n=total,
+        difference=shared / max(k1, 1),
+        p_value=p,
+        verdict=verdict,
+        n_needed="" if verdict != "not shown" else "more heads than this model has",
+    )
+
+
+CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
     ("Accuracy falls with context length", "SEAL Table 1", falls_with_length),
     (
         "Single-head pruning moves accuracy both ways, consistently across lengths",
@@ -202,30 +578,59 @@ CLAIMS: tuple[tuple[str, str, Callable], ...] = (
         extension_recovers,
     ),
     (
+        "After SEAL the final logit moves from the wrong to the correct token",
+        "SEAL Fig. 4",
+        dla_flips,
+    ),
+    ("SEAL-H / C / L / D recover needles the baseline misses", "SEAL Fig. 5", needle_recovered),
+    (
         "MuDAF raises target heads' retrieval scores more than Vanilla SFT",
         "MuDAF Fig. 5",
         mudaf_targets,
     ),
     ("Masking retrieval heads hurts more than masking random heads", "MuDAF Fig. 4", masking_hurts),
+    (
+        "MDQA retrieval heads differ from NIAH retrieval heads",
+        "MuDAF Sec. 3.1, Fig. 4",
+        niah_heads_differ,
+    ),
+    ("MuDAF and MuDAF-weak beat Vanilla SFT on the task", "MuDAF Table 2", mudaf_task_score),
 )
 
 
 def claims_table(data: Data) -> pd.DataFrame:
-    """One row per claim whose figures are present: measured numbers, difference, se, verdict."""
+    """One row per claim: measured numbers, the test, n, difference with its interval, p, the
+    n a power calculation says would decide a *not shown* verdict, and the verdict. A claim
+    whose figures are not in ``data`` gets a row saying so."""
     rows = []
     for claim, source, fn in CLAIMS:
         try:
-            text, diff, se, v = fn(data)
-        except KeyError:  # a figure this claim needs was not generated (--only)
-            continue
+            c = fn(data)
+        except KeyError as err:  # a figure (or a table) this claim needs was not generated
+            c = Check(
+                measured=f"no data: {str(err).strip(chr(39))}",
+                test="none",
+                n=0,
+                difference=math.nan,
+                n_needed="generate the figure",
+            )
         rows.append(
             {
                 "claim": claim,
                 "paper": source,
-                "measured": text,
-                "difference": round(float(diff), 4),
-                "se": round(float(se), 4),
-                "verdict": v,
+                "measured": c.measured,
+                "test": c.test,
+                "n": int(c.n),
+                "difference": _round(c.difference),
+                "low": _round(c.low),
+                "high": _round(c.high),
+                "p_value": float(f"{c.p_value:.3g}"),
+                "n_needed": c.n_needed,
+                "verdict": c.verdict,
             }
         )
-    return pd.DataFrame(rows, columns=["claim", "paper", "measured", "difference", "se", "verdict"])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _round(x: float, digits: int = 4) -> float:
+    return float(np.round(float(x), digits)) if x == x else math.nan

@@ -88,15 +88,26 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
     if claims.empty:
         return "(no claim has its figures in this directory)"
     rows = [
-        "Verdicts are computed (`interp_seal/figures/claims.py`): *supported* when the measured "
-        "difference exceeds two standard errors in the claimed direction, *contradicted* when it "
-        "exceeds them the other way, *not shown* otherwise.",
+        "Verdicts are computed (`interp_seal/figures/claims.py`, tests in "
+        "`interp_seal/analysis/statistics.py`) at level 0.05: methods scored on the same records "
+        "are compared record by record (exact McNemar test, paired bootstrap 95 % interval); "
+        "*comparable* needs a TOST equivalence test within 0.10 and both arms above the "
+        "baseline; outcomes on different records use Fisher's exact test. *supported*: "
+        "significant in the claimed direction; *contradicted*: significant the other way; "
+        "*not shown*: neither, with the records a test would need (80 % power) in *n needed*. "
+        "A row of several tests is supported only if all are.",
         "",
-        "| claim | paper | measured | difference | se | verdict |",
-        "|---|---|---|---|---|---|",
+        "| claim | paper | measured | test | n | difference [95 % interval] | p | n needed "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    rows += [
-        f"| {r.claim} | {r.paper} | {r.measured} | {r.difference:+.3f} | {r.se:.3f} | **{r.verdict}** |"
-        for r in claims.itertuples()
-    ]
+    for r in claims.itertuples():
+        interval = f" [{r.low:+.2f}, {r.high:+.2f}]" if r.low == r.low else ""
+        diff = f"{r.difference:+.3f}{interval}" if r.difference == r.difference else "-"
+        p = f"{r.p_value:.3g}" if r.p_value == r.p_value else "-"
+        needed = r.n_needed if isinstance(r.n_needed, str) and r.n_needed else "-"
+        rows.append(
+            f"| {r.claim} | {r.paper} | {r.measured} | {r.test} | {r.n} | {diff} | {p} "
+            f"| {needed} | **{r.verdict}** |"
+        )
     return "\n".join(rows)

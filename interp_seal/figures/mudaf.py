@@ -54,6 +54,13 @@ def qa_exact_match(handle: ModelHandle, samples: list[Sample]) -> dict[str, floa
     return {k: float(v) for k, v in summarize(teacher_force(handle, samples)).items()}
 
 
+def qa_outcomes(handle: ModelHandle, samples: list[Sample]) -> dict:
+    """``qa_exact_match`` and ``correct``: each question's 0/1 exact match, in order."""
+    scores = teacher_force(handle, samples)
+    summary = {k: float(v) for k, v in summarize(scores).items()}
+    return summary | {"correct": [int(s.exact_match) for s in scores]}
+
+
 def base_scores(run: FigureRun) -> pd.DataFrame:
     """Every head's MuDAF retrieval score (F1, EM, rank; Sec. 3.1) on the base model (resumable)."""
     return passage_retrieval_scores(
@@ -206,11 +213,15 @@ def table2_compute(run: FigureRun) -> Tables:
     models |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
     samples = eval_samples(run)
     keys = [{"method": m} for m in models]
-    return {
-        "accuracy": run.rows(
-            "mudaf_table2", keys, lambda k: qa_exact_match(models[k["method"]], samples)
-        )
-    }
+    rows = run.rows(
+        "mudaf_table2_paired", keys, lambda k: qa_outcomes(models[k["method"]], samples)
+    )
+    records = [
+        {"method": r.method, "record": i, "exact_match": int(v)}
+        for r in rows.itertuples()
+        for i, v in enumerate(r.correct)
+    ]
+    return {"accuracy": rows.drop(columns="correct"), "records": pd.DataFrame(records)}
 
 
 def table2_draw(t: Tables):

@@ -6,19 +6,32 @@ written to disk), ``draw(tables)`` turns exactly those tables into a plotly figu
 registry (``interp_seal.figures.registry``) lists them with the paper's numbers.
 
 Lengths are numbers of LongEval lines; evaluation records are ``line_retrieval.generate``'s
-seed 0, the same records for every method, and tuning data uses another seed.
+seed 0, the same records for every method, and tuning data uses another seed. Heads chosen
+from a sweep (the quadrants' Q1 / Q3, the best and worst single head) are measured again on
+fresh records, seed ``FRESH_SEED``, so that what they are chosen on is not what they are
+reported on. Where the claims table compares methods record by record (``figures.claims``),
+the figure also writes a tidy ``records`` table: one row per record with its 0/1 exact match.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
 from interp_seal.analysis.logit_attribution import logit_diff_attribution, strongest_wrong_token
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
 from interp_seal.analysis.sweeps import SweepOptions, channel_sweep, head_sweep, scale_table_sweep
-from interp_seal.evaluation import encode_samples, evaluate_line_retrieval, evaluate_niah
+from interp_seal.evaluation import (
+    encode_samples,
+    evaluate_niah,
+    line_retrieval_samples,
+    score_lengths,
+    summarize,
+)
 from interp_seal.figures.run import FigureRun
 from interp_seal.models import ContextExtension, extend_context
+from interp_seal.records import read_records
 from interp_seal.tasks import LineRetrievalConfig, NeedleConfig, line_retrieval, needle
 from interp_seal.tuning.counts import parameter_count
 from interp_seal.tuning.merge import merged_model
@@ -28,10 +41,40 @@ from interp_seal.viz.sweeps import channel_map, quadrant_scatter, scale_table_cu
 
 Tables = dict[str, pd.DataFrame]
 SEAL_METHODS = ("base", "seal-h", "seal-c", "seal-l", "seal-d")
+FRESH_SEED = 1  # records for re-measuring heads chosen on the seed-0 sweep
 
 
-def _records(run: FigureRun, lengths, n: int) -> dict[int, list]:
-    return {L: line_retrieval.generate(LineRetrievalConfig(num_lines=L), n, 0) for L in lengths}
+def _records(run: FigureRun, lengths, n: int, seed: int = 0) -> dict[int, list]:
+    return {L: line_retrieval.generate(LineRetrievalConfig(num_lines=L), n, seed) for L in lengths}
+
+
+def sweep_records(out, labels: list[dict]) -> pd.DataFrame:
+    """The per-record outcomes a sweep kept in ``out/records.jsonl``: ``labels[u]``'s columns
+    (the baseline's are ``baseline_labels``), ``length``, ``record``, ``exact_match`` (0/1)."""
+    rows = []
+    for rec in read_records(Path(out) / "records.jsonl", repair=False):
+        unit = rec["unit"]
+        rows.append(
+            {
+                **(labels[unit] if unit >= 0 else {"unit": "baseline"}),
+                "length": rec["length"],
+                "record": rec["sample"],
+                "exact_match": int(rec["exact_match"]),
+            }
+        )
+    keys = [c for c in pd.DataFrame(rows).columns if c != "exact_match"]
+    return pd.DataFrame(rows).drop_duplicates(keys).sort_values(keys).reset_index(drop=True)
+
+
+def split_records(rows: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows of ``FigureRun.rows`` whose values hold ``correct`` (one 0/1 per record) ->
+    (the same rows without it, the tidy ``keys + [record, exact_match]`` table)."""
+    tidy = [
+        {**{k: getattr(r, k) for k in keys}, "record": i, "exact_match": int(v)}
+        for r in rows.itertuples()
+        for i, v in enumerate(r.correct)
+    ]
+    return rows.drop(columns="correct"), pd.DataFrame(tidy)
 
 
 def _sweep_options(run: FigureRun, name: str) -> SweepOptions:
@@ -54,7 +97,27 @@ def _quadrants(table: pd.DataFrame):
 
 # -- Fig. 2b: head quadrants -----------------------------------------------------------------
 def fig2b_compute(run: FigureRun) -> Tables:
-    return {"sweep": head_sweep_table(run)}
+    """The sweep (seed 0), and its best and worst head at the long length re-measured on
+    ``sweep_n`` fresh records (``FRESH_SEED``) beside the unedited model on the same records
+    (``confirm``: one row per record)."""
+    sweep = head_sweep_table(run)
+    at = sweep[(sweep.metric == "exact_match") & (sweep.length == sweep.length.max())]
+    at = at.sort_values(["delta", "layer", "head"])
+    chosen = {"worst": at.iloc[0], "best": at.iloc[-1]}
+    heads = [(int(r.layer), int(r["head"])) for r in chosen.values()]
+    s = run.sizes
+    options = _sweep_options(run, "head_confirm")
+    head_sweep(
+        run.handle,
+        _records(run, (s.long,), s.sweep_n, seed=FRESH_SEED),
+        heads=heads,
+        options=options,
+    )
+    labels = [
+        {"unit": role, "layer": a, "head": b} for role, (a, b) in zip(chosen, heads, strict=True)
+    ]
+    confirm = sweep_records(options.out, labels).assign(seed=FRESH_SEED)
+    return {"sweep": sweep, "confirm": confirm}
 
 
 def fig2b_draw(t: Tables):
@@ -118,16 +181,20 @@ SCALINGS = {
 
 
 def fig2d_compute(run: FigureRun) -> Tables:
+    """Quadrants from the seed-0 head sweep; the scale tables evaluated on fresh records
+    (``FRESH_SEED``, ``n`` per length), kept per record in ``records``."""
     q = _quadrants(head_sweep_table(run))
     tables = {name: quadrant_scale_table(q, f) for name, f in SCALINGS.items()}
     tables = {k: v for k, v in tables.items() if v}
+    options = _sweep_options(run, "scale_sweep_fresh")
     table = scale_table_sweep(
         run.handle,
-        _records(run, run.sizes.lengths, run.sizes.n),
+        _records(run, run.sizes.lengths, run.sizes.n, seed=FRESH_SEED),
         tables,
-        options=_sweep_options(run, "scale_sweep"),
+        options=options,
     )
-    return {"sweep": table}
+    records = sweep_records(options.out, [{"unit": name} for name in tables])
+    return {"sweep": table, "records": records.assign(seed=FRESH_SEED)}
 
 
 def fig2d_draw(t: Tables):
@@ -155,23 +222,27 @@ def variants(run: FigureRun) -> dict[str, object]:
 
 
 def evaluate(run: FigureRun, variant, length: int, n: int, ext: ContextExtension | None = None):
-    """One point: ``evaluate_line_retrieval``'s row for ``variant`` at ``length`` lines."""
+    """One point: ``evaluate_line_retrieval``'s row for ``variant`` at ``length`` lines, and
+    ``correct``, each record's 0/1 exact match (records ``line_retrieval_samples``, seed 0)."""
     handle, iv = (run.handle, variant) if not hasattr(variant, "model") else (variant, None)
     if ext is not None:
         with extend_context(handle, ext):
             return evaluate(run, variant, length, n)
-    row = evaluate_line_retrieval(
-        handle, [length], n=n, seed=0, intervention=iv, progress=False
-    ).iloc[0]
-    return {k: float(row[k]) for k in ("n", "n_tokens", "exact_match", "first_token")}
+    samples = line_retrieval_samples(handle.tokenizer, [length], n=n, seed=0)
+    scores = score_lengths(handle, samples, intervention=iv, progress=False)[length]
+    row = summarize(scores)
+    return {k: float(row[k]) for k in ("n", "n_tokens", "exact_match", "first_token")} | {
+        "correct": [int(s.exact_match) for s in scores]
+    }
 
 
 def table1_compute(run: FigureRun) -> Tables:
     vs = variants(run)
     keys = [{"method": m, "length": L} for m in vs for L in run.sizes.lengths]
-    acc = run.rows(
-        "table1", keys, lambda k: evaluate(run, vs[k["method"]], k["length"], run.sizes.n)
+    rows = run.rows(
+        "table1_paired", keys, lambda k: evaluate(run, vs[k["method"]], k["length"], run.sizes.n)
     )
+    acc, records = split_records(rows, ["method", "length"])
     from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
     from interp_seal.tuning.seal import SealTuner
 
@@ -192,7 +263,7 @@ def table1_compute(run: FigureRun) -> Tables:
             for m, t in tuners.items()
         ]
     )
-    return {"accuracy": acc, "params": counts}
+    return {"accuracy": acc, "params": counts, "records": records}
 
 
 def table1_draw(t: Tables):
@@ -308,7 +379,8 @@ def table4_compute(run: FigureRun) -> Tables:
         for L in s.lengths
     ]
     curves = run.rows("fig7", keys, one)
-    return {"grid": table, "curves": curves}
+    drop = {"columns": "correct", "errors": "ignore"}  # per-record outcomes: not used here
+    return {"grid": table.drop(**drop), "curves": curves.drop(**drop)}
 
 
 def table4_draw(t: Tables):
@@ -345,12 +417,13 @@ def table2_compute(run: FigureRun) -> Tables:
         )
     methods["SEAL-C"] = (run.seal_scales("channel"), None)
     keys = [{"method": m, "length": L} for m in methods for L in s.extension_lengths]
-    acc = run.rows(
-        "table2",
+    rows = run.rows(
+        "table2_paired",
         keys,
         lambda k: evaluate(run, methods[k["method"]][0], k["length"], s.n, methods[k["method"]][1]),
     )
-    return {"accuracy": acc}
+    acc, records = split_records(rows, ["method", "length"])
+    return {"accuracy": acc, "records": records}
 
 
 def table2_draw(t: Tables):
