@@ -25,6 +25,15 @@ seconds after ``torch.cuda.synchronize`` (``common.Clock``). It ends with::
 ``--threads 2`` uses both cores, as the served page does; then the wall time per click is the
 number a user feels.
 
+Then, unless ``--no-browser``, the same clicks in a real browser (``interp_seal.browser``:
+Playwright driving chromium) on the page ``interp-seal dashboard`` serves for the same model and
+records (one torch thread): from the mouse click to the cell's new colour
+(``dashboard_first_feedback_s``, the mean over the clicks; ``first_feedback_max_s`` the worst)
+and to the finished update, minus the kernel's own compute time for it
+(``dashboard_browser_overhead_s``: what the widgets and the browser add; ``browser_final_s``
+the whole wait). ``--screenshots DIR`` saves the page at 800 and 1600 px wide after the clicks
+(``dashboard_800.png``, ``dashboard_1600.png``).
+
 An edit of layer ``l`` recomputes ``L - l`` layers, so edits near the top are cheapest; the mean
 is over one head per layer.
 """
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from pathlib import Path
 
 import torch
 from common import (
@@ -46,7 +56,9 @@ from common import (
 
 from interp_seal.evaluation import evaluate_lengths, line_retrieval_samples
 from interp_seal.interventions import scale_table
+from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.widgets import Dashboard
+from interp_seal.widgets.app import new_token
 
 
 def timed_twice(fn, clock: Clock, wall: Clock):
@@ -63,6 +75,8 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (2: both cores, as the page uses)"
     )
+    parser.add_argument("--no-browser", action="store_true", help="skip the browser timings")
+    parser.add_argument("--screenshots", type=Path, help="save the page's screenshots here")
     add_device_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -98,6 +112,7 @@ def main() -> None:
                 f"exact match {[round(x, 3) for x in shown]}"
             )
             dash.remove(head)
+        browser = "" if args.no_browser else browser_timings(name_path(handle), heads, args)
     n_mismatches = check_agreement(
         mismatches, dtype=args.dtype, what="dashboard click and full evaluation"
     )
@@ -108,7 +123,64 @@ def main() -> None:
         f"dashboard_update_wall_s={mean(click_wall):.3f} "
         f"evaluate_s={mean(eval_cpu):.3f} naive_s={mean(naive_cpu):.3f} threads={args.threads} "
         f"lengths={'/'.join(map(str, args.lengths))} n={args.n} model={name} "
-        f"mismatches={n_mismatches} {result_tags(args, clock)}"
+        f"mismatches={n_mismatches} {browser}{result_tags(args, clock)}"
+    )
+
+
+def name_path(handle) -> str:
+    return "organism" if Path(handle.name_or_path) == ORGANISM_DIR else handle.name_or_path
+
+
+def browser_timings(model: str, heads, args) -> str:
+    """Click each of ``heads`` (then undo it) on the served page; the RESULT keys."""
+    from interp_seal.browser import (
+        click_head,
+        launch_chromium,
+        open_dashboard,
+        serve_dashboard,
+        stop,
+    )
+    from interp_seal.cli.dashboard import free_port
+
+    port, token = free_port(), new_token()
+    playwright, browser = launch_chromium()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = serve_dashboard(
+            port=port, token=token, lengths=args.lengths, n=args.n, cwd=Path(tmp), model=model
+        )
+        try:
+            page = open_dashboard(browser, f"http://127.0.0.1:{port}/?token={token}")
+            timings = []
+            for head in heads:
+                timing = click_head(page, head)  # prune
+                print(
+                    f"browser: prune L{head[0]}H{head[1]}: cell after "
+                    f"{timing.first_feedback_s:.3f} s, done after {timing.final_s:.3f} s "
+                    f"(kernel {timing.compute_s:.3f} s)"
+                )
+                timings.append(timing)
+                click_head(page, head)  # prune -> scale
+                click_head(page, head)  # scale -> keep
+            if args.screenshots:
+                click_head(page, heads[0])
+                args.screenshots.mkdir(parents=True, exist_ok=True)
+                for width in (800, 1600):
+                    page.set_viewport_size({"width": width, "height": 1000})
+                    page.wait_for_timeout(500)
+                    page.screenshot(
+                        path=args.screenshots / f"dashboard_{width}.png", full_page=True
+                    )
+        finally:
+            stop(server)
+            browser.close()
+            playwright.stop()
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return (
+        f"dashboard_browser_overhead_s={mean([t.overhead_s for t in timings]):.3f} "
+        f"dashboard_first_feedback_s={mean([t.first_feedback_s for t in timings]):.3f} "
+        f"first_feedback_max_s={max(t.first_feedback_s for t in timings):.3f} "
+        f"browser_final_s={mean([t.final_s for t in timings]):.3f} "
+        f"overhead_max_s={max(t.overhead_s for t in timings):.3f} "
     )
 
 

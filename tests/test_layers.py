@@ -31,6 +31,7 @@ FLOORS = {
     "widgets": 9,
     "cli": 10,
     "testing": 10,
+    "browser": 10,
 }
 
 

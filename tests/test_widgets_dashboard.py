@@ -66,7 +66,8 @@ def shown(dash: Dashboard) -> tuple[list, list]:
     """The accuracy figure's baseline and edited values, as displayed."""
     on_page = figures_on_page(dash.widget)
     assert on_page[:2] == [dash.grid, dash.accuracy] and dash.dla in on_page
-    return list(dash.accuracy.data[0].y), list(dash.accuracy.data[1].y)
+    curves = {trace.name: list(trace.y) for trace in dash.accuracy.data}
+    return curves["unedited"], curves["edited"]
 
 
 def brute(handle, records, heads: dict) -> pd.DataFrame:
@@ -111,7 +112,7 @@ def test_click_cycles_and_figure_equals_library(organism, records, dash):
     assert dash.state.table() == {(0, 3): 0.0}
     pruned = brute(organism, records, {(0, 3): 0.0})
     np.testing.assert_allclose(shown(dash)[1], pruned.exact_match, atol=1e-9)
-    assert dash.grid.data[0].z[0][3] == -1 and dash.grid.data[0].text[0][3] == "x0"
+    assert dash.grid.data[0].z[0][3] == 0 and dash.grid.data[0].text[0][3] == "x0"
 
     click(dash, 0, 3)  # prune -> scale by the slider's factor
     assert dash.state.table() == {(0, 3): pytest.approx(0.9)}
@@ -119,7 +120,7 @@ def test_click_cycles_and_figure_equals_library(organism, records, dash):
     assert dash.state.table() == {(0, 3): pytest.approx(1.6)}
     scaled = brute(organism, records, {(0, 3): 1.6})
     np.testing.assert_allclose(shown(dash)[1], scaled.exact_match, atol=1e-9)
-    assert dash.grid.data[0].customdata[0][3] == pytest.approx(1.6)
+    assert dash.grid.data[0].z[0][3] == pytest.approx(1.6)
 
     click(dash, 0, 3)  # scale -> keep
     assert dash.state.edits == ()
@@ -261,7 +262,7 @@ def test_channel_drill_down_equals_channel_sweep(organism, records, dash, channe
     z = np.array(dash.channel_figure.data[-1].z, dtype=float)[0]
     last = ref[(ref.metric == "exact_match") & (ref.length == LENGTHS[-1])].sort_values("channel")
     np.testing.assert_allclose(z, last.delta, atol=1e-9)
-    assert dash.progress.value == dash.progress.max == n_channels
+    assert dash.busy.value == dash.busy.max == n_channels
 
 
 def test_drill_down_click_opens_channels_and_keeps_the_edits(organism, records, dash):

@@ -24,7 +24,7 @@ records per length). ``batch_samples`` bounds the records per cached forward.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -64,6 +64,8 @@ class EditEvaluator:
         samples: records grouped by length (number of lines for LongEval).
         batch_samples: records per cached clean forward.
         progress: show a progress bar while the clean forwards run.
+        on_progress: called as ``on_progress(done, total)`` after each clean forward (a page
+            shows its own progress this way).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class EditEvaluator:
         *,
         batch_samples: int = 32,
         progress: bool = True,
+        on_progress: ProgressCallback | None = None,
     ):
         if batch_samples < 1:
             raise ValueError(f"batch_samples must be >= 1, got {batch_samples}")
@@ -90,24 +93,36 @@ class EditEvaluator:
             for lo in range(0, len(group), batch_samples)
         ]
         self._chunks: list[_Chunk] = []
-        for length, part in tqdm(plan, desc="clean runs", disable=not progress):
+        for done, (length, part) in enumerate(
+            tqdm(plan, desc="clean runs", disable=not progress), 1
+        ):
             batch = AnswerBatch.from_encoded(part, pad_id=pad_id)
             clean = clean_run(handle, batch, starts)
             self._chunks.append(
                 _Chunk(length=length, clean=clean, scores=batch.score(clean.logits))
             )
+            if on_progress is not None:
+                on_progress(done, len(plan))
         self._base = self.per_sample(None).groupby("length", sort=False)[list(METRICS)].mean()
 
-    def per_sample(self, intervention: HeadIntervention | None) -> pd.DataFrame:
+    def per_sample(
+        self,
+        intervention: HeadIntervention | None,
+        *,
+        on_length: Callable[[pd.DataFrame], None] | None = None,
+    ) -> pd.DataFrame:
         """One row per record: ``length``, ``sample`` (index within its length), ``exact_match``,
-        ``answer_logprob``, under ``intervention`` (None: the unedited model)."""
+        ``answer_logprob``, under ``intervention`` (None: the unedited model).
+
+        Lengths are computed in the order given; ``on_length`` receives the rows so far each
+        time a length is complete (the dashboard draws them while the next one runs)."""
         if intervention is not None:
             intervention.check_model(self.handle.spec, self.handle.name_or_path)
             if intervention.batched:
                 raise ValueError("evaluate one (L, H, D) edit at a time, not a batched one")
         layers = intervention.active_layers() if intervention is not None else []
         rows, seen = [], dict.fromkeys(self.lengths, 0)
-        for chunk in self._chunks:
+        for i, chunk in enumerate(self._chunks):
             scored = chunk.scores
             if layers:
                 logits = run_from_layer(self.handle, chunk.clean, layers[0], [intervention])
@@ -122,16 +137,31 @@ class EditEvaluator:
                     }
                 )
                 seen[chunk.length] += 1
+            last = i + 1 == len(self._chunks) or self._chunks[i + 1].length != chunk.length
+            if on_length is not None and last:
+                on_length(pd.DataFrame(rows))
         return pd.DataFrame(rows)
 
-    def evaluate(self, intervention: HeadIntervention | None) -> pd.DataFrame:
+    def evaluate(
+        self,
+        intervention: HeadIntervention | None,
+        *,
+        on_length: Callable[[pd.DataFrame], None] | None = None,
+    ) -> pd.DataFrame:
         """Per-length means under ``intervention`` against the unedited model.
 
         Returns:
             Tidy table: ``length``, ``metric`` (``exact_match``, ``answer_logprob``), ``value``,
             ``baseline``, ``delta = value - baseline``; lengths in the order given.
+            ``on_length`` receives the same table for the lengths done so far, each time one
+            more is complete (the last call's table is the returned one).
         """
-        edited = self.per_sample(intervention).groupby("length", sort=False)[list(METRICS)].mean()
+        partial = None if on_length is None else (lambda rows: on_length(self._means(rows)))
+        return self._means(self.per_sample(intervention, on_length=partial))
+
+    def _means(self, per_sample: pd.DataFrame) -> pd.DataFrame:
+        """``evaluate``'s table from ``per_sample``'s rows (the lengths they cover)."""
+        edited = per_sample.groupby("length", sort=False)[list(METRICS)].mean()
         base = self._base
         rows = [
             {
@@ -141,6 +171,7 @@ class EditEvaluator:
                 "baseline": float(base.loc[length, metric]),
             }
             for length in self.lengths
+            if length in edited.index
             for metric in METRICS
         ]
         table = pd.DataFrame(rows)

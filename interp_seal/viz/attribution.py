@@ -64,12 +64,14 @@ def dla_figure(
     fig = make_subplots(
         rows=1,
         cols=2,
-        column_widths=[0.6, 0.4],
+        column_widths=[0.55, 0.45],
         subplot_titles=("attention heads", "embedding and MLPs"),
-        horizontal_spacing=0.14,
+        horizontal_spacing=0.2,
     )
     head_range = symmetric_range(heads.to_numpy()) if head_range is None else head_range
-    fig.add_trace(_heatmap(heads, label="direct effect", zmax=head_range), row=1, col=1)
+    heatmap = _heatmap(heads, label="direct effect", zmax=head_range)
+    heatmap.colorbar.update(x=0.53, len=0.9)  # beside the heads, clear of the bars
+    fig.add_trace(heatmap, row=1, col=1)
     fig.add_trace(go.Bar(x=names, showlegend=False), row=1, col=2)
     fig.update_xaxes(title_text="head", row=1, col=1)
     fig.update_yaxes(title_text="layer", row=1, col=1)

@@ -61,10 +61,11 @@ def edit_grid(
     )
     fig.update_layout(
         title="Head edits",
-        xaxis={"title": "head", "dtick": 1},
-        yaxis={"title": "layer", "dtick": 1, "autorange": "reversed"},
+        xaxis={"title": "head", "dtick": 1, "showgrid": False},
+        yaxis={"title": "layer", "dtick": 1, "autorange": "reversed", "showgrid": False},
         dragmode=False,  # heatmap cells fire no clicks in select mode
         template="plotly_white",
+        plot_bgcolor="#ced4da",  # the gaps between cells: kept (white) heads stay visible
         width=150 + 40 * n_heads,
         height=130 + 40 * n_layers,
         margin={"t": 40, "b": 40, "l": 50, "r": 10},

@@ -1,7 +1,9 @@
 """The dashboard as a web page (``interp-seal dashboard``): Voila serving a one-cell notebook.
 
-The page is a notebook whose only cell calls ``show()``; Voila runs it in a fresh kernel for
-each browser tab and shows the widgets, not the code. The dashboard's settings (model, lengths,
+The page is a two-cell notebook: ``loading()`` shows what is being prepared at once, then
+``show()`` builds the dashboard, reporting the clean runs' progress in that message; Voila runs
+it in a fresh kernel for each browser tab, renders cells progressively and shows the widgets,
+not the code. The dashboard's settings (model, lengths,
 records, seed) travel to the kernel in the ``INTERP_SEAL_DASHBOARD`` environment variable. Each
 tab's kernel holds one model and one ``Dashboard``, so two tabs never share hooks; inside a tab
 the dashboard's lock serialises forwards.
@@ -28,6 +30,7 @@ import os
 import secrets
 import tempfile
 import threading
+from html import escape
 from pathlib import Path
 
 import nbformat
@@ -119,9 +122,14 @@ class LocalVoila(Voila):
 
 
 def page_notebook() -> nbformat.NotebookNode:
-    """The one-cell notebook Voila serves."""
-    cell = nbformat.v4.new_code_cell("from interp_seal.widgets.app import show\n\nshow()")
-    nb = nbformat.v4.new_notebook(cells=[cell])
+    """The notebook Voila serves: a first cell that shows a loading message at once (Voila
+    renders cells progressively), a second that builds the dashboard and reports its progress
+    in that message."""
+    cells = [
+        "from interp_seal.widgets.app import loading\n\nstatus = loading()",
+        "from interp_seal.widgets.app import show\n\nshow(status)",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -130,10 +138,34 @@ def page_notebook() -> nbformat.NotebookNode:
     return nb
 
 
-def show() -> None:
-    """Build and display the dashboard described by ``$INTERP_SEAL_DASHBOARD`` (in a kernel)."""
+def loading():
+    """Display and return the page's loading message (in a kernel)."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    settings = json.loads(os.environ[ENV])
+    status = w.HTML(_loading_text(settings, "loading the model"))
+    display(status)
+    return status
+
+
+def _loading_text(settings: dict, what: str) -> str:
+    lengths = settings["lengths"]
+    return (
+        f"<h3>Head-pruning dashboard: {escape(str(settings['name']))}</h3>"
+        f"<p style='background:#fff3bf;padding:4px 8px;display:inline-block'>{escape(what)}: "
+        f"the dashboard teacher-forces {settings['n']} LongEval records at each of "
+        f"{', '.join(map(str, lengths))} lines once, and caches the clean run every click "
+        "starts from.</p>"
+    )
+
+
+def show(status=None) -> None:
+    """Build and display the dashboard described by ``$INTERP_SEAL_DASHBOARD`` (in a kernel),
+    reporting progress in ``status`` (the loading message) and then hiding it."""
     import torch
     from IPython.display import display
+    from transformers.utils import logging as transformers_logging
 
     from interp_seal.models import load_model
     from interp_seal.widgets.dashboard import Dashboard
@@ -141,12 +173,18 @@ def show() -> None:
     settings = json.loads(os.environ[ENV])
     if settings.get("threads"):
         torch.set_num_threads(int(settings["threads"]))
+    transformers_logging.disable_progress_bar()  # the page shows its own progress, not tqdm's
     handle = load_model(
         settings["model"],
         device=settings["device"],
         dtype=getattr(torch, settings["dtype"]),
         device_map=settings["device_map"],
     )
+
+    def progress(done: int, total: int) -> None:
+        if status is not None:
+            status.value = _loading_text(settings, f"clean runs {done}/{total}")
+
     dashboard = Dashboard.from_model(
         handle,
         lengths=settings["lengths"],
@@ -154,7 +192,11 @@ def show() -> None:
         seed=settings["seed"],
         lock=threading.Lock(),
         save_dir=settings["save_dir"],
+        name=settings["name"],
+        on_progress=progress,
     )
+    if status is not None:
+        status.layout.display = "none"
     display(dashboard.widget)
 
 
@@ -183,10 +225,12 @@ def serve(
     ``model`` and ``save_dir`` are resolved here, against the directory the command runs in
     (the kernel runs in a temporary directory). Requests need ``token``.
     """
+    name = Path(model).name if Path(model).exists() else model
     if Path(model).exists():
         model = str(Path(model).resolve())
     settings = {
         "model": model,
+        "name": name,
         "lengths": lengths,
         "n": n,
         "seed": seed,
@@ -212,6 +256,7 @@ def serve(
                 f"--port={port}",
                 "--Voila.ip=127.0.0.1",
                 "--Voila.port_retries=0",
+                "--VoilaConfiguration.progressive_rendering=True",
                 "--show_tracebacks=False",
                 f"--Voila.token={token}",
                 "--Voila.identity_provider_class="

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
@@ -33,20 +34,36 @@ from html import escape
 from pathlib import Path
 
 import ipywidgets as w
+import pandas as pd
 import plotly.graph_objects as go
 
 from interp_seal.analysis import SweepUnit, logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.analysis.sweeps import ProgressCallback
 from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import Head, ablate, hf_hooks, scale_table
 from interp_seal.models import ModelHandle
+from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.outputs import atomic_dir
 from interp_seal.tuning import load_scales, save_merged
 from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
+from interp_seal.viz.attribution import set_dla
+from interp_seal.viz.colors import symmetric_range
+from interp_seal.viz.dashboard import set_accuracy, set_edits
 from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
 
 DEFAULT_LENGTHS = (40, 80, 120, 160)  # lines: where the organism v2 degrades (docs/organism.md)
+CHANNEL_CHUNK = 16  # channels per step of a channel map: the map fills in as they finish
+HELP = (
+    "<div style='max-width:900px'><b>How to use.</b> Click a head in the grid: keep &rarr; "
+    "prune (x0) &rarr; scale (by the slider's factor) &rarr; keep. The cell changes at once; "
+    "the accuracy curve then fills in length by length (solid: with your edits, dashed: the "
+    "unedited model; bars: 95% Wilson intervals over the records). The outlined head is the "
+    "locked one: the slider rescales it, and its channel map opens with the button below (or "
+    "switch <i>a click</i> to <i>channels</i>). Grey cells are pruned, orange amplified; in "
+    "the attribution and channel maps blue helps the answer and red hurts it.</div>"
+)
 
 
 class Dashboard:
@@ -70,8 +87,10 @@ class Dashboard:
         lock: threading.Lock | None = None,
         metric: str = "exact_match",
         save_dir: str | os.PathLike | None = None,
+        name: str | None = None,
     ):
         self.evaluator, self.handle, self.metric = evaluator, evaluator.handle, metric
+        self.name = name or model_name(self.handle.name_or_path)
         self.save_dir = None if save_dir is None else Path(save_dir).resolve()
         self._confirm: Path | None = None  # a save target the user was asked to confirm
         self.lock = lock or nullcontext()
@@ -85,6 +104,10 @@ class Dashboard:
             raise ValueError("the state was made for a model of another geometry")
         self.history: list[DashboardState] = []
         self._rendering = False
+        self.updates = 0  # finished updates, shown on the page's status
+        self._dla_ranges: dict[tuple[int, int], tuple[float, float]] = {}
+        self.records = {length: len(encs) for length, encs in evaluator.encoded.items()}
+        self.unedited = evaluator.evaluate(None)
         self.results = self._evaluate()
         self.attribution = self._attribute()
         self._build()
@@ -97,12 +120,17 @@ class Dashboard:
         lengths: Sequence[int] = DEFAULT_LENGTHS,
         n: int = 20,
         seed: int = 0,
+        on_progress: ProgressCallback | None = None,
         **kwargs,
     ) -> Dashboard:
         """A dashboard on ``n`` LongEval records per number of lines in ``lengths``
-        (``evaluation.line_retrieval_samples``: the same records every time)."""
+        (``evaluation.line_retrieval_samples``: the same records every time). The clean runs
+        show a progress bar, or report to ``on_progress(done, total)`` instead."""
         records = line_retrieval_samples(handle.tokenizer, lengths, n=n, seed=seed)
-        return cls(EditEvaluator(handle, records), **kwargs)
+        evaluator = EditEvaluator(
+            handle, records, progress=on_progress is None, on_progress=on_progress
+        )
+        return cls(evaluator, **kwargs)
 
     # -- computing (library calls only) ----------------------------------------------------
     def intervention(self, state: DashboardState | None = None):
@@ -110,15 +138,28 @@ class Dashboard:
         table = (state or self.state).table()
         return scale_table(self.handle.spec, table) if table else None
 
-    def _evaluate(self):
+    def _evaluate(self, on_length=None):
         with self.lock:
-            return self.evaluator.evaluate(self.intervention())
+            return self.evaluator.evaluate(self.intervention(), on_length=on_length)
 
     def _attribute(self):
-        """DLA of the chosen record's first answer token at the last prompt position."""
-        records = self.evaluator.encoded[self.state.dla_length]
-        enc = records[self.state.dla_record]
+        """DLA of the chosen record's first answer token at the last prompt position, under the
+        edits; the first time a record is shown, its unedited DLA fixes the panel's ranges."""
+        key = (self.state.dla_length, self.state.dla_record)
+        enc = self.evaluator.encoded[key[0]][key[1]]
         iv = self.intervention()
+        result = self._attribution(enc, iv)
+        if key not in self._dla_ranges:
+            unedited = result if iv is None else self._attribution(enc, None)
+            table = unedited.table
+            heads = table.component == "head"
+            self._dla_ranges[key] = (
+                symmetric_range(table.value[heads]),
+                symmetric_range(table.value[~heads]),
+            )
+        return result
+
+    def _attribution(self, enc, iv):
         with self.lock, hf_hooks(self.handle, iv) if iv is not None else nullcontext():
             return logit_attribution(
                 self.handle, enc.prompt_ids, [int(enc.answer_ids[0])], position=-1
@@ -142,80 +183,141 @@ class Dashboard:
 
     # -- widgets ---------------------------------------------------------------------------
     def _build(self) -> None:
+        """The widgets, each built once: later states change their values in place."""
+        spec, state = self.handle.spec, self.state
         self.message = w.HTML()
-        self.grid_box, self.accuracy_box, self.dla_box = w.Box(), w.Box(), w.Box()
-        self._render_figures()
+        self.status = w.HTML()
+        self.busy = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="160px"))
+        self.grid = go.FigureWidget(
+            edit_grid(spec.n_layers, spec.n_heads, state.table(), selected=state.selected)
+        )
+        self.grid.data[0].on_click(self._on_grid_click)
+        self.accuracy = go.FigureWidget(
+            accuracy_curves(self.results, metric=self.metric, records=self.records)
+        )
+        self.dla = go.FigureWidget(self._dla_figure())
+        self.dla.update_layout(width=720, height=380)
         self.factor = w.FloatSlider(
-            value=self.state.factor,
+            value=state.factor,
             min=FACTOR_RANGE[0],
             max=FACTOR_RANGE[1],
             step=0.05,
             description="scale factor",
+            tooltip="the factor a second click scales a head by; moving it "
+            "rescales the locked (outlined) head if it is scaled",
+            style={"description_width": "initial"},
         )
         self.factor.observe(self._on_factor, names="value")
-        self.undo_button = w.Button(description="undo", icon="undo")
+        self.undo_button = w.Button(description="undo", icon="undo", tooltip="undo the last edit")
         self.undo_button.on_click(lambda _: self.undo())
-        self.reset_button = w.Button(description="reset", icon="times")
+        self.reset_button = w.Button(description="reset", icon="times", tooltip="remove all edits")
         self.reset_button.on_click(lambda _: self.reset())
         self.edits_box = w.VBox()
         self.dla_length = w.Dropdown(
-            options=list(self.evaluator.lengths), value=self.state.dla_length, description="length"
+            options=[(f"{n} lines", n) for n in self.evaluator.lengths],
+            value=state.dla_length,
+            description="record of",
+            tooltip="the context length of the record whose answer is attributed",
+            layout=w.Layout(width="200px"),
         )
-        self.dla_record = w.BoundedIntText(value=self.state.dla_record, min=0, description="record")
+        self.dla_record = w.BoundedIntText(
+            value=state.dla_record,
+            min=0,
+            description="number",
+            tooltip="which record of that length (0-based)",
+            layout=w.Layout(width="160px"),
+        )
         self._set_record_bound()
         for widget in (self.dla_length, self.dla_record):
             widget.observe(self._on_record, names="value")
-        self.scale_path = w.Text(value="dashboard_scales.safetensors", description="scale file")
-        self.save_button = w.Button(description="save scale file", icon="save")
+        wide = w.Layout(width="340px")
+        button = w.Layout(width="auto")
+        self.scale_path = w.Text(value="dashboard_scales.safetensors", layout=wide)
+        self.save_button = w.Button(
+            description="save scale file",
+            icon="save",
+            layout=button,
+            tooltip="save the edits as a per-head scale file (interp-seal tune merge reads it)",
+        )
         self.save_button.on_click(lambda _: self._on_save())
-        self.load_button = w.Button(description="load scale file", icon="folder-open")
+        self.load_button = w.Button(
+            description="load scale file",
+            icon="folder-open",
+            layout=button,
+            tooltip="replace the edits by a per-head scale file's factors",
+        )
         self.load_button.on_click(lambda _: self.load_scale_file(self.scale_path.value))
-        self.merge_path = w.Text(value="dashboard_merged", description="checkpoint")
-        self.merge_button = w.Button(description="merge into checkpoint", icon="compress")
+        self.merge_path = w.Text(value="dashboard_merged", layout=wide)
+        self.merge_button = w.Button(
+            description="merge into checkpoint",
+            icon="compress",
+            layout=button,
+            tooltip="fold the edits into o_proj and save a plain Hugging Face checkpoint",
+        )
         self.merge_button.on_click(lambda _: self.merge(self.merge_path.value))
         self.state_box = w.Textarea(layout=w.Layout(width="100%", height="70px"))
-        self.apply_button = w.Button(description="restore state", icon="upload")
+        self.apply_button = w.Button(description="restore state", icon="upload", layout=button)
         self.apply_button.on_click(lambda _: self.restore(self.state_box.value))
         self.click_mode = w.ToggleButtons(
-            options=[("edit: keep / prune / scale", "edit"), ("drill down: channels", "channels")],
+            options=[("edit", "edit"), ("channels", "channels")],
             value="edit",
-            description="a click",
+            description="a click:",
+            tooltips=[
+                "cycle the head: keep -> prune (x0) -> scale (x slider factor) -> keep",
+                "open the head's channel map (its edit is unchanged)",
+            ],
+            style={"button_width": "90px"},
         )
-        self.channel_button = w.Button(description="channels of locked head", icon="search")
+        self.channel_button = w.Button(
+            description="channel map of the outlined head", icon="search", layout=button
+        )
         self.channel_button.on_click(lambda _: self.open_channels())
-        self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="200px"))
+        self.channel_figure: go.FigureWidget | None = None
         self.channels = w.Box()
+        lengths = self.evaluator.lengths
+        sizes = (
+            f"{len(lengths)} lengths ({min(lengths)}-{max(lengths)} lines) x "
+            f"{max(self.records.values())} LongEval records; exact match by teacher forcing"
+        )
+        wrap = w.Layout(display="flex", flex_flow="row wrap", align_items="flex-start")
         self.widget = w.VBox(
             [
-                w.HTML(f"<h3>Head-pruning dashboard: {escape(self.handle.name_or_path)}</h3>"),
+                w.HTML(
+                    f"<h3 style='margin:4px 0'>Head-pruning dashboard: {escape(self.name)}</h3>"
+                    f"<div>{escape(sizes)}</div>"
+                ),
+                w.HTML(HELP),
+                w.HBox([self.busy, self.status], layout=w.Layout(align_items="center")),
                 self.message,
-                w.HBox(
+                w.Box(
                     [
                         w.VBox(
                             [
-                                self.grid_box,
+                                self.grid,
                                 self.click_mode,
                                 self.factor,
                                 w.HBox([self.undo_button, self.reset_button]),
                             ]
                         ),
-                        self.accuracy_box,
-                    ]
+                        w.VBox([self.accuracy, w.HTML("<b>Edits</b>"), self.edits_box]),
+                    ],
+                    layout=wrap,
                 ),
-                w.HTML("<b>Edits</b>"),
-                self.edits_box,
-                w.HBox([self.dla_length, self.dla_record]),
-                self.dla_box,
-                w.HBox([self.channel_button, self.progress]),
+                w.HTML("<b>Direct logit attribution</b> of a record's first answer token"),
+                w.Box([self.dla_length, self.dla_record], layout=wrap),
+                self.dla,
+                self.channel_button,
                 self.channels,
-                w.HBox([self.scale_path, self.save_button, self.load_button]),
-                w.HBox([self.merge_path, self.merge_button]),
+                w.Box([self.scale_path, self.save_button, self.load_button], layout=wrap),
+                w.Box([self.merge_path, self.merge_button], layout=wrap),
                 w.HTML("<b>State</b> (JSON: copy to share, paste and restore)"),
                 self.state_box,
                 self.apply_button,
-            ]
+            ],
+            layout=w.Layout(max_width="1400px"),
         )
         self._render_controls()
+        self._ready()
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -292,19 +394,41 @@ class Dashboard:
         self._guard(restore)
 
     def apply(self, state: DashboardState, *, record: bool = True) -> None:
-        """Make ``state`` the current one: recompute what changed, then redraw."""
+        """Make ``state`` the current one: the grid, edit list and controls change at once,
+        then the accuracy curve fills in length by length as exact results arrive (pending
+        lengths are gaps, never stale numbers), then the DLA panel. A click that arrives
+        meanwhile waits for this one (the kernel runs one event at a time)."""
+        started = time.perf_counter()
         if record and state != self.state:
             self.history.append(self.state)
         old, self.state = self.state, state
+        self._render_controls()
         if state.edits != old.edits:
-            self.results = self._evaluate()
+            lengths = self.evaluator.lengths
+            self._draw_accuracy(self.results.iloc[:0])
+            self._busy(f"exact match under {_edits(state)}", 0, len(lengths))
+
+            def partial(table: pd.DataFrame) -> None:
+                self._draw_accuracy(table)
+                self._busy(
+                    f"exact match under {_edits(state)}", table.length.nunique(), len(lengths)
+                )
+
+            self.results = self._evaluate(on_length=partial)
         if (state.edits, state.dla_length, state.dla_record) != (
             old.edits,
             old.dla_length,
             old.dla_record,
         ):
+            self._busy(
+                f"direct logit attribution of record {state.dla_record} at "
+                f"{state.dla_length} lines",
+                0,
+                1,
+            )
             self.attribution = self._attribute()
-        self._render()
+            self._draw_dla()
+        self._ready(time.perf_counter() - started)
 
     def output_path(self, path: str | os.PathLike) -> Path:
         """``path`` made absolute against ``save_dir``; ``ValueError`` if it leaves it."""
@@ -383,23 +507,26 @@ class Dashboard:
         return self._guard(merge, done="merged the edits into {}")
 
     def open_channels(self, channels: Sequence[int] | None = None) -> None:
-        """Show the locked head's channel map (all channels by default), with a progress bar."""
+        """Show the locked head's channel map (all channels by default), drawn chunk by chunk
+        of channels as they are computed (pending channels blank)."""
         head = self.state.selected
         if head is None:
             self._say("click a head first: the channel map opens for the locked head", error=True)
             return
-
-        def progress(done: int, total: int) -> None:
-            self.progress.max, self.progress.value = total, done
+        channels = list(range(self.handle.spec.d_head) if channels is None else channels)
+        what = f"channel map of L{head[0]}H{head[1]}"
 
         def open_map() -> None:
-            self.channel_results = self.channel_table(head, channels=channels, on_progress=progress)
-            self.channel_figure = go.FigureWidget(
-                channel_map(self.channel_results, metric=self.metric)
-            )
-            self.channels.children = (self.channel_figure,)
+            parts = []
+            for lo in range(0, len(channels), CHANNEL_CHUNK):
+                self._busy(what, lo, len(channels))
+                parts.append(self.channel_table(head, channels=channels[lo : lo + CHANNEL_CHUNK]))
+                done = pd.concat(parts, ignore_index=True)
+                self._draw_channels(done, channels)
+            self.channel_results = done
+            self._ready()
 
-        self._guard(open_map, done=f"channel map of L{head[0]}H{head[1]}")
+        self._guard(open_map, done=what)
 
     # -- rendering -------------------------------------------------------------------------
     def _guard(self, action, *, done: str | None = None):
@@ -416,34 +543,69 @@ class Dashboard:
         color = "#c92a2a" if error else "#2b8a3e"
         self.message.value = f'<span style="color:{color}">{escape(text)}</span>' if text else ""
 
-    def _figures(self) -> tuple[go.Figure, go.Figure, go.Figure]:
-        """The grid, accuracy and DLA figures of the current state and results."""
-        spec, state = self.handle.spec, self.state
-        grid = edit_grid(spec.n_layers, spec.n_heads, state.table(), selected=state.selected)
-        return grid, accuracy_curves(self.results, metric=self.metric), dla_figure(self.attribution)
+    def _busy(self, what: str, done: int, total: int) -> None:
+        """Say what is being computed and how far it is (shown at once, before the work)."""
+        self.busy.max, self.busy.value = max(total, 1), done
+        self.busy.bar_style = "warning"
+        self.status.value = (
+            "<span style='background:#fff3bf;padding:2px 6px'>computing "
+            f"{escape(what)}: {done}/{total}</span>"
+        )
 
-    def _render(self) -> None:
-        self._render_figures()
-        self._render_controls()
+    def _ready(self, seconds: float = 0.0) -> None:
+        """Say that the page is up to date; ``seconds``: how long the update computed. The
+        status carries the update's number and time as data attributes (the browser test and
+        benchmark read them)."""
+        self.updates += 1
+        self.busy.value, self.busy.bar_style = self.busy.max, "success"
+        took = f" (updated in {seconds:.2f} s)" if seconds else ""
+        self.status.value = (
+            f"<span data-update='{self.updates}' data-compute-s='{seconds:.4f}'>ready: "
+            f"{escape(_edits(self.state))}{took}</span>"
+        )
 
-    def _render_figures(self) -> None:
-        """New figure widgets for the current state, each built complete.
+    def _dla_figure(self) -> go.Figure:
+        heads, bars = self._dla_ranges[(self.state.dla_length, self.state.dla_record)]
+        return dla_figure(self.attribution, head_range=heads, bar_range=bars)
 
-        Plotly's ``FigureWidget`` sends in-place edits (``batch_update``) as transient messages
-        that the browser missed when measured here (Voila 0.5, plotly 7, anywidget 0.11): the
-        page kept the first figure while the Python object changed. A widget constructed with
-        its data always renders what it holds, and these figures are small (a layers x heads
-        grid, a few points), so each state change swaps in new ones."""
-        grid, curves, dla = self._figures()
-        self.grid = go.FigureWidget(grid)
-        self.grid.data[0].on_click(self._on_grid_click)
-        self.accuracy, self.dla = go.FigureWidget(curves), go.FigureWidget(dla)
-        self.grid_box.children = (self.grid,)
-        self.accuracy_box.children = (self.accuracy,)
-        self.dla_box.children = (self.dla,)
+    def _draw_accuracy(self, table: pd.DataFrame) -> None:
+        """The accuracy panel from ``table``'s lengths (the rest drawn as gaps)."""
+        done = set(table.length)
+        pending = self.unedited[~self.unedited.length.isin(done)].assign(value=float("nan"))
+        with self.accuracy.batch_update():
+            set_accuracy(
+                self.accuracy,
+                pd.concat([table, pending], ignore_index=True),
+                metric=self.metric,
+                records=self.records,
+            )
+
+    def _draw_dla(self) -> None:
+        fresh = self._dla_figure()
+        with self.dla.batch_update():
+            set_dla(self.dla, self.attribution)
+            self.dla.data[0].update(zmin=fresh.data[0].zmin, zmax=fresh.data[0].zmax)
+            self.dla.layout.yaxis2.range = fresh.layout.yaxis2.range
+
+    def _draw_channels(self, table: pd.DataFrame, channels: Sequence[int]) -> None:
+        """The channel map of ``table``; channels not in it yet are blank."""
+        figure = channel_map(table, metric=self.metric)
+        figure.update_xaxes(range=[min(channels) - 0.5, max(channels) + 0.5])
+        if self.channel_figure is None or len(self.channel_figure.data) != len(figure.data):
+            self.channel_figure = go.FigureWidget(figure)
+            self.channels.children = (self.channel_figure,)
+            return
+        with self.channel_figure.batch_update():
+            for shown, new in zip(self.channel_figure.data, figure.data, strict=True):
+                shown.update(x=new.x, y=new.y, z=new.z)
+            self.channel_figure.layout.update(figure.layout)
 
     def _render_controls(self) -> None:
+        """Everything that follows the state without computing: the grid, the slider and
+        record controls, the list of edits and the state's JSON."""
         state = self.state
+        with self.grid.batch_update():
+            set_edits(self.grid, state.table(), selected=state.selected)
         self._rendering = True  # widget values follow the state without firing edits
         try:
             self.factor.value = state.factor
@@ -460,3 +622,17 @@ class Dashboard:
         remove = w.Button(description="remove", icon="trash", layout=w.Layout(width="90px"))
         remove.on_click(lambda _, h=(layer, head): self.remove(h))
         return w.HBox([w.Label(f"L{layer}H{head}: {kind}"), remove])
+
+
+def _edits(state: DashboardState) -> str:
+    n = len(state.edits)
+    return "no edits" if n == 0 else f"{n} edit{'s' if n > 1 else ''}"
+
+
+def model_name(name_or_path: str) -> str:
+    """A short name for the title: 'organism' for the bundled model, a hub id as it is, else
+    the checkpoint directory's name."""
+    path = Path(name_or_path)
+    if path.exists():
+        return "organism" if path.resolve() == ORGANISM_DIR.resolve() else path.name
+    return str(name_or_path)
