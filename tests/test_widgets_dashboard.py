@@ -417,3 +417,28 @@ def test_the_page_and_the_widget_default_to_the_same_records():
     args = build_parser().parse_args(["dashboard"])
     assert tuple(args.lengths) == DEFAULT_LENGTHS
     assert inspect.signature(Dashboard.from_model).parameters["lengths"].default == DEFAULT_LENGTHS
+
+
+def test_a_click_shows_the_cell_at_once_then_exact_lengths_one_by_one(organism, records, dash):
+    """While a click computes, the page never shows a wrong number: the cell is recoloured
+    before any forward, then each length's exact value appears in turn (others are gaps), and
+    the status says what is being computed and how far it is."""
+    seen = []
+
+    def snapshot(_change):
+        edited = {t.name: list(t.y) for t in dash.accuracy.data}["edited"]
+        seen.append((dash.status.value, float(dash.grid.data[0].z[1][2]), edited))
+
+    dash.status.observe(snapshot, names="value")
+    click(dash, 1, 2)
+    dash.status.unobserve(snapshot, names="value")
+    final = brute(organism, records, {(1, 2): 0.0}).exact_match.tolist()
+    busy = [s for s in seen if "computing exact match" in s[0]]
+    assert [s[0].split(": ")[-1].split("<")[0] for s in busy] == [
+        f"{k}/{len(LENGTHS)}" for k in range(len(LENGTHS) + 1)
+    ]
+    for done, (_, cell, edited) in enumerate(busy):
+        assert cell == 0  # pruned before the first forward
+        assert edited[:done] == pytest.approx(final[:done], abs=1e-9)
+        assert edited[done:] == [None] * (len(LENGTHS) - done)
+    assert "ready: 1 edit" in seen[-1][0] and seen[-1][2] == pytest.approx(final, abs=1e-9)

@@ -15,6 +15,7 @@ values to the browser.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -164,7 +165,8 @@ def set_accuracy(
     edited, unedited = fig.data
     lengths = list(edited.x)
     for trace, column in ((edited, "value"), (unedited, "baseline")):
-        values = [float(rows.loc[x, column]) if x in rows.index else None for x in lengths]
+        values = [float(rows.loc[x, column]) if x in rows.index else math.nan for x in lengths]
+        values = [v if math.isfinite(v) else None for v in values]  # NaN: not computed yet
         trace.y = values
         if records and metric == "exact_match":
             up, down = [], []

@@ -8,6 +8,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp_seal.analysis.quadrants import QUADRANTS, HeadQuadrants
+from interp_seal.viz.colors import SIGNED, symmetric_range
+from interp_seal.viz.evaluation import PROPORTIONS, wilson_error_y
 
 QUADRANT_COLORS = dict(
     zip(QUADRANTS, ("#2b8a3e", "#e67700", "#c92a2a", "#1864ab", "#868e96"), strict=True)
@@ -80,9 +82,19 @@ def quadrant_scatter(quadrants: HeadQuadrants) -> go.Figure:
     return fig
 
 
-def scale_table_curves(table: pd.DataFrame, *, metric: str = "exact_match") -> go.Figure:
-    """``metric`` against length for each scale table and the baseline (SEAL Fig. 2d)."""
+def scale_table_curves(
+    table: pd.DataFrame, *, metric: str = "exact_match", n: int | None = None
+) -> go.Figure:
+    """``metric`` against length for each scale table and the baseline (SEAL Fig. 2d).
+
+    ``n``: records per length (the sweep's table does not count them); with it, exact match
+    and first token carry 95 % Wilson intervals."""
     rows = _rows(table, metric)
+    bars = n is not None and metric in PROPORTIONS
+
+    def error_y(values):
+        return wilson_error_y(values, [n] * len(values)) if bars else None
+
     if "table" not in rows:
         raise ValueError("scale_table_curves needs a scale_table_sweep table")
     fig = go.Figure()
@@ -91,13 +103,22 @@ def scale_table_curves(table: pd.DataFrame, *, metric: str = "exact_match") -> g
         go.Scatter(
             x=baseline.length,
             y=baseline.baseline,
+            error_y=error_y(baseline.baseline),
             name="baseline",
             line={"color": "black", "dash": "dash"},
         )
     )
     for name, part in rows.groupby("table", sort=False):
         part = part.sort_values("length")
-        fig.add_trace(go.Scatter(x=part.length, y=part.value, name=str(name), mode="lines+markers"))
+        fig.add_trace(
+            go.Scatter(
+                x=part.length,
+                y=part.value,
+                error_y=error_y(part.value),
+                name=str(name),
+                mode="lines+markers",
+            )
+        )
     fig.update_layout(
         title=f"{METRIC_NAMES.get(metric, metric)} under multi-head scale tables",
         xaxis_title="length",
@@ -119,8 +140,10 @@ def _rows(table: pd.DataFrame, metric: str) -> pd.DataFrame:
 def _delta_panels(
     rows: pd.DataFrame, *, index: str, columns: str, title: str, x_title: str, y_title: str
 ) -> go.Figure:
-    """One delta heatmap per length, on a shared diverging colour scale centred at 0."""
+    """One delta heatmap per length, on a shared signed colour scale (``colors.SIGNED``)
+    symmetric about 0."""
     lengths = sorted(rows.length.unique())
+    extent = symmetric_range(rows.delta.to_numpy(dtype=float))
     fig = make_subplots(
         rows=1,
         cols=len(lengths),
@@ -144,7 +167,12 @@ def _delta_panels(
     fig.update_yaxes(title_text=y_title, row=1, col=1, autorange="reversed")
     fig.update_layout(
         title=title,
-        coloraxis={"colorscale": "RdBu", "cmid": 0, "colorbar": {"title": "delta"}},
+        coloraxis={
+            "colorscale": SIGNED,
+            "cmin": -extent,
+            "cmax": extent,
+            "colorbar": {"title": {"text": "change"}},
+        },
         template="plotly_white",
     )
     return fig

@@ -34,6 +34,7 @@ from html import escape
 from pathlib import Path
 
 import ipywidgets as w
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -589,8 +590,12 @@ class Dashboard:
 
     def _draw_channels(self, table: pd.DataFrame, channels: Sequence[int]) -> None:
         """The channel map of ``table``; channels not in it yet are blank."""
+        missing = sorted(set(channels) - set(table.channel))
+        if missing:  # pending channels: blank columns, so the map keeps its shape
+            first = table[table.channel == table.channel.iloc[0]]
+            pads = [first.assign(channel=c, value=np.nan, delta=np.nan) for c in missing]
+            table = pd.concat([table, *pads], ignore_index=True).sort_values("channel")
         figure = channel_map(table, metric=self.metric)
-        figure.update_xaxes(range=[min(channels) - 0.5, max(channels) + 0.5])
         if self.channel_figure is None or len(self.channel_figure.data) != len(figure.data):
             self.channel_figure = go.FigureWidget(figure)
             self.channels.children = (self.channel_figure,)
