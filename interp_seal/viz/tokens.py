@@ -218,7 +218,7 @@ def attention_html(view: AttentionView, query: int | None = None) -> str:
     for segment in view.segments:
         if not segment.shown:
             mass = next(gaps)
-            pieces.append(_ellipsis(segment, f"; weight {mass:.3f} in total"))
+            _add_gap(pieces, _ellipsis(segment, f"; weight {mass:.3f} in total"))
             continue
         for p in range(segment.start, segment.end):
             label = view.labels[index[p]]
@@ -272,8 +272,9 @@ def effect_html(
     for segment in segments:
         if not segment.shown:
             inside = values[segment.start : segment.end]
-            total = np.nansum(inside) if np.isfinite(inside).any() else float("nan")
-            pieces.append(_ellipsis(segment, f"; values sum to {total:.4g}"))
+            finite = np.isfinite(inside)
+            detail = f"; values sum to {inside[finite].sum():.4g}" if finite.any() else ""
+            _add_gap(pieces, _ellipsis(segment, detail))
             continue
         for p in range(segment.start, segment.end):
             value = float(values[p])
@@ -330,11 +331,19 @@ def _token(label: str, style: str, tip: str, focus: str | None = None) -> str:
 
 
 def _ellipsis(segment: Segment, detail: str) -> str:
+    """A skipped segment: a line of its own saying what it hides."""
     return (
-        '<span style="color:#868e96;font-style:italic;margin:0 4px">'
+        '<div style="color:#868e96;font-style:italic;margin:2px 0">'
         f"[… {segment.size} tokens skipped, positions {segment.start}-{segment.end - 1}"
-        f"{escape(detail)} …]</span><br>"
+        f"{escape(detail)} …]</div>"
     )
+
+
+def _add_gap(pieces: list[str], gap: str) -> None:
+    """Append a skipped segment's line (no line break before it: it is a line of its own)."""
+    if pieces and pieces[-1].endswith("<br>"):
+        pieces[-1] = pieces[-1].removesuffix("<br>")
+    pieces.append(gap)
 
 
 def _colour_bar(title: str, gradient: str, ticks: Sequence[str]) -> str:
@@ -354,7 +363,7 @@ def _page(title: str, bar: str, pieces: Sequence[str], segments: Sequence[Segmen
     shown = sum(s.size for s in segments if s.shown)
     note = f"{shown} tokens shown" + (f", {skipped} skipped" if skipped else "")
     return (
-        '<div style="font-family:sans-serif;max-width:100%">'
+        '<div style="font-family:sans-serif;max-width:100%;margin-bottom:16px">'
         f"<div style='font-weight:bold'>{escape(title)}</div>"
         f"<div style='font-size:12px;color:#495057'>{note}</div>{bar}"
         '<div style="font-family:monospace;font-size:13px;line-height:1.9;white-space:pre-wrap;'

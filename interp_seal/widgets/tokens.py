@@ -85,6 +85,7 @@ function render({ model, el }) {
     let j = 0, k = 0;
     for (const seg of v.segments) {
       if (!seg[2]) {
+        if (text.lastChild && text.lastChild.tagName === "BR") text.lastChild.remove();
         const g = document.createElement("div");
         g.className = "isv-gap";
         gaps.push([g, seg, k++]);
