@@ -11,6 +11,8 @@
   (``peer_conventions.py``: the peers' own code conventions as options);
 - ``masking.py``: masking top retrieval heads vs random heads (MuDAF Fig. 4);
 - ``live_eval.py``: accuracy under an edit from a cached clean run (the dashboard);
+- ``token_views.py``: one head's direct effect split by source token, and the spans a long
+  prompt is windowed around (token-level views);
 - ``statistics.py``: intervals for error bars and paired tests for claims.
 """
 
