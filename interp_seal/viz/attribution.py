@@ -70,7 +70,10 @@ def dla_figure(
     )
     head_range = symmetric_range(heads.to_numpy()) if head_range is None else head_range
     heatmap = _heatmap(heads, label="direct effect", zmax=head_range)
-    heatmap.colorbar.update(x=0.53, len=0.9)  # beside the heads, clear of the bars
+    # under the heads, clear of the bars' axis
+    heatmap.colorbar.update(
+        orientation="h", x=0.275, xanchor="center", y=-0.45, len=0.5, thickness=12
+    )
     fig.add_trace(heatmap, row=1, col=1)
     fig.add_trace(go.Bar(x=names, showlegend=False), row=1, col=2)
     fig.update_xaxes(title_text="head", row=1, col=1)
@@ -79,7 +82,7 @@ def dla_figure(
     fig.update_yaxes(
         title_text="direct effect (logit)", range=[-bar_range, bar_range], row=1, col=2
     )
-    fig.update_layout(title=title)
+    fig.update_layout(title=title, margin={"b": 130})
     set_dla(fig, result, target)
     return fig
 
