@@ -165,7 +165,7 @@ def browser_timings(model: str, heads, args) -> str:
                 click_head(page, heads[0])
                 args.screenshots.mkdir(parents=True, exist_ok=True)
                 for width in (800, 1600):
-                    page.set_viewport_size({"width": width, "height": 1000})
+                    page.set_viewport_size({"width": width, "height": 2000})
                     page.wait_for_timeout(500)
                     page.screenshot(
                         path=args.screenshots / f"dashboard_{width}.png", full_page=True
