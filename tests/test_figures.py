@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from plotly.offline import get_plotlyjs
 
 from interp_seal.analysis.retrieval_scores import passage_retrieval_scores
 from interp_seal.analysis.sweeps import head_sweep
@@ -54,11 +55,14 @@ def test_every_figure_is_produced(gallery):
         for table in doc["tables"]:
             assert (out / "data" / spec.name / f"{table}.csv").exists()
         html = (out / f"{spec.name}.html").read_text()
-        assert "plotly" in html.lower()
+        # offline: the page loads the gallery's one copy of plotly.js, no CDN
+        assert '<script charset="utf-8" src="plotly.min.js"></script>' in html
+        assert "cdn.plot.ly" not in html
         if result.png:
             assert (out / f"{spec.name}.png").read_bytes()[:8] == PNG_MAGIC
         else:
             assert "apt-get install chromium" in result.png_problem
+    assert (out / "plotly.min.js").read_text() == get_plotlyjs()
     readme = (out / "README.md").read_text()
     for spec in FIGURES:
         assert f"({spec.name}.png)" in readme and spec.paper in readme

@@ -7,8 +7,9 @@ For each figure of ``interp_seal.figures.registry.FIGURES`` (or the ``only`` one
    the tables are written as CSV files and as that JSON, the JSON last and atomically: it is
    the mark that the figure's data is complete, so a kill at any moment loses at most the step
    in flight;
-2. ``draw`` turns the loaded tables into a figure: ``<out>/<name>.html`` (plotly, standalone
-   JS from the CDN) and ``<out>/<name>.png`` (kaleido; skipped with a message if no browser);
+2. ``draw`` turns the loaded tables into a figure: ``<out>/<name>.html`` (plotly; the pages
+   load ``<out>/plotly.min.js``, written once per gallery, so they open offline) and
+   ``<out>/<name>.png`` (kaleido; skipped with a message if no browser);
 3. the gallery page ``<out>/README.md`` and ``<out>/claims.csv`` are written from all the data.
 
 A directory holds one model at one size: ``<out>/run.json`` records them, and a run with other
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from plotly.offline import get_plotlyjs
 from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
@@ -33,6 +35,8 @@ from interp_seal.figures.sizes import DEFAULT, QUICK
 from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_html, write_table, write_text
 from interp_seal.records import open_manifest
+
+PLOTLY_JS = "plotly.min.js"  # one copy per gallery directory, beside the pages that load it
 
 
 @dataclass(kw_only=True)
@@ -67,11 +71,14 @@ def regenerate(
     (out / "data").mkdir(parents=True, exist_ok=True)
     run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
     result = GalleryResult(out=out)
+    plotly_js = out / PLOTLY_JS
+    if not plotly_js.exists() or plotly_js.read_text() != get_plotlyjs():
+        write_text(plotly_js, get_plotlyjs())
     with PngExporter(enabled=png) as exporter:
         for spec in tqdm(specs, desc="figures", disable=not progress):
             tables = _data(spec, run, result)
             fig = spec.draw(tables)
-            write_html(fig, out / f"{spec.name}.html", include_plotlyjs="cdn", div_id=spec.name)
+            write_html(fig, out / f"{spec.name}.html", include_plotlyjs=PLOTLY_JS, div_id=spec.name)
             exporter.write(fig, out / f"{spec.name}.png")
         result.png, result.png_problem = exporter.available, exporter.problem
     write_gallery(
