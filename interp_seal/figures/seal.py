@@ -49,8 +49,9 @@ def _records(run: FigureRun, lengths, n: int, seed: int = 0) -> dict[int, list]:
 
 
 def sweep_records(out, labels: list[dict]) -> pd.DataFrame:
-    """The per-record outcomes a sweep kept in ``out/records.jsonl``: ``labels[u]``'s columns
-    (the baseline's are ``baseline_labels``), ``length``, ``record``, ``exact_match`` (0/1)."""
+    """The per-record outcomes a sweep kept in ``out/records.jsonl``: unit ``u``'s ``labels[u]``
+    (the unedited model's rows have ``unit == "baseline"``), ``length``, ``record`` (the
+    sample's index) and ``exact_match`` (0/1)."""
     rows = []
     for rec in read_records(Path(out) / "records.jsonl", repair=False):
         unit = rec["unit"]
