@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -195,6 +196,11 @@ def test_accuracy_figure():
     assert [t.name for t in fig.data] == ["exact match", "first token correct"]
     assert list(fig.data[0].x) == [10, 20] and list(fig.data[0].y) == [0.5, 0.25]
     assert list(fig.data[1].y) == [0.75, 0.5]
+    # 95 % Wilson interval of 2 / 4 by hand: 0.5 +- 0.34996, i.e. (0.15004, 0.84996)
+    bars = fig.data[0].error_y
+    np.testing.assert_allclose([bars.arrayminus[0], bars.array[0]], [0.34996, 0.34996], atol=1e-5)
+    assert bars.array[1] > bars.arrayminus[1]  # 1 / 4 sits near 0: the interval is lopsided
+    assert accuracy_figure(table, metrics=("answer_logprob",)).data[0].error_y.array is None
     with pytest.raises(ValueError, match="lacks columns"):
         accuracy_figure(table.drop(columns="n_tokens"))
 

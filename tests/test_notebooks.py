@@ -6,18 +6,27 @@ kernel's results to files; the test then recomputes them through other routes of
 (teacher forcing with hooks instead of the batched sweep engine, a fresh training run, full
 attention matrices instead of row-wise capture, hand-made activation patches) and compares.
 Nothing here hard-codes the organism's numbers: only the library's own.
+
+The notebooks are also committed executed, at their default sizes, by
+``scripts/execute_notebooks.py`` (outputs that render without a kernel). The fresh-notebook
+tests fail when a committed notebook's code differs from the code its outputs came from, a
+plotly figure has no PNG beside it, or progress bars were left in; the slow test executes each
+one again and compares its text outputs with the committed ones.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 from nbclient import NotebookClient
 from transformers import AutoModelForCausalLM
@@ -43,17 +52,20 @@ from interp_seal.tuning.data import encode_examples
 from interp_seal.tuning.evaluate import accuracy_by_method
 from interp_seal.tuning.mudaf import sample_heads, score_matrix
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
 CLOSE = {"rtol": 1e-4, "atol": 1e-4}  # float32 forwards through different code paths
 DUMP_IMPORTS = "import json\nfrom pathlib import Path\n"
 PLOTLY = "application/vnd.plotly.v1+json"
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def run_notebook(name: str, cwd: Path, monkeypatch, env: dict[str, str], dump: str = ""):
     """Execute ``notebooks/<name>.ipynb`` in ``cwd`` with ``env``, then the cell ``dump`` (if
     any); returns the executed notebook."""
     monkeypatch.undo()  # the kernel connects over loopback sockets
-    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setattr(os, "environ", {**os.environ, "PYTHONPATH": path, **env})
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     if dump:
         nb.cells.append(nbformat.v4.new_code_cell(DUMP_IMPORTS + dump))
@@ -84,18 +96,11 @@ def array(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def saved_without_outputs(name: str) -> bool:
-    """The notebook in the repository carries no outputs (small diffs, no stale numbers)."""
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    return all(not c.outputs and c.execution_count is None for c in code)
-
-
 def test_quickstart_matches_package(tmp_path, monkeypatch):
     """On the organism, where accuracy and the pruning delta are non-zero."""
     env = {"INTERP_SEAL_MODEL": "organism", "NOTEBOOK_LENGTHS": "10 80", "NOTEBOOK_N": "12"}
     nb = run_notebook("quickstart", tmp_path, monkeypatch, env)
-    last = nb.cells[-1].outputs[-1]["data"]["text/plain"]
+    last = [c for c in nb.cells if c.cell_type == "code"][-1].outputs[-1]["data"]["text/plain"]
 
     handle = load_model("organism")
     base = evaluate_line_retrieval(handle, [10, 80], n=12, seed=0, progress=False)
@@ -105,7 +110,7 @@ def test_quickstart_matches_package(tmp_path, monkeypatch):
         n=12,
         seed=0,
         progress=False,
-        intervention=ablate(handle.spec, [(0, 3)], mode="zero"),
+        intervention=ablate(handle.spec, [(0, 1)], mode="zero"),
     )
     expected = pd.DataFrame(
         {"length": [10, 80], "exact_match": base["exact_match"], "pruned": pruned["exact_match"]}
@@ -251,7 +256,6 @@ def test_seal_notebook_matches_package(tmp_path, monkeypatch):
         for a, b in zip(array(t["x"]), array(t["y"]), strict=True)
     }
     assert points == {(round(a, 6), round(b, 6)) for a, b in deltas[[mid, long]].to_numpy()}
-    assert saved_without_outputs("seal")
 
 
 # -- MuDAF: passage scores -> heatmaps -> masking -> tuning --------------------------------------
@@ -392,7 +396,6 @@ def test_mudaf_notebook_matches_package(tmp_path, monkeypatch):
     for trace in bars:
         rows = order.merge(expected[expected["method"] == trace["name"]], on=["layer", "head"])
         np.testing.assert_allclose(array(trace["y"]), rows["f1"], **CLOSE)
-    assert saved_without_outputs("mudaf")
 
 
 # -- circuits: DLA, activation and attribution patching on line retrieval ----------------------
@@ -547,4 +550,126 @@ def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
         rows = comparison[comparison.method == trace["name"].split()[0]]
         np.testing.assert_allclose(array(trace["x"]), rows["exact"], **CLOSE)
         np.testing.assert_allclose(array(trace["y"]), rows["atp"], **CLOSE)
-    assert saved_without_outputs("circuits")
+
+
+# -- committed notebooks: executed, in sync with their code, readable without a kernel ---------
+ALL_NOTEBOOKS = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+# tqdm: " 40%|####      | 2/5 [00:01<00:02, 1.2it/s]", or with no total "0it [00:00, ?it/s]"
+TQDM_BAR = re.compile(r"\d+%\|.*\|\s*[\d.?]+[kMG]?/[\d.?]+[kMG]?\s*\[|\d+it \[\d+:\d\d")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def staleness(nb) -> list[str]:
+    """What keeps ``nb`` from being a faithful, statically readable execution of its code.
+
+    Each code cell must carry the hash of the source it was executed from
+    (``metadata.interp_seal.source_sha256``), the notebook the hash of all its code cells in
+    order (a cell's outputs depend on the cells above it), the cells must have run once each,
+    top to bottom, without an error; every plotly figure needs a PNG in its output bundle;
+    no progress bar (a tqdm widget or its text on stderr) may be left.
+    """
+    problems = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    whole = sha256("\0".join(c.source for c in code))
+    if nb.metadata.get("interp_seal", {}).get("code_sha256") != whole:
+        problems.append("the code cells changed since the notebook was executed")
+    for number, cell in enumerate(code, start=1):
+        where = f"code cell {number} ({cell.source.splitlines()[0][:40] if cell.source else ''!r})"
+        if cell.execution_count != number:
+            problems.append(f"{where}: execution count {cell.execution_count}, not {number}")
+        executed = cell.metadata.get("interp_seal", {}).get("source_sha256")
+        if executed is None:
+            problems.append(f"{where}: no hash of the source its outputs came from")
+        elif executed != sha256(cell.source):
+            problems.append(f"{where}: its source differs from the one its outputs came from")
+        for out in cell.outputs:
+            data = out.get("data", {})
+            if out.get("output_type") == "error":
+                problems.append(f"{where}: an error ({out.get('ename')})")
+            if PLOTLY in data and "image/png" not in data:
+                problems.append(f"{where}: a plotly figure without a PNG")
+            text = out.get("text", "") if out.get("name") == "stderr" else ""
+            if TQDM_BAR.search(text) or (WIDGET in data and TQDM_BAR.search(data["text/plain"])):
+                problems.append(f"{where}: a progress bar")
+    return problems
+
+
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_committed_notebook_is_fresh(name):
+    """Fails until ``python -m scripts.execute_notebooks NAME`` is run after editing NAME's code."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    problems = staleness(nb)
+    assert not problems, (
+        f"notebooks/{name}.ipynb is stale; run `OMP_NUM_THREADS=1 python -m "
+        f"scripts.execute_notebooks {name}` and commit it:\n" + "\n".join(problems)
+    )
+
+
+def test_staleness_sees_each_defect():
+    """Every kind of defect on a fresh notebook is reported, and only then."""
+    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
+    assert staleness(nb) == []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    figure_cell = next(c for c in code if any(PLOTLY in o.get("data", {}) for o in c.outputs))
+
+    edited = nbformat.from_dict(json.loads(json.dumps(nb)))
+    edited_code = [c for c in edited.cells if c.cell_type == "code"]
+    edited_code[-1].source += "\n# one more line"
+    found = staleness(edited)
+    assert len(found) == 2 and "code cells changed" in found[0] and "source differs" in found[1]
+
+    bare = nbformat.from_dict(json.loads(json.dumps(nb)))
+    index = code.index(figure_cell)
+    for out in [c for c in bare.cells if c.cell_type == "code"][index].outputs:
+        out.get("data", {}).pop("image/png", None)
+    assert staleness(bare) == [
+        f"code cell {index + 1} ({figure_cell.source[:40]!r}): a plotly figure without a PNG"
+    ]
+
+    cluttered = nbformat.from_dict(json.loads(json.dumps(nb)))
+    bar = "lengths:  33%|###3      | 2/6 [00:01<00:02,  1.90it/s]"
+    [c for c in cluttered.cells if c.cell_type == "code"][0].outputs += [
+        nbformat.v4.new_output("display_data", {WIDGET: {"model_id": "x"}, "text/plain": bar}),
+        nbformat.v4.new_output("stream", name="stderr", text=bar + "\r"),
+        nbformat.v4.new_output(  # a resumed sweep's bar: no total
+            "display_data", {WIDGET: {"model_id": "y"}, "text/plain": "sweep: 0it [00:00, ?it/s]"}
+        ),
+    ]
+    assert [p.split(": ")[-1] for p in staleness(cluttered)] == ["a progress bar"] * 3
+
+    unrun = nbformat.from_dict(json.loads(json.dumps(nb)))
+    [c for c in unrun.cells if c.cell_type == "code"][1].execution_count = None
+    assert "execution count None, not 2" in staleness(unrun)[0]
+
+
+def text_outputs(nb) -> list[list[str]]:
+    """Per code cell, its printed text and the plain-text reprs of its results (the numbers),
+    without figures and widgets."""
+    return [
+        [
+            out.get("text") or out["data"]["text/plain"]
+            for out in cell.outputs
+            if out.get("name") == "stdout"
+            or ("text/plain" in out.get("data", {}) and WIDGET not in out["data"])
+        ]
+        for cell in nb.cells
+        if cell.cell_type == "code"
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_committed_outputs_reproduce(name, tmp_path, monkeypatch):
+    """Executed again as the script executes it (default sizes, one thread, a fresh working
+    directory), a notebook prints the numbers it was committed with (minutes each)."""
+    committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    assert staleness(committed) == []
+    sizes = [k for k in os.environ if k.startswith("NOTEBOOK_") or k == "INTERP_SEAL_MODEL"]
+    for key in sizes:
+        monkeypatch.delenv(key)
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PLOTLY_RENDERER": "plotly_mimetype"}
+    again = run_notebook(name, tmp_path, monkeypatch, env)
+    assert text_outputs(again) == text_outputs(committed)

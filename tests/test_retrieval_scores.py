@@ -29,6 +29,7 @@ from interp_seal.analysis.retrieval_scores import (
     passage_retrieval_scores,
     score_passages,
 )
+from interp_seal.analysis.statistics import wilson
 from interp_seal.cli import main
 from interp_seal.evaluation import teacher_force
 from interp_seal.interventions import ablate
@@ -323,6 +324,30 @@ def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
     )
     pd.testing.assert_frame_equal(again, frame)
     assert masking_bars(frame).data[0].y is not None
+
+
+def test_masking_bars_wilson_intervals_over_pooled_draws():
+    frame = pd.DataFrame(
+        {
+            "strategy": ["none", "retrieval", "random", "random"],
+            "mode": ["zero"] * 4,
+            "k": [0, 2, 2, 2],
+            "exact_match": [0.8, 0.0, 0.2, 0.6],
+            "n_samples": [10] * 4,
+        }
+    )
+    fig = masking_bars(frame)
+    retrieval, random = fig.data
+    assert list(random.y) == pytest.approx([0.4]) and list(random.text) == ["0.20 / 0.60"]
+    low, high = wilson(8, 20)  # both draws' 20 questions pooled
+    assert [random.error_y.arrayminus[0], random.error_y.array[0]] == pytest.approx(
+        [0.4 - low, high - 0.4]
+    )
+    assert retrieval.error_y.array[0] == pytest.approx(wilson(0, 10)[1])
+    band = fig.layout.shapes[0]  # the unmasked model's interval
+    assert (band.y0, band.y1) == pytest.approx(wilson(8, 10))
+    spread = masking_bars(frame, metric="k").data[1].error_y  # not a proportion: sd of draws
+    assert spread.array[0] == 0.0 and spread.arrayminus is None
 
 
 def test_masking_pool_draws_like_mudaf_fig4(handle):

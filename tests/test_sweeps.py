@@ -17,6 +17,7 @@ import torch
 from conftest import build_checkpoint
 
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_of, quadrant_scale_table
+from interp_seal.analysis.statistics import wilson
 from interp_seal.analysis.sweeps import (
     SweepOptions,
     channel_sweep,
@@ -393,6 +394,10 @@ def test_figures_carry_the_deltas():
     curves = scale_table_curves(tables)
     assert [t.name for t in curves.data] == ["baseline", "a", "b"]
     assert list(curves.data[1].y) == [0.7, 0.6]
+    assert curves.data[1].error_y.array is None  # records per length unknown: no intervals
+    bars = scale_table_curves(tables, n=10).data[1].error_y
+    low, high = wilson(7, 10)
+    np.testing.assert_allclose([bars.arrayminus[0], bars.array[0]], [0.7 - low, high - 0.7])
 
 
 # -- command line --------------------------------------------------------------------------

@@ -23,8 +23,20 @@ def test_method_accuracy_one_line_per_method_sorted_by_length():
     assert list(fig.data[0].x) == [20, 40] and list(fig.data[0].y) == [1.0, 0.5]
     assert list(fig.data[1].y) == [1.0, 0.75]
     assert fig.data[0].line.dash == "dash"
+    assert fig.data[0].error_y.array is None  # no record counts, no intervals
     with pytest.raises(ValueError, match="accuracy_by_method"):
         method_accuracy(table.drop(columns="method"))
+
+
+def test_method_accuracy_wilson_intervals_from_the_record_counts():
+    table = pd.DataFrame(
+        {"method": ["base", "base"], "length": [40, 20], "exact_match": [0.5, 1.0], "n": [4, 4]}
+    )
+    bars = method_accuracy(table).data[0].error_y
+    # 4 / 4: the interval is (0.51010, 1] by hand (Wilson: z^2 / (n + z^2) = 0.48990 below 1)
+    np.testing.assert_allclose(bars.arrayminus, [0.48990, 0.34996], atol=1e-5)
+    np.testing.assert_allclose(bars.array, [0.0, 0.34996], atol=1e-5)
+    assert method_accuracy(table, metric="n").data[0].error_y.array is None
 
 
 def test_loss_curves_steps_from_one():

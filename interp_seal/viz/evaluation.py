@@ -1,13 +1,38 @@
-"""Figures for evaluation results: pure functions from a DataFrame to a plotly ``Figure``."""
+"""Figures for evaluation results: pure functions from a DataFrame to a plotly ``Figure``.
+
+Accuracies here are means of 0/1 outcomes over ``n`` records, so every accuracy curve carries
+95 % Wilson intervals (``analysis.statistics.wilson``); ``wilson_error_y`` builds them for the
+other modules of ``viz`` as well.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from interp_seal.analysis.statistics import wilson
+
 METRIC_LABELS = {"exact_match": "exact match", "first_token": "first token correct"}
+# metrics that are a mean of 0/1 outcomes per record: binomial proportions
+PROPORTIONS = ("exact_match", "first_token")
 # gkamradt's NIAH colour map: red (miss) -> yellow -> green (hit)
 NIAH_COLORSCALE = [[0.0, "#F0496E"], [0.5, "#EBB839"], [1.0, "#0CD79F"]]
+
+
+def wilson_error_y(p: Sequence[float], n: Sequence[float]) -> dict:
+    """Plotly ``error_y`` spanning the 95 % Wilson interval of each proportion ``p[i]`` of
+    ``n[i]`` records (asymmetric: the interval stays inside [0, 1])."""
+    p, n = [float(v) for v in p], [float(v) for v in n]
+    bounds = [wilson(v * m, m) for v, m in zip(p, n, strict=True)]
+    return dict(
+        type="data",
+        symmetric=False,
+        thickness=1,
+        array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
+        arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)],
+    )
 
 
 def accuracy_figure(
@@ -17,7 +42,8 @@ def accuracy_figure(
     x_title: str = "lines in the record",
     title: str = "Retrieval accuracy vs context length",
 ) -> go.Figure:
-    """Accuracy against length from ``evaluate_lengths``'s table: one line per metric.
+    """Accuracy against length from ``evaluate_lengths``'s table: one line per metric, with
+    95 % Wilson intervals for the proportions (exact match, first token).
 
     Hovering a point shows the mean token count and the number of samples behind it.
     """
@@ -34,6 +60,9 @@ def accuracy_figure(
                 y=table[metric],
                 mode="lines+markers",
                 name=METRIC_LABELS.get(metric, metric),
+                error_y=wilson_error_y(table[metric], table["n"])
+                if metric in PROPORTIONS
+                else None,
                 customdata=table[["n_tokens", "n"]].to_numpy(),
                 hovertemplate=(
                     "length %{x}<br>%{y:.3f}<br>%{customdata[0]:.0f} tokens (mean)"

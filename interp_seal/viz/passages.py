@@ -20,6 +20,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp_seal.analysis.retrieval_scores import PassageAttention
+from interp_seal.analysis.statistics import wilson
+from interp_seal.viz.evaluation import PROPORTIONS, wilson_error_y
 
 
 def passage_heatmap(
@@ -136,26 +138,52 @@ def masking_bars(
 ) -> go.Figure:
     """Task ``metric`` per strategy, one bar group per masking mode (MuDAF Fig. 4).
 
-    Random-head rows are averaged over seeds; error bars show their standard deviation.
+    Random-head rows are averaged over their draws (seeds), each draw's value written on the
+    bar. Error bars: for exact match with an ``n_samples`` column, the 95 % Wilson interval of
+    the pooled questions (all draws together; the labels show the spread between draws) and a
+    grey band for the unmasked model's interval; otherwise the standard deviation over draws.
     """
     missing = {"strategy", "mode", "k", metric} - set(frame.columns)
     if missing:
         raise ValueError(f"the masking table lacks columns {sorted(missing)}")
-    baseline = frame.loc[frame["strategy"] == "none", metric]
+    wilson_bars = metric in PROPORTIONS and "n_samples" in frame.columns
+    baseline = frame[frame["strategy"] == "none"]
     masked = frame[frame["strategy"] != "none"]
-    stats = masked.groupby(["strategy", "mode", "k"], as_index=False)[metric].agg(["mean", "std"])
     fig = go.Figure()
-    for (strategy, k), rows in stats.groupby(["strategy", "k"], sort=False):
+    for (strategy, k), rows in masked.groupby(["strategy", "k"], sort=False):
+        modes = list(dict.fromkeys(rows["mode"]))
+        draws = [rows[rows["mode"] == m] for m in modes]
+        means = [float(d[metric].mean()) for d in draws]
+        if wilson_bars:
+            n = [float(d["n_samples"].sum()) for d in draws]  # questions over all draws
+            hits = [float((d[metric] * d["n_samples"]).sum()) for d in draws]
+            means = [h / m for h, m in zip(hits, n, strict=True)]  # = the mean, for equal n
+            error_y = wilson_error_y(means, n)
+        else:
+            error_y = dict(type="data", array=[float(d[metric].std(ddof=1)) for d in draws])
+            error_y["array"] = [0.0 if np.isnan(v) else v for v in error_y["array"]]
         fig.add_trace(
             go.Bar(
-                x=rows["mode"],
-                y=rows["mean"],
-                error_y=dict(type="data", array=rows["std"].fillna(0)),
+                x=modes,
+                y=means,
+                error_y=error_y,
+                text=[
+                    " / ".join(f"{v:.2f}" for v in d[metric]) if len(d) > 1 else "" for d in draws
+                ],
+                textposition="inside",
+                insidetextanchor="start",  # at the bar's foot, clear of the error bar
                 name=f"{strategy} (k={k})",
+                hovertemplate=f"%{{fullData.name}}, %{{x}}<br>{metric} %{{y:.3f}}"
+                "<br>draws %{text}<extra></extra>",
             )
         )
     if len(baseline):
-        fig.add_hline(y=float(baseline.iloc[0]), line_dash="dash", annotation_text="no masking")
+        value = float(baseline[metric].iloc[0])
+        if wilson_bars:
+            n = float(baseline["n_samples"].iloc[0])
+            low, high = wilson(value * n, n)
+            fig.add_hrect(y0=low, y1=high, fillcolor="grey", opacity=0.15, line_width=0)
+        fig.add_hline(y=value, line_dash="dash", annotation_text="no masking")
     fig.update_layout(
         title=title or f"Masking heads: {metric}",
         barmode="group",
@@ -163,4 +191,6 @@ def masking_bars(
         yaxis_title=metric,
         template="plotly_white",
     )
+    if wilson_bars:
+        fig.update_yaxes(range=[0, 1.02])
     return fig

@@ -4,7 +4,8 @@ Pure functions: a result (a table from ``interp_seal.tuning.evaluate``, a loss h
 tensor) in, a plotly ``Figure`` out.
 
 - ``method_accuracy``: SEAL Fig. 1 / Table 1, line-retrieval accuracy against the number of
-  lines for the base model and each tuned variant (``accuracy_by_method``'s table).
+  lines for the base model and each tuned variant (``accuracy_by_method``'s table), with 95 %
+  Wilson intervals when the table counts its records (``n``).
 - ``loss_curves``: the answer loss (or any named loss) per optimizer step, one line per run.
 - ``scale_heatmap``: learned SEAL-H scales ``(L, H, 1)`` as a layer x head grid, or SEAL-C
   scales ``(L, H, D)`` as a head x channel grid; a diverging scale centred on 1 (the identity),
@@ -23,6 +24,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from interp_seal.viz.evaluation import PROPORTIONS, wilson_error_y
+
 METRIC_LABELS = {
     "exact_match": "exact match",
     "first_token": "first token correct",
@@ -33,13 +36,15 @@ METRIC_LABELS = {
 def method_accuracy(
     table: pd.DataFrame, *, metric: str = "exact_match", title: str | None = None
 ) -> go.Figure:
-    """``metric`` against length, one line per ``method`` (base first, as in the table)."""
+    """``metric`` against length, one line per ``method`` (base first, as in the table); for
+    exact match and first token, 95 % Wilson intervals when the table has an ``n`` column."""
     missing = {"method", "length", metric} - set(table.columns)
     if missing:
         raise ValueError(
             f"the table lacks columns {sorted(missing)} (expected accuracy_by_method's table)"
         )
     name = METRIC_LABELS.get(metric, metric)
+    bars = metric in PROPORTIONS and "n" in table.columns
     fig = go.Figure()
     for method, rows in table.groupby("method", sort=False):
         rows = rows.sort_values("length")
@@ -50,6 +55,7 @@ def method_accuracy(
                 name=str(method),
                 mode="lines+markers",
                 line={"color": "black", "dash": "dash"} if method == "base" else None,
+                error_y=wilson_error_y(rows[metric], rows["n"]) if bars else None,
                 hovertemplate=f"%{{fullData.name}}<br>length %{{x}}<br>{name} %{{y:.3f}}"
                 "<extra></extra>",
             )
