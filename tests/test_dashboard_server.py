@@ -19,10 +19,10 @@ import uuid
 
 import psutil
 import pytest
-from test_dashboard_browser import start, stop
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
+from interp_seal.browser import start, stop
 from interp_seal.cli import main
 from interp_seal.cli.dashboard import free_port
 from interp_seal.widgets.app import message_header
@@ -80,17 +80,41 @@ def open_page(server) -> str:
     return KERNEL_ID.search(page.body.decode()).group(0)
 
 
-async def _websocket(port: int, kernel: str, query: str, headers: dict):
-    url = f"ws://127.0.0.1:{port}/api/kernels/{kernel}/channels{query}"
+async def _websocket(port: int, kernel: str, query: str, headers: dict, *, path: str = ""):
+    """The kernel's websocket, or with ``path="execution"`` Voila's execution websocket (the
+    page asks it to run the notebook's cells: progressive rendering)."""
+    if path == "execution":
+        url = f"ws://127.0.0.1:{port}/voila/execution/{kernel}{query}"
+    else:
+        url = f"ws://127.0.0.1:{port}/api/kernels/{kernel}/channels{query}"
     return await websocket_connect(HTTPRequest(url, headers=headers))
 
 
-def websocket_status(port: int, kernel: str, query: str, headers: dict) -> int:
-    """101 if the kernel websocket opens, else the HTTP status that refused it."""
+def execute_page(port: int, kernel: str) -> None:
+    """Run the page's cells in its kernel, as the page's script does, until the last is done."""
+
+    async def run():
+        headers = {"Origin": f"http://127.0.0.1:{port}"}
+        ws = await _websocket(port, kernel, f"?token={TOKEN}", headers, path="execution")
+        await ws.write_message(json.dumps({"action": "execute", "payload": {"kernel_id": kernel}}))
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.read_message(), 300))
+            assert message["action"] != "execution_error", message
+            payload = message["payload"]
+            if message["action"] == "execution_result":
+                if payload["cell_index"] + 1 == payload["total_cell"]:
+                    break
+        ws.close()
+
+    asyncio.run(run())
+
+
+def websocket_status(port: int, kernel: str, query: str, headers: dict, *, path: str = "") -> int:
+    """101 if the websocket opens, else the HTTP status that refused it."""
 
     async def probe():
         try:
-            ws = await _websocket(port, kernel, query, headers)
+            ws = await _websocket(port, kernel, query, headers, path=path)
         except HTTPClientError as err:
             return err.code
         ws.close()
@@ -134,6 +158,13 @@ def test_the_kernel_websocket_needs_the_token_and_the_pages_origin(server):
     assert websocket_status(port, kernel, f"?token={TOKEN}", foreign) == 403
     rebinding = {"Host": f"evil.example.com:{port}", "Origin": f"http://evil.example.com:{port}"}
     assert websocket_status(port, kernel, f"?token={TOKEN}", rebinding) == 403
+    # the execution websocket (it runs the page's cells) is checked the same way
+    run = {"path": "execution"}
+    assert websocket_status(port, kernel, f"?token={TOKEN}", own, **run) == 101
+    assert websocket_status(port, kernel, "", own, **run) == 403
+    assert websocket_status(port, kernel, "?token=wrong-token-0123456789", own, **run) == 403
+    assert websocket_status(port, kernel, f"?token={TOKEN}", foreign, **run) == 403
+    assert websocket_status(port, kernel, f"?token={TOKEN}", rebinding, **run) == 403
 
 
 def _message(msg_type: str, content: dict) -> str:
@@ -154,6 +185,7 @@ def test_asking_every_widget_for_its_state_does_not_grow_the_server(server):
     """The request that made Voila's own handler grow by ~50 MB/s until killed."""
     port = server["port"]
     kernel = open_page(server)
+    execute_page(port, kernel)  # the dashboard's widgets exist once its cells have run
 
     async def ask_all(seconds: float) -> int:
         ws = await _websocket(

@@ -1,9 +1,9 @@
 """The dashboard as a web page (``interp-seal dashboard``): Voila serving a one-cell notebook.
 
-The page is a two-cell notebook: ``loading()`` shows what is being prepared at once, then
-``show()`` builds the dashboard, reporting the clean runs' progress in that message; Voila runs
-it in a fresh kernel for each browser tab, renders cells progressively and shows the widgets,
-not the code. The dashboard's settings (model, lengths,
+The page is a two-cell notebook (``page.py``, the kernel's side): ``loading()`` shows what is
+being prepared at once, then ``show()`` builds the dashboard, reporting the clean runs'
+progress in that message; Voila runs it in a fresh kernel for each browser tab, renders cells
+progressively and shows the widgets, not the code. The dashboard's settings (model, lengths,
 records, seed) travel to the kernel in the ``INTERP_SEAL_DASHBOARD`` environment variable. Each
 tab's kernel holds one model and one ``Dashboard``, so two tabs never share hooks; inside a tab
 the dashboard's lock serialises forwards.
@@ -29,8 +29,6 @@ import json
 import os
 import secrets
 import tempfile
-import threading
-from html import escape
 from pathlib import Path
 
 import nbformat
@@ -41,7 +39,8 @@ from voila.tornado.kernel_websocket_handler import (
     WebsocketHandler,
 )
 
-ENV = "INTERP_SEAL_DASHBOARD"
+from interp_seal.widgets.page import ENV, loading_text
+
 CULL_IDLE_S = 600  # default: a kernel with no open page for this long is shut down
 
 
@@ -121,13 +120,15 @@ class LocalVoila(Voila):
         ]
 
 
-def page_notebook() -> nbformat.NotebookNode:
-    """The notebook Voila serves: a first cell that shows a loading message at once (Voila
-    renders cells progressively), a second that builds the dashboard and reports its progress
-    in that message."""
+def page_notebook(settings: dict) -> nbformat.NotebookNode:
+    """The notebook Voila serves: a first cell that shows the loading message at once (Voila
+    renders cells progressively; the cell imports only ipywidgets), a second that builds the
+    dashboard and reports its progress in that message."""
+    message = loading_text(settings, "loading the model")
     cells = [
-        "from interp_seal.widgets.app import loading\n\nstatus = loading()",
-        "from interp_seal.widgets.app import show\n\nshow(status)",
+        "import ipywidgets\nfrom IPython.display import display\n\n"
+        f"status = ipywidgets.HTML({message!r})\ndisplay(status)",
+        "from interp_seal.widgets.page import show\n\nshow(status)",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {
@@ -136,68 +137,6 @@ def page_notebook() -> nbformat.NotebookNode:
         "language": "python",
     }
     return nb
-
-
-def loading():
-    """Display and return the page's loading message (in a kernel)."""
-    import ipywidgets as w
-    from IPython.display import display
-
-    settings = json.loads(os.environ[ENV])
-    status = w.HTML(_loading_text(settings, "loading the model"))
-    display(status)
-    return status
-
-
-def _loading_text(settings: dict, what: str) -> str:
-    lengths = settings["lengths"]
-    return (
-        f"<h3>Head-pruning dashboard: {escape(str(settings['name']))}</h3>"
-        f"<p style='background:#fff3bf;padding:4px 8px;display:inline-block'>{escape(what)}: "
-        f"the dashboard teacher-forces {settings['n']} LongEval records at each of "
-        f"{', '.join(map(str, lengths))} lines once, and caches the clean run every click "
-        "starts from.</p>"
-    )
-
-
-def show(status=None) -> None:
-    """Build and display the dashboard described by ``$INTERP_SEAL_DASHBOARD`` (in a kernel),
-    reporting progress in ``status`` (the loading message) and then hiding it."""
-    import torch
-    from IPython.display import display
-    from transformers.utils import logging as transformers_logging
-
-    from interp_seal.models import load_model
-    from interp_seal.widgets.dashboard import Dashboard
-
-    settings = json.loads(os.environ[ENV])
-    if settings.get("threads"):
-        torch.set_num_threads(int(settings["threads"]))
-    transformers_logging.disable_progress_bar()  # the page shows its own progress, not tqdm's
-    handle = load_model(
-        settings["model"],
-        device=settings["device"],
-        dtype=getattr(torch, settings["dtype"]),
-        device_map=settings["device_map"],
-    )
-
-    def progress(done: int, total: int) -> None:
-        if status is not None:
-            status.value = _loading_text(settings, f"clean runs {done}/{total}")
-
-    dashboard = Dashboard.from_model(
-        handle,
-        lengths=settings["lengths"],
-        n=settings["n"],
-        seed=settings["seed"],
-        lock=threading.Lock(),
-        save_dir=settings["save_dir"],
-        name=settings["name"],
-        on_progress=progress,
-    )
-    if status is not None:
-        status.layout.display = "none"
-    display(dashboard.widget)
 
 
 def new_token() -> str:
@@ -243,7 +182,7 @@ def serve(
     os.environ[ENV] = json.dumps(settings)
     with tempfile.TemporaryDirectory(prefix="interp-seal-dashboard-") as tmp:
         path = Path(tmp) / "dashboard.ipynb"
-        nbformat.write(page_notebook(), path)
+        nbformat.write(page_notebook(settings), path)
         print(
             f"interp-seal dashboard for {model}: http://127.0.0.1:{port}/?token={token}\n"
             f"scale files and merged checkpoints are saved in {settings['save_dir']}",
