@@ -7,9 +7,11 @@ For each figure of ``interp_seal.figures.registry.FIGURES`` (or the ``only`` one
    the tables are written as CSV files and as that JSON, the JSON last and atomically: it is
    the mark that the figure's data is complete, so a kill at any moment loses at most the step
    in flight;
-2. ``draw`` turns the loaded tables into a figure: ``<out>/<name>.html`` (plotly; the pages
-   load ``<out>/plotly.min.js``, written once per gallery, so they open offline) and
-   ``<out>/<name>.png`` (kaleido; skipped with a message if no browser);
+2. ``draw`` turns the loaded tables into a figure and ``finish`` writes the model and the
+   records per point under its title (and the trained window where it matters):
+   ``<out>/<name>.html`` (plotly; the pages load ``<out>/plotly.min.js``, written once per
+   gallery, so they open offline) and ``<out>/<name>.png`` (kaleido; skipped with a message
+   if no browser);
 3. the gallery page ``<out>/README.md`` and ``<out>/claims.csv`` are written from all the data.
 
 A directory holds one model at one size: ``<out>/run.json`` records them, and a run with other
@@ -29,10 +31,11 @@ from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
 from interp_seal.figures.gallery import write_gallery
-from interp_seal.figures.registry import FigureSpec, select
+from interp_seal.figures.registry import Drawing, FigureSpec, select
 from interp_seal.figures.run import FigureRun, RunTime
 from interp_seal.figures.sizes import DEFAULT, QUICK
 from interp_seal.figures.tables import load_tables
+from interp_seal.models.load import load_config
 from interp_seal.outputs import write_html, write_table, write_text
 from interp_seal.records import open_manifest
 
@@ -74,10 +77,12 @@ def regenerate(
     plotly_js = out / PLOTLY_JS
     if not plotly_js.exists() or plotly_js.read_text() != get_plotlyjs():
         write_text(plotly_js, get_plotlyjs())
+    window = getattr(load_config(model)[1], "max_position_embeddings", None)
+    drawing = Drawing(model=model, sizes=sizes.as_dict(), window=window)
     with PngExporter(enabled=png) as exporter:
         for spec in tqdm(specs, desc="figures", disable=not progress):
             tables = _data(spec, run, result)
-            fig = spec.draw(tables)
+            fig = spec.finish(spec.draw(tables), tables, drawing)
             write_html(fig, out / f"{spec.name}.html", include_plotlyjs=PLOTLY_JS, div_id=spec.name)
             exporter.write(fig, out / f"{spec.name}.png")
         result.png, result.png_problem = exporter.available, exporter.problem

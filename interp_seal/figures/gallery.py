@@ -20,7 +20,9 @@ ORGANISM_NOTE = (
     "The organism v2 was trained on all three formats (LongEval lines, needles answered by their "
     "key phrase, LongBench-format passage QA); its model card "
     "(`interp_seal/organism/checkpoint/README.md`) lists which of the issue's properties it "
-    "meets. The claims table's verdicts say what these numbers can and cannot show."
+    "meets. Its line documents in training had 2-150 lines (about 2.0K tokens), inside its "
+    "4,096-token window (`max_position_embeddings`, marked on the Table 2 figure). The claims "
+    "table's verdicts say what these numbers can and cannot show."
 )
 
 
@@ -73,6 +75,11 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
             "",
             f"**Ours:** {spec.read(tables)}",
             "",
+        ]
+        against = spec.compare(data) if spec.compare else ""
+        if against:
+            lines += [f"**Against the paper's description:** {against}", ""]
+        lines += [
             f"Interactive: [{spec.name}.html]({spec.name}.html). Data: {csvs}. "
             f"Compute: {docs[spec.name]['cpu_seconds']:.0f} s CPU.",
             "",

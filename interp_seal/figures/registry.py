@@ -19,8 +19,22 @@ import plotly.graph_objects as go
 from interp_seal.figures import mudaf as M
 from interp_seal.figures import seal as S
 from interp_seal.figures.run import FigureRun
+from interp_seal.viz import paper_figures as pv
 
 Tables = dict[str, pd.DataFrame]
+
+# sizes that runs before them did not have, as those runs used them
+SIZE_DEFAULTS = {"needle_n": 1, "extension_task": "line_retrieval"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drawing:
+    """What a gallery figure shows beside its tables: the model, the run's sizes
+    (``FigureSizes.as_dict()``) and the model's trained window (``max_position_embeddings``)."""
+
+    model: str
+    sizes: dict
+    window: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +49,13 @@ class FigureSpec:
         draw: tables -> plotly figure (through ``interp_seal.viz``).
         read: tables -> the one-line reading.
         paper_numbers: the paper's numbers for the same experiment (markdown).
+        sample: the records behind each point, in words, written under the title with the
+            model's name: a format string over the run's sizes (``"{n} records per point"``)
+            or a function of them.
+        annotate: adds what the tables alone cannot mark (the trained window), given the
+            ``Drawing``; None for most figures.
+        compare: all figures' tables -> a sentence setting our numbers against the paper's
+            description where they differ in kind (None: the reading says it).
     """
 
     name: str
@@ -44,6 +65,18 @@ class FigureSpec:
     draw: Callable[[Tables], go.Figure]
     read: Callable[[Tables], str]
     paper_numbers: str
+    sample: str | Callable[[dict], str]
+    annotate: Callable[[go.Figure, Tables, Drawing], None] | None = None
+    compare: Callable[[dict[str, Tables]], str] | None = None
+
+    def finish(self, fig: go.Figure, tables: Tables, drawing: Drawing) -> go.Figure:
+        """``fig`` (from ``draw``) with the model and n under its title, plus ``annotate``."""
+        sizes = {**SIZE_DEFAULTS, **drawing.sizes}
+        sample = self.sample(sizes) if callable(self.sample) else self.sample.format(**sizes)
+        pv.caption(fig, f"{drawing.model}, {sample}")
+        if self.annotate is not None:
+            self.annotate(fig, tables, drawing)
+        return fig
 
 
 SEAL_T1 = """| LongChat-7B-v1.5-32K | params | 9K | 14K | 19K | 23K | 28K | 31K |
@@ -82,6 +115,73 @@ MUDAF_T4 = """| heads n | 0 (SFT) | 2 | 4 | 8 | 16 | 32 | 64 |
 |---|---|---|---|---|---|---|---|
 | Avg. F1 (%) | 37.8 | 40.5 | 44.7 | 49.4 | 48.6 | 49.6 | 50.0 |"""
 
+
+def _extension_sample(s: dict) -> str:
+    if s["extension_task"] == "needle":
+        per = f"{s['needle_n']} needle(s) at each of {len(s['needle_depths'])} depths"
+    else:
+        per = f"{s['n']} records"
+    return f"{per} per point, 95 % Wilson intervals"
+
+
+def _window_marks(fig: go.Figure, t: Tables, d: Drawing) -> None:
+    """SEAL Table 2: the trained window and the two extensions' settings on the length axis."""
+    s = {**SIZE_DEFAULTS, **d.sizes}
+    pv.mark_window(
+        fig,
+        t["accuracy"],
+        window=d.window,
+        unit="tokens" if s["extension_task"] == "needle" else "lines",
+        note=f"NTK factor {s['ntk_factor']:g}; Self-Extend group {s['se_group']}, "
+        f"neighbour window {s['se_window']} tokens",
+    )
+
+
+def _f1_axis(fig: go.Figure, t: Tables, d: Drawing) -> None:
+    """MuDAF Fig. 5-6: name the bars' quantity and its range."""
+    fig.update_yaxes(title_text="retrieval F1 (0-1)")
+
+
+def _fig3_compare(data: dict[str, Tables]) -> str:
+    """Where the ranked F1 scores fall most between two neighbouring ranks."""
+    heads = data["mudaf_fig3_scores"]["heads"].sort_values("rank")
+    f1 = heads.f1.to_numpy()
+    drops = f1[:-1] - f1[1:]
+    k = int(drops.argmax())
+    zero = int((f1 == 0).sum())
+    shape = "a cliff, not a smooth decline" if drops[k] > 0.5 * f1[0] else "a gradual decline"
+    return (
+        f"Ranked F1 falls from {f1[k]:.2f} (rank {k + 1}) to {f1[k + 1]:.2f} (rank {k + 2}): "
+        f"{shape}; {zero} of {len(f1)} heads score 0."
+    )
+
+
+def _fig9_compare(data: dict[str, Tables]) -> str:
+    """MuDAF minus SFT for the heads not selected, in the selected heads' layers and elsewhere."""
+    if "mudaf_fig5_targets" not in data:
+        return ""
+    diff = data["mudaf_fig9_diff"]["diff"]
+    targets = data["mudaf_fig5_targets"]["targets"]
+    targets = targets[targets.group == "mudaf"]
+    chosen = set(zip(targets.layer, targets["head"], strict=True))
+    layers = sorted(int(v) for v in set(targets.layer))
+    other = diff[[(a, b) not in chosen for a, b in zip(diff.layer, diff["head"], strict=True)]]
+    same = other[other.layer.isin(layers)]["diff"]
+    rest = other[~other.layer.isin(layers)]["diff"]
+    up, down = int((same > 0).sum()), int((same < 0).sum())
+    verdict = (
+        "the paper's same-layer gain is not seen here"
+        if same.mean() <= 0 or up <= down
+        else "same-layer heads gain on average, as in the paper"
+    )
+    return (
+        f"Heads not selected, in the selected heads' layers {layers}: {len(same)} heads, "
+        f"MuDAF - SFT {same.min():+.3f} to {same.max():+.3f} F1 (mean {same.mean():+.3f}; "
+        f"{up} up, {down} down, {len(same) - up - down} unchanged); in the other layers: {rest.min():+.3f} to {rest.max():+.3f} "
+        f"(mean {rest.mean():+.3f}); {verdict}."
+    )
+
+
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         name="seal_fig2b_quadrants",
@@ -92,6 +192,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig2b_read,
         paper_numbers="LongChat-7B: pruning single heads moves 31K line retrieval both ways; "
         "most heads fall in Q1 / Q3, i.e. the sign is consistent between the two lengths.",
+        sample="{sweep_n} records per length",
     ),
     FigureSpec(
         name="seal_fig2c_channels",
@@ -102,6 +203,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig2c_read,
         paper_numbers="A few channels of a head carry most of its effect; pruning single "
         "channels moves accuracy in both directions.",
+        sample="{sweep_n} records at {long} lines",
     ),
     FigureSpec(
         name="seal_fig2d_scaling",
@@ -112,6 +214,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig2d_read,
         paper_numbers="LongChat-7B: Q1 x 0.9 + Q3 x 1.1 lifts line retrieval above the "
         "baseline at the long lengths.",
+        sample="{n} fresh records per point",
     ),
     FigureSpec(
         name="seal_fig4_dla",
@@ -122,6 +225,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig4_read,
         paper_numbers="After SEAL-H / SEAL-C the heads' direct effect shifts toward the "
         "correct digit and the final logit flips from the wrong to the correct one.",
+        sample="one record of {long} lines",
     ),
     FigureSpec(
         name="seal_table1_methods",
@@ -131,6 +235,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         draw=S.table1_draw,
         read=S.table1_read,
         paper_numbers=SEAL_T1,
+        sample="{n} records per point, 95 % Wilson intervals",
     ),
     FigureSpec(
         name="seal_fig5_needle",
@@ -141,6 +246,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig5_read,
         paper_numbers="LongChat-7B: baseline fails at deep needles beyond ~17K; SEAL-H/C/L/D "
         "recover most of the grid inside the context window.",
+        sample="{needle_n} needle(s) per cell",
     ),
     FigureSpec(
         name="seal_table4_lr_samples",
@@ -150,15 +256,18 @@ FIGURES: tuple[FigureSpec, ...] = (
         draw=S.table4_draw,
         read=S.table4_read,
         paper_numbers=SEAL_T4,
+        sample="{n} records per cell (at {long} lines) and per point",
     ),
     FigureSpec(
         name="seal_table2_extension",
         title="Context extension without training",
-        paper="SEAL Table 2 + Fig. 6",
+        paper="SEAL Table 2",
         compute=S.table2_compute,
         draw=S.table2_draw,
         read=S.table2_read,
         paper_numbers=SEAL_T2,
+        sample=_extension_sample,
+        annotate=_window_marks,
     ),
     FigureSpec(
         name="mudaf_fig3_scores",
@@ -167,8 +276,11 @@ FIGURES: tuple[FigureSpec, ...] = (
         compute=M.fig3_compute,
         draw=M.fig3_draw,
         read=M.fig3_read,
-        paper_numbers="Llama3.1-8B: a handful of heads have F1 retrieval scores well above "
-        "the rest (top-16 ranked); most heads score near 0.",
+        paper_numbers="Llama3.1-8B: F1 and EM retrieval scores of all heads ranked by F1 (the "
+        "top 16 listed in an inset); the ranked scores decline smoothly from the top heads, with "
+        "no gap setting a few heads apart.",
+        sample="{retrieval_n} questions of {retrieval_passages} passages",
+        compare=_fig3_compare,
     ),
     FigureSpec(
         name="mudaf_fig4_masking",
@@ -179,6 +291,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=M.fig4_read,
         paper_numbers="Masking the top retrieval heads hurts QA far more than masking random "
         "heads, and more than masking the NIAH retrieval heads.",
+        sample="{retrieval_n} questions; random heads: seeds {mask_seeds}",
     ),
     FigureSpec(
         name="mudaf_fig5_targets",
@@ -189,6 +302,8 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=M.fig5_read,
         paper_numbers="Target heads' retrieval scores rise under MuDAF "
         "and stay flat under Vanilla SFT; weak heads (R_h < 0.1) gain retrieval ability.",
+        sample="{retrieval_n} questions of {retrieval_passages} passages",
+        annotate=_f1_axis,
     ),
     FigureSpec(
         name="mudaf_fig7_num_heads",
@@ -198,6 +313,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         draw=M.fig7_draw,
         read=M.fig7_read,
         paper_numbers=MUDAF_T4,
+        sample="{retrieval_n} questions per point",
     ),
     FigureSpec(
         name="mudaf_fig9_diff",
@@ -206,7 +322,12 @@ FIGURES: tuple[FigureSpec, ...] = (
         compute=M.fig9_compute,
         draw=M.fig9_draw,
         read=M.fig9_read,
-        paper_numbers="Gains concentrate on the selected heads; other heads barely move.",
+        paper_numbers="Llama3.1-8B, per layer: most heads in a layer with a selected head "
+        "improve too, though only the selected ones are trained contrastively (e.g. layer 16 "
+        "under MuDAF); layers with no selected head barely change, some of their heads get "
+        "worse (Appendix C; the paper suspects grouped-query attention).",
+        sample="{retrieval_n} questions of {retrieval_passages} passages",
+        compare=_fig9_compare,
     ),
     FigureSpec(
         name="mudaf_fig10_heatmaps",
@@ -217,6 +338,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=M.fig10_read,
         paper_numbers="MuDAF moves attention from the prompt's start "
         "(#0) onto the golden passages.",
+        sample="one question of {heatmap_passages} passages",
     ),
     FigureSpec(
         name="mudaf_table2_methods",
@@ -226,6 +348,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         draw=M.table2_draw,
         read=M.table2_read,
         paper_numbers=MUDAF_T2,
+        sample="{retrieval_n} questions per method",
     ),
 )
 

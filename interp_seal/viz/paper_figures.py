@@ -8,7 +8,10 @@ Pure functions: tidy tables in, a plotly ``Figure`` out (the gallery driver,
 - ``dla_comparison``: direct logit attribution of heads and MLPs per method (SEAL Fig. 4);
 - ``niah_panels``: one needle heatmap per method (SEAL Fig. 5);
 - ``lr_samples``: learning rate x samples heatmap and few-sample curves (SEAL Table 4, Fig. 7);
-- ``passage_grid``: passage-level attention, models x layers (MuDAF Fig. 10).
+- ``passage_grid``: passage-level attention, models x layers (MuDAF Fig. 10);
+- ``head_count_curves``, ``method_bars``: MuDAF Fig. 7 and Table 2;
+- ``caption``, ``mark_window``: the gallery's line under each title (model, records per
+  point) and SEAL Table 2's trained window on the length axis.
 """
 
 from __future__ import annotations
@@ -21,14 +24,25 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp_seal.analysis.statistics import wilson
+from interp_seal.viz.colors import SIGNED, symmetric_range
 from interp_seal.viz.tuning import method_accuracy
 
+BLUE, RED = "#2166ac", "#b2182b"  # the ends of SIGNED (RdBu): helps / hurts the answer
 PALETTE = ("#495057", "#1c7ed6", "#e8590c", "#2f9e44", "#9c36b5", "#f08c00", "#0ca678", "#d6336c")
 
 
 def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match") -> go.Figure:
-    """``viz.tuning.method_accuracy`` with 95 % Wilson intervals (rows need ``n``)."""
+    """``viz.tuning.method_accuracy`` with 95 % Wilson intervals (rows need ``n``); with an
+    ``n_tokens`` column each line count is labelled with its records' mean length in tokens."""
     fig = method_accuracy(table, metric=metric, title=title)
+    fig.update_yaxes(title_text="exact match (fraction of records)", range=[-0.02, 1.02])
+    if "n_tokens" in table.columns:
+        tokens = table.groupby("length").n_tokens.mean()
+        fig.update_xaxes(
+            title_text="lines in the record (below: mean tokens)",
+            tickvals=list(tokens.index),
+            ticktext=[f"{L}<br>{t:,.0f} tok" for L, t in tokens.items()],
+        )
     for trace, (_, rows) in zip(fig.data, table.groupby("method", sort=False), strict=True):
         rows = rows.sort_values("length")
         bounds = [wilson(p * n, n) for p, n in zip(rows[metric], rows.n, strict=True)]
@@ -44,18 +58,28 @@ def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match
 
 
 def dla_comparison(attribution: pd.DataFrame, logits: pd.DataFrame) -> go.Figure:
-    """Per method: head effects (layer x head), then embedding / MLP effects, then the logit."""
+    """Per method: head effects (layer x head), then embedding / MLP effects, then the logit.
+
+    Every quantity is a signed logit difference, logit(correct) - logit(wrong), on one shared
+    scale: the heads' colours (``colors.SIGNED``, symmetric about 0) are the same in every
+    row, and each bar column has one y range across methods; bars are blue above 0, red below.
+    """
     methods = list(dict.fromkeys(attribution.method))
     fig = make_subplots(
         rows=len(methods),
         cols=3,
         column_widths=[0.45, 0.4, 0.15],
         subplot_titles=[
-            f"{m}: {w}" for m in methods for w in ("heads", "embed + MLPs", "logit diff")
+            f"{m}: {w}" for m in methods for w in ("heads", "embed + MLPs", "final logit diff")
         ],
-        vertical_spacing=0.08,
+        vertical_spacing=0.1,
+        horizontal_spacing=0.09,
     )
-    vmax = float(attribution[attribution.component == "head"].value.abs().max() or 1.0)
+    heads_all = attribution[attribution.component == "head"]
+    extent = symmetric_range(heads_all.value.to_numpy(dtype=float))
+    other_all = attribution[attribution.component != "head"].value.to_numpy(dtype=float)
+    bar_range = _padded_range(other_all)
+    logit_range = _padded_range(logits.logit.to_numpy(dtype=float))
     for r, method in enumerate(methods, 1):
         rows = attribution[attribution.method == method]
         heads = rows[rows.component == "head"].pivot_table(
@@ -67,6 +91,7 @@ def dla_comparison(attribution: pd.DataFrame, logits: pd.DataFrame) -> go.Figure
                 x=[f"H{int(h)}" for h in heads.columns],
                 y=[f"L{int(lay)}" for lay in heads.index],
                 coloraxis="coloraxis",
+                hovertemplate="%{y}%{x}: %{z:+.3f}<extra></extra>",
             ),
             row=r,
             col=1,
@@ -77,19 +102,49 @@ def dla_comparison(attribution: pd.DataFrame, logits: pd.DataFrame) -> go.Figure
             for c, lay in zip(other.component, other.layer, strict=True)
         ]
         fig.add_trace(
-            go.Bar(x=labels, y=other.value, marker_color=PALETTE[1], showlegend=False), row=r, col=2
+            go.Bar(
+                x=labels, y=other.value, marker_color=_signed_colors(other.value), showlegend=False
+            ),
+            row=r,
+            col=2,
         )
         lg = logits[logits.method == method]
         fig.add_trace(
-            go.Bar(x=lg.target, y=lg.logit, marker_color=PALETTE[2], showlegend=False), row=r, col=3
+            go.Bar(
+                x=lg.target, y=lg.logit, marker_color=_signed_colors(lg.logit), showlegend=False
+            ),
+            row=r,
+            col=3,
         )
+        fig.update_yaxes(range=bar_range, title_text="direct effect (logit)", row=r, col=2)
+        fig.update_yaxes(range=logit_range, title_text="logit diff", row=r, col=3)
+        fig.update_xaxes(title_text="head", row=r, col=1)
+        fig.update_yaxes(title_text="layer", row=r, col=1)
     fig.update_layout(
         title="SEAL Fig. 4: direct effects on logit(correct) - logit(wrong)",
-        coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-vmax, cmax=vmax),
+        coloraxis=dict(
+            colorscale=SIGNED,
+            cmid=0,
+            cmin=-extent,
+            cmax=extent,
+            colorbar=dict(title="head's direct<br>effect (logit)", x=1.02),
+        ),
         template="plotly_white",
-        height=260 * len(methods),
+        height=300 * len(methods),
     )
     return fig
+
+
+def _padded_range(values: np.ndarray) -> list[float]:
+    """A y range holding 0 and every value, with 10 % room."""
+    low, high = min(0.0, float(np.nanmin(values))), max(0.0, float(np.nanmax(values)))
+    pad = 0.1 * max(high - low, 1e-9)
+    return [low - pad, high + pad]
+
+
+def _signed_colors(values) -> list[str]:
+    """``colors.SIGNED``'s ends for bars: blue for >= 0, red below."""
+    return [BLUE if v >= 0 else RED for v in np.asarray(values, dtype=float)]
 
 
 def niah_panels(grid: pd.DataFrame, heatmap: Callable[[pd.DataFrame], go.Figure]) -> go.Figure:
@@ -104,9 +159,12 @@ def niah_panels(grid: pd.DataFrame, heatmap: Callable[[pd.DataFrame], go.Figure]
         for trace in heatmap(wide).data:
             trace.update(coloraxis="coloraxis", showscale=False)
             fig.add_trace(trace, row=1, col=c)
+        fig.update_xaxes(title_text="context (tokens)", type="category", row=1, col=c)
+    fig.update_yaxes(type="category", autorange="reversed")  # depth 0 at the top, as the paper
+    fig.update_yaxes(title_text="needle depth (%)", row=1, col=1)
     fig.update_layout(
-        title="SEAL Fig. 5: needle in a haystack (depth % x tokens)",
-        coloraxis=dict(colorscale="RdYlGn", cmin=0, cmax=1),
+        title="SEAL Fig. 5: needle in a haystack by method",
+        coloraxis=dict(colorscale="RdYlGn", cmin=0, cmax=1, colorbar=dict(title="exact match")),
         template="plotly_white",
     )
     return fig
@@ -117,7 +175,8 @@ def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
     fig = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=("Table 4: lr x samples", "Fig. 7: fewer samples, more epochs"),
+        subplot_titles=("Table 4: exact match, lr x samples", "Fig. 7: fewer samples, more epochs"),
+        horizontal_spacing=0.16,
     )
     wide = grid.pivot_table(index="lr", columns="samples", values="exact_match")
     fig.add_trace(
@@ -130,6 +189,8 @@ def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
             colorscale="Viridis",
             zmin=0,
             zmax=1,
+            colorbar=dict(title="exact match", x=0.43, len=0.9),
+            hovertemplate="lr %{y}, %{x} samples: %{z:.2f}<extra></extra>",
         ),
         row=1,
         col=1,
@@ -147,10 +208,16 @@ def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
             row=1,
             col=2,
         )
-    fig.update_layout(title="SEAL-H hyper-parameters", template="plotly_white")
-    fig.update_yaxes(title_text="learning rate", row=1, col=1)
-    fig.update_xaxes(title_text="samples", row=1, col=1)
+    fig.update_layout(
+        title="SEAL Table 4 + Fig. 7: SEAL-H learning rate, samples and epochs",
+        template="plotly_white",
+        legend=dict(orientation="h", x=0.57, y=-0.2, xanchor="left", yanchor="top"),
+        margin=dict(b=110),
+    )
+    fig.update_yaxes(title_text="learning rate", type="category", row=1, col=1)
+    fig.update_xaxes(title_text="tuning samples (1 epoch)", type="category", row=1, col=1)
     fig.update_xaxes(title_text="lines in the record", row=1, col=2)
+    fig.update_yaxes(title_text="exact match (fraction of records)", row=1, col=2)
     return fig
 
 
@@ -195,37 +262,139 @@ def passage_grid(table: pd.DataFrame, golden: list[int]) -> go.Figure:
                 )
     fig.update_layout(
         title="MuDAF Fig. 10: last-token attention per passage (golden boxed)",
-        coloraxis=dict(colorscale="Blues", cmin=0),
+        coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(title="attention<br>share")),
         template="plotly_white",
         height=300 * len(models),
     )
     fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="passage (#0: text before it)", row=len(models))
     return fig
+
+
+HEAD_COUNT_NAMES = {
+    "exact_match": "QA exact match",
+    "target_f1": "retrieval F1 of the selected heads",
+    "mean_f1": "retrieval F1, mean of all heads",
+}
 
 
 def head_count_curves(heads: pd.DataFrame) -> go.Figure:
     """MuDAF Fig. 7: passage QA exact match and the target / mean retrieval F1 against the
-    number of heads MuDAF trains (``k``; 0 is Vanilla SFT)."""
+    number of heads MuDAF trains (``k``; 0 is Vanilla SFT), one trace per column, named by
+    ``HEAD_COUNT_NAMES``."""
     fig = go.Figure(
         [
-            go.Scatter(x=heads.k, y=heads[c], name=c, mode="lines+markers")
-            for c in ("exact_match", "target_f1", "mean_f1")
+            go.Scatter(
+                x=heads.k,
+                y=heads[c],
+                name=label,
+                mode="lines+markers",
+                hovertemplate=f"{label}<br>%{{x}} heads: %{{y:.3f}}<extra></extra>",
+            )
+            for c, label in HEAD_COUNT_NAMES.items()
         ]
     )
     fig.update_layout(
         title="MuDAF Fig. 7: number of selected heads (0 = Vanilla SFT)",
-        xaxis_title="selected heads",
+        xaxis=dict(title="heads trained contrastively", tickvals=list(heads.k)),
+        yaxis=dict(title="score (fraction, 0-1)", range=[-0.02, 1.02]),
         template="plotly_white",
     )
     return fig
 
 
 def method_bars(accuracy: pd.DataFrame, *, title: str) -> go.Figure:
-    """Exact match per method (``method``, ``exact_match``), one bar each, values written on."""
+    """Exact match per method (``method``, ``exact_match``), one bar each, values written on;
+    95 % Wilson intervals when the table counts its questions (``n``)."""
+    p = accuracy.exact_match.to_numpy(dtype=float)
+    error_y = None
+    if "n" in accuracy.columns:
+        bounds = [wilson(v * m, m) for v, m in zip(p, accuracy.n, strict=True)]
+        error_y = dict(
+            type="data",
+            symmetric=False,
+            array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
+            arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)],
+        )
     fig = go.Figure(
-        go.Bar(x=accuracy.method, y=accuracy.exact_match, text=accuracy.exact_match.round(2))
+        go.Bar(
+            x=accuracy.method,
+            y=p,
+            text=[f"{v:.2f}" for v in p],
+            textposition="inside",
+            insidetextanchor="start",
+            marker_color=PALETTE[1],
+            error_y=error_y,
+        )
     )
     fig.update_layout(
-        title=title, yaxis_title="exact match (teacher-forced)", template="plotly_white"
+        title=title,
+        xaxis_title="method",
+        yaxis=dict(title="exact match (teacher-forced, fraction of questions)", range=[0, 1.02]),
+        template="plotly_white",
     )
+    return fig
+
+
+def caption(fig: go.Figure, text: str) -> go.Figure:
+    """Write ``text`` (the model, the records behind each point) under ``fig``'s title."""
+    fig.update_layout(title_subtitle_text=text, margin_t=max(fig.layout.margin.t or 0, 110))
+    return fig
+
+
+def mark_window(
+    fig: go.Figure,
+    accuracy: pd.DataFrame,
+    *,
+    window: int | None,
+    unit: str = "lines",
+    note: str = "",
+) -> go.Figure:
+    """Mark the model's trained window (``window`` tokens) on a length axis (SEAL Table 2).
+
+    ``accuracy``: ``length`` in ``unit`` and, for lines, ``n_tokens`` (the records' mean
+    length): the line count at ``window`` tokens is read off a straight line through them and
+    the tokens are written under each line count. The axis is widened to show the mark;
+    ``note`` (the extensions' settings) goes in the corner."""
+    lengths = np.sort(accuracy.length.unique()).astype(float)
+    at = float(window) if window else None
+    if unit == "lines" and "n_tokens" in accuracy.columns:
+        tokens = accuracy.groupby("length").n_tokens.mean()
+        fig.update_xaxes(
+            title_text="lines in the record (below: mean tokens)",
+            tickvals=list(tokens.index),
+            ticktext=[f"{int(L)}<br>{t:,.0f} tok" for L, t in tokens.items()],
+        )
+        if window and len(tokens) > 1:
+            slope, offset = np.polyfit(tokens.index.to_numpy(float), tokens.to_numpy(float), 1)
+            at = (window - offset) / slope
+    else:
+        fig.update_xaxes(title_text=f"context length ({unit})")
+    if at is not None:
+        where = "" if unit == "tokens" else f"<br>(about {at:.0f} {unit})"
+        fig.add_vline(
+            x=at,
+            line=dict(color="#495057", dash="dot", width=2),
+            annotation=dict(
+                text=f"max_position_embeddings<br>{window:,} tokens{where}",
+                xanchor="right",
+                yanchor="top",
+                font_size=11,
+            ),
+            annotation_position="top left",
+        )
+        step = max((lengths.max() - lengths.min()) / 20, 1.0)
+        fig.update_xaxes(range=[min(lengths.min(), at) - step, max(lengths.max(), at) + step])
+    if note:
+        fig.add_annotation(
+            text=note,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=1.0,
+            xanchor="left",
+            yanchor="bottom",
+            showarrow=False,
+            font=dict(size=11, color="#495057"),
+        )
     return fig

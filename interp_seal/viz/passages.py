@@ -4,7 +4,8 @@
   token's attention summed over each passage. Column ``#0`` is the text before the first
   passage (where attention sinks live); ``#i`` is LongBench's ``Passage i`` (passage id
   ``i - 1``); golden passages are boxed.
-- ``head_score_heatmap``: any per-head score (MuDAF F1/EM, copy-paste score) as layer x head.
+- ``head_score_heatmap``: any per-head score (MuDAF F1/EM, copy-paste score) as layer x head;
+  a signed one (a difference between models, MuDAF Fig. 9) on the signed scale about 0.
 - ``ranked_score_curve``: MuDAF Fig. 3, scores of all heads ranked by the first one.
 - ``masking_bars``: MuDAF Fig. 4, task score per masking strategy and mode (random heads
   averaged over seeds, with their spread).
@@ -21,6 +22,7 @@ from plotly.subplots import make_subplots
 
 from interp_seal.analysis.retrieval_scores import PassageAttention
 from interp_seal.analysis.statistics import wilson
+from interp_seal.viz.colors import SIGNED, symmetric_range
 from interp_seal.viz.evaluation import PROPORTIONS, wilson_error_y
 
 
@@ -77,25 +79,43 @@ def passage_heatmap(
     return fig
 
 
+SCORE_NAMES = {"f1": "retrieval F1", "em": "retrieval EM", "diff": "difference (F1)"}
+MASKING_NAMES = {
+    "exact_match": "exact match (teacher-forced, fraction of questions)",
+    "qa_f1": "QA F1 (0-1)",
+}
+
+
 def head_score_heatmap(
     heads: pd.DataFrame, *, value: str = "f1", title: str | None = None
 ) -> go.Figure:
-    """A layer x head heatmap of column ``value`` of a per-head table (``layer``, ``head``)."""
+    """A layer x head heatmap of column ``value`` of a per-head table (``layer``, ``head``).
+
+    Scores that are never negative go on a sequential scale from 0; a signed column (a
+    difference such as MuDAF minus SFT) goes on the signed scale (``colors.SIGNED``: blue
+    positive, red negative) centred on 0 with a symmetric range."""
     missing = {"layer", "head", value} - set(heads.columns)
     if missing:
         raise ValueError(f"the head table lacks columns {sorted(missing)}")
     grid = heads.pivot(index="layer", columns="head", values=value).sort_index()
+    z = grid.to_numpy(dtype=float)
+    if np.nanmin(z) < 0:
+        extent = symmetric_range(z)
+        scale = dict(colorscale=SIGNED, zmid=0, zmin=-extent, zmax=extent)
+    else:
+        scale = dict(colorscale="Viridis", zmin=0)
+    name = SCORE_NAMES.get(value, value)
     return go.Figure(
         data=go.Heatmap(
-            z=grid.to_numpy(dtype=float),
+            z=z,
             x=[str(h) for h in grid.columns],
             y=[str(layer) for layer in grid.index],
-            colorscale="Viridis",
-            colorbar_title=value,
-            hovertemplate=f"layer %{{y}}, head %{{x}}<br>{value} %{{z:.3f}}<extra></extra>",
+            colorbar_title=name,
+            hovertemplate=f"layer %{{y}}, head %{{x}}<br>{name} %{{z:.3f}}<extra></extra>",
+            **scale,
         ),
         layout=go.Layout(
-            title=title or f"Retrieval score per head ({value})",
+            title=title or f"Retrieval score per head ({name})",
             xaxis_title="head",
             yaxis=dict(title="layer", autorange="reversed"),
             template="plotly_white",
@@ -114,21 +134,27 @@ def ranked_score_curve(
     if missing:
         raise ValueError(f"the head table lacks columns {sorted(missing)}")
     ranked = heads.sort_values(list(values), ascending=False)
-    names = [f"{layer}.{head}" for layer, head in zip(ranked["layer"], ranked["head"], strict=True)]
+    names = [
+        f"L{layer}H{head}" for layer, head in zip(ranked["layer"], ranked["head"], strict=True)
+    ]
+    first = SCORE_NAMES.get(values[0], values[0])
     return go.Figure(
         data=[
             go.Scatter(
                 x=np.arange(1, len(ranked) + 1),
                 y=ranked[v],
-                mode="lines",
-                name=v,
+                mode="lines+markers",
+                name=SCORE_NAMES.get(v, v),
                 customdata=names,
-                hovertemplate="head %{customdata}<br>%{y:.3f}<extra>" + v + "</extra>",
+                hovertemplate="%{customdata}, rank %{x}<br>%{y:.3f}<extra>" + v + "</extra>",
             )
             for v in values
         ],
         layout=go.Layout(
-            title=title, xaxis_title="head rank", yaxis_title="score", template="plotly_white"
+            title=title,
+            xaxis=dict(title=f"head rank (by {first}, of {len(ranked)} heads)"),
+            yaxis=dict(title="retrieval score (fraction, 0-1)", range=[-0.02, 1.02]),
+            template="plotly_white",
         ),
     )
 
@@ -187,8 +213,8 @@ def masking_bars(
     fig.update_layout(
         title=title or f"Masking heads: {metric}",
         barmode="group",
-        xaxis_title="masking mode",
-        yaxis_title=metric,
+        xaxis_title="masking mode (zero: head output 0; uniform: uniform attention)",
+        yaxis_title=MASKING_NAMES.get(metric, metric),
         template="plotly_white",
     )
     if wilson_bars:

@@ -3,6 +3,7 @@ and scale-table curves. Pure functions: a sweep table in, a plotly ``Figure`` ou
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -17,9 +18,11 @@ QUADRANT_COLORS = dict(
 METRIC_NAMES = {"exact_match": "exact match", "answer_logprob": "answer log-prob"}
 
 
-def head_delta_heatmap(table: pd.DataFrame, *, metric: str = "exact_match") -> go.Figure:
+def head_delta_heatmap(
+    table: pd.DataFrame, *, metric: str = "exact_match", unit: str = "lines"
+) -> go.Figure:
     """Layer x head heatmap of the change in ``metric`` when each head is ablated, one panel
-    per length (SEAL Fig. 2b as a grid)."""
+    per length in ``unit`` (SEAL Fig. 2b as a grid)."""
     rows = _rows(table, metric)
     return _delta_panels(
         rows,
@@ -28,12 +31,16 @@ def head_delta_heatmap(table: pd.DataFrame, *, metric: str = "exact_match") -> g
         title=f"Change in {METRIC_NAMES.get(metric, metric)} when one head is ablated",
         x_title="head",
         y_title="layer",
+        scale_title=f"change in<br>{METRIC_NAMES.get(metric, metric)}",
+        unit=unit,
     )
 
 
-def channel_map(table: pd.DataFrame, *, metric: str = "exact_match") -> go.Figure:
+def channel_map(
+    table: pd.DataFrame, *, metric: str = "exact_match", unit: str = "lines"
+) -> go.Figure:
     """Head x channel heatmap of the change in ``metric`` when each channel is ablated, one
-    panel per length (SEAL Fig. 2c)."""
+    panel per length in ``unit`` (SEAL Fig. 2c)."""
     rows = _rows(table, metric)
     if rows["channel"].isna().any():
         raise ValueError("channel_map needs a channel sweep table (channel_sweep)")
@@ -45,15 +52,31 @@ def channel_map(table: pd.DataFrame, *, metric: str = "exact_match") -> go.Figur
         index="unit",
         columns="channel",
         title=f"Change in {METRIC_NAMES.get(metric, metric)} when one channel is ablated",
-        x_title="channel",
+        x_title="channel (dimension of the head's output)",
         y_title="head",
+        scale_title=f"change in<br>{METRIC_NAMES.get(metric, metric)}",
+        unit=unit,
     )
 
 
-def quadrant_scatter(quadrants: HeadQuadrants) -> go.Figure:
+def quadrant_scatter(
+    quadrants: HeadQuadrants, *, unit: str = "lines", labels: int = 6
+) -> go.Figure:
     """Pruning delta at the mid length (x) against the long length (y), coloured by quadrant
-    (SEAL Fig. 2b), with the Pearson correlation in the title."""
-    heads = quadrants.heads
+    (SEAL Fig. 2b), with the Pearson correlation in the title.
+
+    Only the notable heads are named on the plot, so that names never pile up: every head
+    outside Q3 and the axis (the few whose pruning helps somewhere) and the ``labels`` heads
+    farthest from the origin, each kept only if it does not crowd a name already placed;
+    hovering any point names its head. ``unit``: what the lengths count.
+    """
+    heads = quadrants.heads.assign(
+        name=[
+            f"L{a}H{b}" for a, b in zip(quadrants.heads.layer, quadrants.heads["head"], strict=True)
+        ]
+    )
+    named = _label_heads(heads, labels)
+    metric = METRIC_NAMES.get(quadrants.metric, quadrants.metric)
     fig = go.Figure()
     for q in QUADRANTS:
         part = heads[heads.quadrant == q]
@@ -64,31 +87,64 @@ def quadrant_scatter(quadrants: HeadQuadrants) -> go.Figure:
                 x=part.delta_mid,
                 y=part.delta_long,
                 mode="markers+text",
-                text=[f"L{lay}H{h}" for lay, h in zip(part.layer, part["head"], strict=True)],
-                textposition="top center",
+                text=[n if n in named else "" for n in part.name],
+                customdata=part.name,
+                textposition=[named.get(n, "top center") for n in part.name],
                 marker={"color": QUADRANT_COLORS[q], "size": 9},
                 name=f"{q} ({len(part)})",
+                hovertemplate=f"%{{customdata}}<br>change at {quadrants.mid} {unit} %{{x:+.3f}}"
+                f"<br>change at {quadrants.long} {unit} %{{y:+.3f}}<extra>{q}</extra>",
             )
         )
     fig.add_hline(y=0, line={"color": "black", "width": 1})
     fig.add_vline(x=0, line={"color": "black", "width": 1})
-    name = METRIC_NAMES.get(quadrants.metric, quadrants.metric)
     fig.update_layout(
-        title=f"Head pruning: change in {name} (Pearson r = {quadrants.pearson:.2f})",
-        xaxis_title=f"delta at length {quadrants.mid}",
-        yaxis_title=f"delta at length {quadrants.long}",
+        title=f"Head pruning: change in {metric} (Pearson r = {quadrants.pearson:.2f}); "
+        "notable heads named, hover for the rest",
+        xaxis_title=f"change in {metric} at {quadrants.mid} {unit}",
+        yaxis_title=f"change in {metric} at {quadrants.long} {unit}",
         template="plotly_white",
     )
     return fig
 
 
+LABEL_BOX = (0.09, 0.06)  # a name's width and height, in fractions of the axes' spans
+
+
+def _label_heads(heads: pd.DataFrame, labels: int) -> dict[str, str]:
+    """Name -> text position for the names to write: heads off Q3 / the axis first, then the
+    farthest from the origin; each goes above its point, else below, and is dropped if both
+    would overlap a name already placed (boxes of ``LABEL_BOX`` in fractions of the axes)."""
+    x, y = heads.delta_mid.to_numpy(float), heads.delta_long.to_numpy(float)
+    x = x / max(float(np.ptp(x)), 1e-9)
+    y = y / max(float(np.ptp(y)), 1e-9)
+    width, height = LABEL_BOX
+    rare = ~heads.quadrant.isin(["Q3", "axis"]).to_numpy()
+    order = sorted(range(len(heads)), key=lambda i: (not rare[i], -np.hypot(x[i], y[i])))
+    boxes: list[tuple[float, float]] = []  # centres of the names placed
+    named: dict[str, str] = {}
+    for i in order:
+        if not rare[i] and len(named) >= labels + int(rare.sum()):
+            break
+        for position, dy in (("top center", 0.6 * height), ("bottom center", -0.6 * height)):
+            centre = (x[i], y[i] + dy)
+            free = all(
+                abs(centre[0] - cx) >= width or abs(centre[1] - cy) >= height for cx, cy in boxes
+            )
+            if free:
+                boxes.append(centre)
+                named[heads.name.iloc[i]] = position
+                break
+    return named
+
+
 def scale_table_curves(
-    table: pd.DataFrame, *, metric: str = "exact_match", n: int | None = None
+    table: pd.DataFrame, *, metric: str = "exact_match", n: int | None = None, unit: str = "lines"
 ) -> go.Figure:
     """``metric`` against length for each scale table and the baseline (SEAL Fig. 2d).
 
     ``n``: records per length (the sweep's table does not count them); with it, exact match
-    and first token carry 95 % Wilson intervals."""
+    and first token carry 95 % Wilson intervals. ``unit``: what the lengths count."""
     rows = _rows(table, metric)
     bars = n is not None and metric in PROPORTIONS
 
@@ -120,9 +176,12 @@ def scale_table_curves(
             )
         )
     fig.update_layout(
-        title=f"{METRIC_NAMES.get(metric, metric)} under multi-head scale tables",
-        xaxis_title="length",
-        yaxis_title=METRIC_NAMES.get(metric, metric),
+        title=f"{METRIC_NAMES.get(metric, metric).capitalize()} under multi-head scale tables "
+        "(Q1: heads whose pruning helps, Q3: hurts)",
+        xaxis_title=f"{unit} in the record",
+        yaxis_title=f"{METRIC_NAMES.get(metric, metric)} (fraction of records)"
+        if metric in PROPORTIONS
+        else METRIC_NAMES.get(metric, metric),
         template="plotly_white",
     )
     return fig
@@ -138,16 +197,24 @@ def _rows(table: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _delta_panels(
-    rows: pd.DataFrame, *, index: str, columns: str, title: str, x_title: str, y_title: str
+    rows: pd.DataFrame,
+    *,
+    index: str,
+    columns: str,
+    title: str,
+    x_title: str,
+    y_title: str,
+    scale_title: str = "change",
+    unit: str = "lines",
 ) -> go.Figure:
-    """One delta heatmap per length, on a shared signed colour scale (``colors.SIGNED``)
-    symmetric about 0."""
+    """One delta heatmap per length (``unit``), on a shared signed colour scale
+    (``colors.SIGNED``) symmetric about 0, its colour bar titled ``scale_title``."""
     lengths = sorted(rows.length.unique())
     extent = symmetric_range(rows.delta.to_numpy(dtype=float))
     fig = make_subplots(
         rows=1,
         cols=len(lengths),
-        subplot_titles=[f"length {n}" for n in lengths],
+        subplot_titles=[f"{n} {unit}" for n in lengths],
         shared_yaxes=True,
     )
     for col, length in enumerate(lengths, start=1):
@@ -171,7 +238,7 @@ def _delta_panels(
             "colorscale": SIGNED,
             "cmin": -extent,
             "cmax": extent,
-            "colorbar": {"title": {"text": "change"}},
+            "colorbar": {"title": {"text": scale_title}},
         },
         template="plotly_white",
     )
