@@ -52,6 +52,7 @@ from interp_seal.viz.attribution import set_dla
 from interp_seal.viz.colors import symmetric_range
 from interp_seal.viz.dashboard import set_accuracy, set_edits
 from interp_seal.widgets.files import head_scales, write_head_scale_file
+from interp_seal.widgets.redraw import redraw
 from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
 
 DEFAULT_LENGTHS = (40, 80, 120, 160)  # lines: where the organism v2 degrades (docs/organism.md)
@@ -596,14 +597,7 @@ class Dashboard:
             pads = [first.assign(channel=c, value=np.nan, delta=np.nan) for c in missing]
             table = pd.concat([table, *pads], ignore_index=True).sort_values("channel")
         figure = channel_map(table, metric=self.metric)
-        if self.channel_figure is None or len(self.channel_figure.data) != len(figure.data):
-            self.channel_figure = go.FigureWidget(figure)
-            self.channels.children = (self.channel_figure,)
-            return
-        with self.channel_figure.batch_update():
-            for shown, new in zip(self.channel_figure.data, figure.data, strict=True):
-                shown.update(x=new.x, y=new.y, z=new.z)
-            self.channel_figure.layout.update(figure.layout)
+        self.channel_figure = redraw(self.channel_figure, figure, self.channels)
 
     def _render_controls(self) -> None:
         """Everything that follows the state without computing: the grid, the slider and

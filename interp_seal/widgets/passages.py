@@ -19,7 +19,6 @@ from html import escape
 import ipywidgets as w
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import torch
 
 from interp_seal.analysis import capture_attention_rows
@@ -28,6 +27,7 @@ from interp_seal.evaluation import encode_samples
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Sample
 from interp_seal.viz import head_score_heatmap, passage_heatmap
+from interp_seal.widgets.redraw import redraw
 
 
 def head_scores(attention: np.ndarray, golden, eps: float) -> pd.DataFrame:
@@ -91,22 +91,26 @@ class PassageExplorer:
         display(self.widget)
 
     def _render(self) -> None:
-        """New figures for the layer and threshold (built complete, see ``dashboard.py``)."""
-        columns = []
+        """The figures for the layer and threshold: built once, then redrawn in place
+        (``redraw.py``)."""
         for name, att in self.attention.items():
             self.scores[name] = head_scores(att.attention, att.golden, self.eps.value)
-            fig = go.FigureWidget(
-                passage_heatmap(att, layers=[self.layer.value], title=f"{name}: passage attention")
+            attention = passage_heatmap(
+                att, layers=[self.layer.value], title=f"{name}: passage attention"
             )
-            fig.data[0].on_click(lambda _t, points, _s, name=name: self._on_cell(name, points))
-            score = go.FigureWidget(
-                head_score_heatmap(
-                    self.scores[name], title=f"{name}: MuDAF F1 per head (eps {self.eps.value:.2f})"
+            score = head_score_heatmap(
+                self.scores[name], title=f"{name}: MuDAF F1 per head (eps {self.eps.value:.2f})"
+            )
+            previous = self.figures.get(name)
+            self.figures[name] = redraw(previous, attention)
+            self.score_figures[name] = redraw(self.score_figures.get(name), score)
+            if self.figures[name] is not previous:
+                self.figures[name].data[0].on_click(
+                    lambda _t, points, _s, name=name: self._on_cell(name, points)
                 )
-            )
-            self.figures[name], self.score_figures[name] = fig, score
-            columns.append(w.VBox([fig, score]))
-        self.panels.children = columns
+        self.panels.children = [
+            w.VBox([self.figures[name], self.score_figures[name]]) for name in self.attention
+        ]
 
     def _on_cell(self, name: str, points) -> None:
         if points.xs:

@@ -30,6 +30,7 @@ from interp_seal.interventions import Head, ablate, scale_table
 from interp_seal.models import ModelSpec
 from interp_seal.viz import channel_map, quadrant_map, scale_table_curves
 from interp_seal.widgets.files import write_head_scale_file
+from interp_seal.widgets.redraw import redraw
 from interp_seal.widgets.state import check_head
 
 LINE = re.compile(r"^\s*L(\d+)\s*H(\d+)\s*[x*]\s*([0-9.eE+-]+)\s*$")
@@ -98,6 +99,8 @@ class QuadrantExplorer:
         self.curves: pd.DataFrame | None = None
         self.message = w.HTML()
         self.map_box, self.channel_box, self.curve_box = w.Box(), w.Box(), w.Box()
+        self.channel_figure: go.FigureWidget | None = None
+        self.curve_figure: go.FigureWidget | None = None
         self.load(head_table, mid=mid, long=long, channel_table=channel_table)
         self.factor = w.FloatText(value=0.9, description="factor")
         self.quadrant = w.Dropdown(options=["Q1", "Q2", "Q3", "Q4"], description="quadrant")
@@ -215,12 +218,10 @@ class QuadrantExplorer:
         """Show ``head``'s channel map (SEAL Fig. 2c)."""
         try:
             check_head(self.handle.spec, head)
-            self.channel_figure = go.FigureWidget(
-                channel_map(self.channel_rows(head), metric=self.metric)
-            )
+            figure = channel_map(self.channel_rows(head), metric=self.metric)
         except ValueError as err:
             return self._say(str(err), error=True)
-        self.channel_box.children = (self.channel_figure,)
+        self.channel_figure = redraw(self.channel_figure, figure, self.channel_box)
         self._say(f"channel map of L{head[0]}H{head[1]}")
 
     def evaluate(self) -> None:
@@ -233,8 +234,8 @@ class QuadrantExplorer:
             labels={"table": "edited"}, intervention=scale_table(self.handle.spec, table)
         )
         self.curves = self.evaluator.sweep([unit])
-        self.curve_figure = go.FigureWidget(scale_table_curves(self.curves, metric=self.metric))
-        self.curve_box.children = (self.curve_figure,)
+        figure = scale_table_curves(self.curves, metric=self.metric)
+        self.curve_figure = redraw(self.curve_figure, figure, self.curve_box)
         self._say(f"evaluated {len(table)} heads")
 
     def save(self, path: str | os.PathLike) -> None:
