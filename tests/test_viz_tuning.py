@@ -51,7 +51,12 @@ def test_scale_heatmap_head_and_channel_layouts():
     scales = torch.arange(2 * 3, dtype=torch.float32).reshape(2, 3, 1) / 10 + 0.8
     fig = scale_heatmap(scales)
     np.testing.assert_allclose(np.asarray(fig.data[0].z), scales[..., 0].numpy())
-    assert fig.data[0].zmid == 1.0 and list(fig.data[0].x) == ["0", "1", "2"]
+    # the edit scale, 1 (unchanged) at its white middle
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.0, 2.0) and list(fig.data[0].x) == [
+        "0",
+        "1",
+        "2",
+    ]
 
     channels = torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(0))
     fig = scale_heatmap(channels)

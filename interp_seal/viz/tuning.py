@@ -24,6 +24,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from interp_seal.viz.colors import EDITS
 from interp_seal.viz.evaluation import PROPORTIONS, wilson_error_y
 
 METRIC_LABELS = {
@@ -113,10 +114,10 @@ def scale_heatmap(scales: torch.Tensor | np.ndarray, *, title: str | None = None
             z=z,
             x=x,
             y=y,
-            colorscale="RdBu",
-            reversescale=True,  # red = scaled up
-            zmid=1.0,
-            colorbar={"title": {"text": "scale"}},
+            colorscale=EDITS,  # the edit scale: grey turned down, white 1, orange up
+            zmin=0.0,
+            zmax=2.0,
+            colorbar={"title": {"text": "scale"}, "tickvals": [0, 0.5, 1, 1.5, 2]},
             hovertemplate=f"{axes[1]} %{{y}}, {axes[0]} %{{x}}<br>scale %{{z:.4f}}<extra></extra>",
         )
     )

@@ -98,7 +98,7 @@ class Dashboard:
         self.lock = lock or nullcontext()
         spec = self.handle.spec
         self.state = state or DashboardState(
-            model=self.handle.name_or_path,
+            model=self.name,
             geometry=spec.as_dict(),
             dla_length=evaluator.lengths[-1],
         )
