@@ -23,9 +23,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from interp_seal.analysis.quadrants import HeadQuadrants
-from interp_seal.analysis.statistics import wilson
 from interp_seal.interventions import Head
 from interp_seal.viz.colors import EDITS
+from interp_seal.viz.evaluation import wilson_error_y
 from interp_seal.viz.sweeps import METRIC_NAMES, QUADRANT_COLORS
 
 FACTOR_SPAN = (0.0, 2.0)  # the edit colour scale: pruned .. kept .. doubled
@@ -169,19 +169,7 @@ def set_accuracy(
         values = [v if math.isfinite(v) else None for v in values]  # NaN: not computed yet
         trace.y = values
         if records and metric == "exact_match":
-            up, down = [], []
-            for x, v in zip(lengths, values, strict=True):
-                lo, hi = wilson(v * records[x], records[x]) if v is not None else (None, None)
-                up.append(None if v is None else hi - v)
-                down.append(None if v is None else v - lo)
-            trace.error_y = {
-                "type": "data",
-                "symmetric": False,
-                "array": up,
-                "arrayminus": down,
-                "thickness": 1.5,
-                "width": 4,
-            }
+            trace.error_y = wilson_error_y(values, [records[x] for x in lengths])
 
 
 def quadrant_map(quadrants: HeadQuadrants) -> go.Figure:

@@ -21,18 +21,20 @@ PROPORTIONS = ("exact_match", "first_token")
 NIAH_COLORSCALE = [[0.0, "#F0496E"], [0.5, "#EBB839"], [1.0, "#0CD79F"]]
 
 
-def wilson_error_y(p: Sequence[float], n: Sequence[float]) -> dict:
+def wilson_error_y(p: Sequence[float | None], n: Sequence[float]) -> dict:
     """Plotly ``error_y`` spanning the 95 % Wilson interval of each proportion ``p[i]`` of
-    ``n[i]`` records (asymmetric: the interval stays inside [0, 1])."""
-    p, n = [float(v) for v in p], [float(v) for v in n]
-    bounds = [wilson(v * m, m) for v, m in zip(p, n, strict=True)]
-    return dict(
-        type="data",
-        symmetric=False,
-        thickness=1,
-        array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
-        arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)],
-    )
+    ``n[i]`` records (asymmetric: the interval stays inside [0, 1]); a ``None`` proportion (not
+    computed yet) gets no bar."""
+    up, down = [], []
+    for v, m in zip(p, n, strict=True):
+        if v is None:
+            up.append(None)
+            down.append(None)
+            continue
+        lo, hi = wilson(float(v) * float(m), float(m))
+        up.append(hi - float(v))
+        down.append(float(v) - lo)
+    return dict(type="data", symmetric=False, thickness=1, array=up, arrayminus=down)
 
 
 def accuracy_figure(

@@ -23,8 +23,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp_seal.analysis.statistics import wilson
 from interp_seal.viz.colors import SIGNED, symmetric_range
+from interp_seal.viz.evaluation import wilson_error_y
 from interp_seal.viz.tuning import method_accuracy
 
 BLUE, RED = "#2166ac", "#b2182b"  # the ends of SIGNED (RdBu): helps / hurts the answer
@@ -32,8 +32,8 @@ PALETTE = ("#495057", "#1c7ed6", "#e8590c", "#2f9e44", "#9c36b5", "#f08c00", "#0
 
 
 def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match") -> go.Figure:
-    """``viz.tuning.method_accuracy`` with 95 % Wilson intervals (rows need ``n``); with an
-    ``n_tokens`` column each line count is labelled with its records' mean length in tokens."""
+    """``viz.tuning.method_accuracy`` (95 % Wilson intervals: rows need ``n``) on a fixed 0-1
+    axis; with an ``n_tokens`` column each line count is labelled with its records' mean length in tokens."""
     fig = method_accuracy(table, metric=metric, title=title)
     fig.update_yaxes(title_text="exact match (fraction of records)", range=[-0.02, 1.02])
     if "n_tokens" in table.columns:
@@ -42,17 +42,6 @@ def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match
             title_text="lines in the record (below: mean tokens)",
             tickvals=list(tokens.index),
             ticktext=[f"{L}<br>{t:,.0f} tok" for L, t in tokens.items()],
-        )
-    for trace, (_, rows) in zip(fig.data, table.groupby("method", sort=False), strict=True):
-        rows = rows.sort_values("length")
-        bounds = [wilson(p * n, n) for p, n in zip(rows[metric], rows.n, strict=True)]
-        p = rows[metric].to_numpy()
-        trace.error_y = dict(
-            type="data",
-            symmetric=False,
-            thickness=1,
-            array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
-            arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)],
         )
     return fig
 
@@ -307,15 +296,7 @@ def method_bars(accuracy: pd.DataFrame, *, title: str) -> go.Figure:
     """Exact match per method (``method``, ``exact_match``), one bar each, values written on;
     95 % Wilson intervals when the table counts its questions (``n``)."""
     p = accuracy.exact_match.to_numpy(dtype=float)
-    error_y = None
-    if "n" in accuracy.columns:
-        bounds = [wilson(v * m, m) for v, m in zip(p, accuracy.n, strict=True)]
-        error_y = dict(
-            type="data",
-            symmetric=False,
-            array=[hi - v for (_, hi), v in zip(bounds, p, strict=True)],
-            arrayminus=[v - lo for (lo, _), v in zip(bounds, p, strict=True)],
-        )
+    error_y = wilson_error_y(p, accuracy.n) if "n" in accuracy.columns else None
     fig = go.Figure(
         go.Bar(
             x=accuracy.method,
