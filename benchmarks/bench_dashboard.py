@@ -31,7 +31,7 @@ records (one torch thread): from the mouse click to the cell's new colour
 (``dashboard_first_feedback_s``, the mean over the clicks; ``first_feedback_max_s`` the worst)
 and to the finished update, minus the kernel's own compute time for it
 (``dashboard_browser_overhead_s``: what the widgets and the browser add; ``browser_final_s``
-the whole wait). ``--screenshots DIR`` saves the page at 800 and 1600 px wide after the clicks
+the whole wait; ``click_bytes``: what the page's websockets received per click). ``--screenshots DIR`` saves the page at 800 and 1600 px wide after the clicks
 (``dashboard_800.png``, ``dashboard_1600.png``).
 
 An edit of layer ``l`` recomputes ``L - l`` layers, so edits near the top are cheapest; the mean
@@ -156,7 +156,7 @@ def browser_timings(model: str, heads, args) -> str:
                 print(
                     f"browser: prune L{head[0]}H{head[1]}: cell after "
                     f"{timing.first_feedback_s:.3f} s, done after {timing.final_s:.3f} s "
-                    f"(kernel {timing.compute_s:.3f} s)"
+                    f"(kernel {timing.compute_s:.3f} s), {timing.received_bytes:,} bytes received"
                 )
                 timings.append(timing)
                 click_head(page, head)  # prune -> scale
@@ -181,6 +181,7 @@ def browser_timings(model: str, heads, args) -> str:
         f"first_feedback_max_s={max(t.first_feedback_s for t in timings):.3f} "
         f"browser_final_s={mean([t.final_s for t in timings]):.3f} "
         f"overhead_max_s={max(t.overhead_s for t in timings):.3f} "
+        f"click_bytes={mean([t.received_bytes for t in timings]):.0f} "
     )
 
 

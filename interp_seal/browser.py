@@ -127,8 +127,15 @@ def serve_dashboard(
 
 
 def open_dashboard(browser, url: str, *, width: int = 1400, height: int = 1600):
-    """A page on the dashboard at ``url``, returned once its accuracy figure is drawn."""
+    """A page on the dashboard at ``url``, returned once its accuracy figure is drawn. The page
+    counts the bytes its websockets receive (``received_bytes(page)``)."""
     page = browser.new_page(viewport={"width": width, "height": height})
+    received = page.received_bytes = [0]
+
+    def watch(ws) -> None:
+        ws.on("framereceived", lambda payload: received.__setitem__(0, received[0] + len(payload)))
+
+    page.on("websocket", watch)
     page.goto(url, timeout=60_000)
     page.wait_for_function(SHOWN, arg="vs context length", timeout=300_000)
     page.wait_for_function(STATUS, timeout=60_000)
@@ -153,6 +160,7 @@ class ClickTiming:
     first_feedback_s: float  # the cell's new colour
     final_s: float  # the status says the update is done
     compute_s: float  # the kernel's own time for the update (its status says)
+    received_bytes: int  # what the page's websockets received meanwhile
 
     @property
     def overhead_s(self) -> float:
@@ -165,6 +173,7 @@ def click_head(page, head: tuple[int, int], *, timeout_ms: int = 120_000) -> Cli
     before_cell = page.evaluate(CELL_VALUE, list(head))
     before = page.evaluate(STATUS)["update"]
     x, y = page.evaluate(CELL_POSITION, list(head))
+    start_bytes = page.received_bytes[0]
     start_s = time.perf_counter()
     page.mouse.click(x, y)
     page.wait_for_function(
@@ -180,7 +189,8 @@ def click_head(page, head: tuple[int, int], *, timeout_ms: int = 120_000) -> Cli
         timeout=timeout_ms,
     )
     final = time.perf_counter() - start_s
-    return ClickTiming(first, final, float(page.evaluate(STATUS)["compute"]))
+    compute = float(page.evaluate(STATUS)["compute"])
+    return ClickTiming(first, final, compute, page.received_bytes[0] - start_bytes)
 
 
 def grid_cells_inside(page) -> bool:

@@ -44,6 +44,7 @@ LENGTHS, N = (20, 40, 60, 80), 20  # benchmarks/bench_dashboard.py's sizes
 LAB_LENGTHS, LAB_N = (10, 60), 4
 FIRST_FEEDBACK_S = 0.3  # click -> the cell changes colour
 OVERHEAD_S = 0.3  # click -> done, beyond the kernel's compute time
+CLICK_BYTES = 500_000  # what a click may send the page
 
 
 @pytest.fixture
@@ -105,6 +106,8 @@ def test_served_dashboard_answers_at_once_with_the_library_numbers(chromium, tmp
         for name, timing in timings.items():
             assert timing.first_feedback_s < FIRST_FEEDBACK_S, (name, timing)
             assert timing.overhead_s < OVERHEAD_S, (name, timing)
+            # changed values only: one new plotly figure widget alone would send ~5 MB
+            assert timing.received_bytes < CLICK_BYTES, (name, timing)
 
         page.set_viewport_size({"width": 800, "height": 1200})
         page.wait_for_timeout(300)  # the flex rows reflow
