@@ -58,6 +58,10 @@ CELL_POSITION = """([layer, head]) => {
 CELL_VALUE = """([layer, head]) => (FIND)('Head edits').data[0].z[layer][head]""".replace(
     "FIND", FIND_FIGURE
 )
+HOVERED = """([layer, head]) => {
+  const hover = (FIND)('Head edits')._hoverdata;
+  return Boolean(hover && hover.length && hover[0].x === head && hover[0].y === layer);
+}""".replace("FIND", FIND_FIGURE)
 STATUS = """() => {
   const el = document.querySelector('[data-update]');
   return el && {update: Number(el.dataset.update), compute: Number(el.dataset.computeS),
@@ -168,29 +172,57 @@ class ClickTiming:
         return self.final_s - self.compute_s
 
 
+WATCH_CLICK = """([head, cell, update]) => {
+  // in the page's own clock: the mouse press, the cell's new value, the finished update
+  const marks = window.__clickMarks = {press: null, cell: null, done: null};
+  document.addEventListener('mousedown', () => { marks.press = performance.now(); },
+                            {capture: true, once: true});
+  const status = STATUS;
+  const cellValue = CELL_VALUE;
+  const watch = () => {
+    const now = performance.now();
+    if (marks.press !== null && marks.cell === null && cellValue(head) !== cell) marks.cell = now;
+    const s = status();
+    if (marks.press !== null && s && s.update > update) { marks.done = now; return; }
+    requestAnimationFrame(watch);
+  };
+  requestAnimationFrame(watch);
+}""".replace("STATUS", STATUS).replace("CELL_VALUE", CELL_VALUE)
+
+
 def click_head(page, head: tuple[int, int], *, timeout_ms: int = 120_000) -> ClickTiming:
-    """Click ``head``'s cell with the mouse and wait until the page shows the finished update."""
+    """Click ``head``'s cell with the mouse and wait until the page shows the finished update.
+
+    Times are read in the page (``performance.now`` at the mouse press, and on the first
+    animation frame that shows the new cell value and the finished status), so that the
+    driver's own round trips are not counted."""
     before_cell = page.evaluate(CELL_VALUE, list(head))
     before = page.evaluate(STATUS)["update"]
     x, y = page.evaluate(CELL_POSITION, list(head))
     start_bytes = page.received_bytes[0]
-    start_s = time.perf_counter()
-    page.mouse.click(x, y)
+    # plotly reports a click on the point last hovered: hover the cell first, as a hand does
+    page.mouse.move(x, y)
+    page.wait_for_function(HOVERED, arg=list(head), polling="raf", timeout=timeout_ms)
+    page.evaluate(WATCH_CLICK, [list(head), before_cell, before])
+    page.mouse.down()
+    page.mouse.up()
     page.wait_for_function(
-        f"(h) => ({CELL_VALUE})(h) !== {before_cell!r}",
-        arg=list(head),
-        polling="raf",
-        timeout=timeout_ms,
+        "() => window.__clickMarks.done !== null", polling="raf", timeout=timeout_ms
     )
-    first = time.perf_counter() - start_s
-    page.wait_for_function(
-        f"() => {{ const s = ({STATUS})(); return s && s.update > {before}; }}",
-        polling="raf",
-        timeout=timeout_ms,
-    )
-    final = time.perf_counter() - start_s
+    marks = page.evaluate("() => window.__clickMarks")
+    if marks["cell"] is None:
+        raise AssertionError(
+            f"the cell of head {head} never changed on the page: marks {marks}, before "
+            f"{before_cell!r} / update {before}, now {page.evaluate(CELL_VALUE, list(head))!r}, "
+            f"status {page.evaluate(STATUS)}, grid {figure(page, 'Head edits')[0]['z']}"
+        )
     compute = float(page.evaluate(STATUS)["compute"])
-    return ClickTiming(first, final, compute, page.received_bytes[0] - start_bytes)
+    return ClickTiming(
+        (marks["cell"] - marks["press"]) / 1000,
+        (marks["done"] - marks["press"]) / 1000,
+        compute,
+        page.received_bytes[0] - start_bytes,
+    )
 
 
 def grid_cells_inside(page) -> bool:
