@@ -6,15 +6,28 @@ Panels, all driven by one ``DashboardState`` (``state.py``):
   prune -> scale (by the slider's factor) and locks it; moving the slider rescales the locked
   head when it is scaled;
 - the list of current edits, each with its own remove button, and undo / reset;
-- accuracy against context length, unedited (dashed) and edited: teacher-forced greedy exact
+- accuracy against context length, unedited (dashed) and edited (solid, under it), with 95 %
+  Wilson intervals: teacher-forced greedy exact
   match on a fixed set of LongEval records, computed by ``EditEvaluator`` from a cached clean run
   so that an edit costs only the layers from the lowest edited one up (SEAL Fig. 2d, live);
 - the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits;
-- the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c): with the
-  click toggle on "drill down", a click on a head locks it and opens its channels instead of
-  editing it;
+- the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c), filled
+  in ``CHANNEL_CHUNK`` channels at a time: with the click toggle on "channels", a click on a
+  head locks it and opens its channels instead of editing it;
 - save the edits as a per-head scale file (``interp-seal tune merge`` accepts it) or merge them
   into a checkpoint; the state as JSON, to copy, paste and restore.
+
+How a click feels: the widgets are built once and redrawn in place (``viz.dashboard.set_*``,
+``redraw.py``), so a click sends the page about 50 KB of changed values instead of new figure
+widgets (5 MB of plotly.js each). ``apply`` changes the grid cell, the edit list and a status
+line first, then fills the accuracy curve in length by length as ``EditEvaluator`` finishes
+each (a pending length is a gap, never an old number), then the DLA panel; the status says what
+is computing and, when done, how long the update took. A click made meanwhile waits for the
+running update (the kernel handles one event at a time), so every state shown is a real one.
+
+Colours mean one thing each (``viz.colors``): grey / white / orange for pruned / kept /
+amplified heads, blue / red for effects that help / hurt the answer, on ranges fixed per record
+(DLA: the record's unedited attribution) so that views compare.
 
 Bad input (a head outside the model, a state or scale file for another geometry, an unwritable
 path) shows a message in the widget; nothing is applied or written half-way. Forwards run under
