@@ -4,7 +4,6 @@ through kaleido (or a clear message without a browser), claims computed from the
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -368,7 +367,7 @@ def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):
     records = tmp_path / "work" / "points" / "records.jsonl"
     records.parent.mkdir(parents=True)
     key = json.dumps({"x": 1})
-    print_ = fingerprint(["organism", dataclasses.asdict(QUICK)], {"x": 1})
+    print_ = fingerprint(["organism", QUICK.as_dict()], {"x": 1})
     earlier = {"key": key, "fingerprint": print_, "values": {"y": 2}, "cpu_seconds": 7.5}
     earlier |= {"wall_seconds": 9.0, "run": "an-earlier-run"}
     records.write_text(json.dumps(earlier) + "\n")
@@ -383,3 +382,242 @@ def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):
     other = FigureRun("organism", DEFAULT, tmp_path, progress=False)
     with pytest.raises(ValueError, match="computed on a different input or setting"):
         other.rows("points", [{"x": 1}], lambda key: {"y": 0})
+
+
+# -- SmolLM2: the real-model gallery in --quick form -----------------------------------------
+SMOLLM2_FAST = (
+    "seal_fig4_dla",
+    "seal_table2_extension",
+    "mudaf_fig3_scores",
+    "mudaf_fig4_masking",
+)  # ~90 s of CPU; the rest of the quick gallery (tunings of five methods and MuDAF, the
+# 270-head sweeps) runs in the slow test
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_model("smollm2")
+
+
+@pytest.fixture(scope="module")
+def smollm2_gallery(tmp_path_factory, smollm2):
+    out = tmp_path_factory.mktemp("gallery") / "smollm2"
+    result = regenerate("smollm2", out, quick=True, only=list(SMOLLM2_FAST), progress=False)
+    return out, result
+
+
+def smollm2_format(samples, tokenizer, lead):
+    """The SmolLM2 preset's format built here by hand: lead-in forced, then its chat template."""
+    from interp_seal.tasks.chat import force_prefix, wrap_samples
+
+    return wrap_samples([force_prefix(s, lead(s)) for s in samples], "tokenizer", tokenizer)
+
+
+def smollm2_needles(tokenizer, lengths):
+    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+    from interp_seal.tasks import NeedleConfig, needle
+
+    cfg = NeedleConfig(context_lengths=lengths, depths=Q.needle_depths, answer="key_phrase")
+    return smollm2_format(needle.generate(cfg, tokenizer, Q.needle_n, 0), tokenizer, needle.lead_in)
+
+
+def smollm2_questions(tokenizer):
+    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+    from interp_seal.tasks import passages as P
+
+    raw = P.generate(PassagesConfig(num_passages=Q.retrieval_passages), Q.retrieval_n, 0)
+    return smollm2_format(raw, tokenizer, P.lead_in)
+
+
+def test_the_smollm2_preset_is_chosen_and_recorded():
+    from interp_seal.figures.sizes import SMOLLM2, SMOLLM2_QUICK, preset_sizes
+
+    assert preset_sizes("smollm2") is SMOLLM2
+    assert preset_sizes("smollm2", quick=True) is SMOLLM2_QUICK
+    assert preset_sizes("organism") is DEFAULT and preset_sizes("/some/ckpt", quick=True) is QUICK
+    d = SMOLLM2.as_dict()
+    assert (d["preset"], d["index_style"], d["chat_template"], d["lead_in"]) == (
+        "smollm2",
+        "integers",
+        "tokenizer",
+        True,
+    )
+    # the needle grid reaches 4K+ tokens and SEAL Table 2 runs past the 8K window
+    assert max(SMOLLM2.needle_lengths) >= 4000 and min(SMOLLM2.extension_lengths) > 8192
+    # the organism's sizes read back exactly as its committed run.json holds them
+    committed = json.loads(Path("figures/organism/run.json").read_text())
+    assert json.loads(json.dumps(DEFAULT.as_dict())) == committed["sizes"]
+    assert committed["model"] == "organism"
+
+
+def test_the_run_makes_every_sample_in_the_smollm2_format(smollm2, tmp_path):
+    """``FigureRun.samples`` against the evaluation's own record maker and the hand-built format:
+    the same prompts and answers for line records, needles, passage questions and tuning data."""
+    from interp_seal.evaluation import line_retrieval_samples
+    from interp_seal.figures.run import DATA_SEED
+    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    run = FigureRun("smollm2", Q, tmp_path, progress=False)
+    tok = smollm2.tokenizer
+    mine = run.line_records((3, 7), 2, seed=1)
+    theirs = line_retrieval_samples(
+        tok, (3, 7), n=2, seed=1, index_style="integers", chat_template="tokenizer"
+    )
+    for L in (3, 7):
+        assert [(s.prompt, s.answer) for s in mine[L]] == [(s.prompt, s.answer) for s in theirs[L]]
+    assert "line 1: REGISTER_CONTENT is <" in mine[3][0].prompt
+    needles = run.samples("needle", Q.needle_n, seed=0)
+    assert [s.prompt for s in needles] == [s.prompt for s in smollm2_needles(tok, Q.needle_lengths)]
+    for s in needles:  # the key phrase finishes the needle sentence the forced lead-in starts
+        sentence, key = s.prompt[slice(*s.needle)], s.answer.strip()
+        assert sentence.index(key) > 0 and "<|im_start|>assistant\n" in s.prompt
+        assert s.prompt.endswith("assistant\n" + sentence[: sentence.index(key)].rstrip())
+    questions = run.samples("passages", Q.retrieval_n, seed=0, size=Q.retrieval_passages)
+    assert [(s.prompt, s.answer) for s in questions] == [
+        (s.prompt, s.answer) for s in smollm2_questions(tok)
+    ]
+    for s in questions:
+        assert s.prompt.endswith(" is") or s.prompt.endswith(" born in")
+        assert s.answer.strip() in s.prompt[slice(*s.passages[s.golden[0]])]
+    train = run.tuning_samples()
+    assert len(train) == Q.tune_n and all(s.meta["num_lines"] == Q.tune_lines for s in train)
+    assert all("<|im_start|>assistant" in s.prompt for s in train)
+    evaluation = {s.prompt for s in run.samples("line_retrieval", Q.n, seed=0, size=Q.tune_lines)}
+    assert DATA_SEED != 0 and not evaluation & {s.prompt for s in train}
+
+
+@pytest.mark.timeout(1800)  # the fixture's regeneration; ~90 s of CPU, slower on a busy machine
+def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery, smollm2):
+    from interp_seal.analysis.retrieval_scores import passage_retrieval_scores
+    from interp_seal.evaluation import teacher_force
+    from interp_seal.figures.seal import past_the_window
+    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    out, result = smollm2_gallery
+    assert sorted(result.computed) == sorted(SMOLLM2_FAST)
+    run = json.loads((out / "run.json").read_text())
+    assert run["model"] == "smollm2" and run["sizes"]["preset"] == "smollm2-quick"
+    tok = smollm2.tokenizer
+    # SEAL Table 2 on needles: the base row is the hand-built needles scored as they are
+    t2 = tables(out, "seal_table2_extension")
+    acc = t2["accuracy"]
+    assert set(acc.length) == set(Q.extension_lengths)
+    assert (acc.n == Q.needle_n * len(Q.needle_depths)).all()
+    assert any((out / "work").glob("seal-c_*_needle*_extNTK*"))
+    L = Q.extension_lengths[0]
+    handle, _ = past_the_window(smollm2, None)
+    direct = [int(x.exact_match) for x in teacher_force(handle, smollm2_needles(tok, (L,)))]
+    rec = t2["records"]
+    got = rec[(rec.method == "base") & (rec.length == L)].sort_values("record").exact_match
+    assert got.tolist() == direct
+    claims = pd.read_csv(out / "claims.csv", keep_default_na=False, na_values=[""])
+    row = claims[claims.paper == "SEAL Table 2"].iloc[0]
+    assert f"at {L} tokens (needles)" in row.measured
+    # MuDAF: passage questions restated as their answer's start, in the template
+    questions = smollm2_questions(tok)
+    scores = teacher_force(smollm2, questions)
+    masking = tables(out, "mudaf_fig4_masking")["masking"]
+    none = masking[masking.strategy == "none"].iloc[0]
+    assert none.exact_match == pytest.approx(np.mean([s.exact_match for s in scores]))
+    assert none.n_samples == Q.retrieval_n
+    heads = tables(out, "mudaf_fig3_scores")["heads"].sort_values(["layer", "head"])
+    fresh = passage_retrieval_scores(smollm2, questions, progress=False).heads
+    fresh = fresh.sort_values(["layer", "head"])
+    np.testing.assert_allclose(heads.f1, fresh.f1, atol=1e-9)
+    np.testing.assert_array_equal(heads["rank"], fresh["rank"])
+    # SEAL Fig. 4: the direct effects add up to the logit difference on a templated record
+    dla = tables(out, "seal_fig4_dla")
+    attr = dla["attribution"]
+    logit = dla["logits"].set_index("method").logit["base"]
+    assert attr[attr.method == "base"].value.sum() == pytest.approx(logit, abs=1e-3)
+    correct = dla["logits"].target.iloc[0].split(" - ")[0]
+    assert correct.isdigit()  # the value's first digit, not the bare space that opens it
+
+
+@pytest.mark.slow
+def test_smollm2_quick_gallery_is_complete(smollm2_gallery, smollm2):
+    """The whole quick SmolLM2 gallery: every figure produced; Table 1 equal to the evaluation's
+    own numbers in SmolLM2's format, the needle grid to the hand-built needles, MuDAF Table 2 to
+    teacher forcing, the head sweep to a fresh one."""
+    from interp_seal.evaluation import line_retrieval_samples, teacher_force
+    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    out, _ = smollm2_gallery
+    result = regenerate("smollm2", out, quick=True, progress=False, png=False)
+    assert sorted(result.computed + result.reused) == sorted(f.name for f in FIGURES)
+    tok = smollm2.tokenizer
+    acc = tables(out, "seal_table1_methods")["accuracy"]
+    direct = evaluate_line_retrieval(
+        smollm2,
+        Q.lengths,
+        n=Q.n,
+        seed=0,
+        index_style="integers",
+        chat_template="tokenizer",
+        progress=False,
+    )
+    base = acc[acc.method == "base"].sort_values("length")
+    np.testing.assert_allclose(base.exact_match, direct.exact_match)
+    np.testing.assert_allclose(base.n_tokens, direct.n_tokens)
+    samples = smollm2_needles(tok, Q.needle_lengths)
+    fig5 = tables(out, "seal_fig5_needle")
+    expected = [int(x.exact_match) for x in teacher_force(smollm2, samples)]
+    rec = fig5["records"]
+    assert rec[rec.method == "base"].sort_values("record").exact_match.tolist() == expected
+    grid = fig5["grid"].groupby("method").exact_match.mean()
+    assert grid["base"] == pytest.approx(np.mean(expected))
+    claims = pd.read_csv(out / "claims.csv", keep_default_na=False, na_values=[""])
+    assert claims[claims.paper == "SEAL Fig. 5"].iloc[0].n == len(samples)
+    scores = teacher_force(smollm2, smollm2_questions(tok))
+    qa = tables(out, "mudaf_table2_methods")["accuracy"].set_index("method").loc["base"]
+    assert qa.exact_match == pytest.approx(np.mean([s.exact_match for s in scores]))
+    stored = tables(out, "seal_fig2b_quadrants")["sweep"]
+    records = line_retrieval_samples(
+        tok, (Q.mid, Q.long), n=Q.sweep_n, seed=0, index_style="integers", chat_template="tokenizer"
+    )
+    fresh = head_sweep(smollm2, records)
+    key = ["layer", "head", "length", "metric"]
+    a = stored.sort_values(key).reset_index(drop=True)
+    b = fresh.sort_values(key).reset_index(drop=True)
+    np.testing.assert_allclose(a.value, b.value, rtol=1e-5, atol=1e-6)
+
+
+def test_table2_reads_and_tunes_past_the_trained_window(tmp_path, organism):
+    """SEAL Table 2 on needles past the window (the SmolLM2 preset's form, here on the organism's
+    4,096 positions): the extensions' SEAL-C tunes there, every method is scored there, and the
+    base row is the model read past its window as is."""
+    import dataclasses
+
+    from interp_seal.evaluation import teacher_force
+    from interp_seal.figures import seal as S
+
+    window = organism.spec.max_positions
+    sizes = dataclasses.replace(
+        QUICK,
+        extension_task="needle",
+        extension_lengths=(window + 300,),
+        extension_tune_n=2,
+        needle_depths=(50,),
+    )
+    run = FigureRun("organism", sizes, tmp_path, progress=False)
+    t = S.table2_compute(run)
+    acc = t["accuracy"]
+    assert (acc.n_tokens > window).all() and (acc.n == 1).all()
+    assert set(acc.method) == {
+        "base",
+        "NTK",
+        "NTK + SEAL-C",
+        "Self-Extend",
+        "Self-Extend + SEAL-C",
+        "SEAL-C",
+    }
+    trained = sorted(p.name for p in (tmp_path / "work").glob("seal-c_*_needle*"))
+    assert len(trained) == 2 and all("_n2_" in name for name in trained)
+    assert organism.model.config.max_position_embeddings == window  # restored after tuning
+    with pytest.raises(ValueError, match="context window"):  # the plain path still refuses
+        teacher_force(organism, run.samples("needle", 1, seed=0, size=window + 300))
+    base = acc.set_index("method").loc["base"]
+    handle, _ = S.past_the_window(organism, None)
+    direct = teacher_force(handle, run.samples("needle", 1, seed=0, size=window + 300))
+    assert base.exact_match == pytest.approx(float(direct[0].exact_match))
+    assert base.n_tokens == direct[0].n_tokens

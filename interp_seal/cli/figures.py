@@ -3,6 +3,11 @@
     interp-seal figures --model organism --out figures/organism          # the committed gallery
     interp-seal figures --model organism --out /tmp/g --quick            # CI-sized
     interp-seal figures --model organism --out figures/organism --only seal_table1_methods
+    interp-seal figures --model smollm2 --out figures/smollm2 --threads 1    # the real model
+
+The model picks the sizes (``interp_seal.figures.sizes.preset_sizes``): ``smollm2`` gets the
+SmolLM2 preset (its task format and sizes, measured; ``--quick`` a small form of it), any other
+model the organism's; ``run.json`` records them.
 
 Resumable: rerun the same command with ``--resume`` after an interruption, or to add figures
 (``--only``) to a gallery; with all data present it only redraws.
@@ -23,7 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=Path, help="gallery directory (required unless --list)")
     add_resume_argument(p)
     p.add_argument("--only", nargs="+", metavar="NAME", help="figures to (re)generate")
-    p.add_argument("--quick", action="store_true", help="CI-sized experiments")
+    p.add_argument(
+        "--quick", action="store_true", help="CI-sized experiments (the model's small preset)"
+    )
     p.add_argument("--no-png", action="store_true", help="write data and HTML only")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     p.add_argument("--list", action="store_true", help="list the figures and exit")

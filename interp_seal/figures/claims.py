@@ -428,7 +428,8 @@ def extension_recovers(d: Data) -> Check:
         compare(t, f"{e} + SEAL-C", e, L, f"{e} + SEAL-C - {e}") for e in ("NTK", "Self-Extend")
     ]
     methods = ("NTK", "NTK + SEAL-C", "Self-Extend", "Self-Extend + SEAL-C")
-    return combine(parts, f"at {L} lines: " + ", ".join(_rate(t, m, L) for m in methods))
+    unit = "tokens (needles)" if d["_sizes"].get("extension_task") == "needle" else "lines"
+    return combine(parts, f"at {L} {unit}: " + ", ".join(_rate(t, m, L) for m in methods))
 
 
 def mudaf_targets(d: Data) -> Check:
@@ -493,16 +494,19 @@ def dla_flips(d: Data) -> Check:
 
 
 def needle_recovered(d: Data) -> Check:
-    g = d["seal_fig5_needle"]["grid"]
-    if not g.exact_match.isin((0, 1)).all():  # several needles per cell: no per-record outcomes
-        raise KeyError("the needle grid holds cell means, not per-record outcomes")
-    g = g.assign(record=g.groupby("method").cumcount())
+    t = d["seal_fig5_needle"]
+    if "records" in t:  # one row per needle (several per cell)
+        g = t["records"]
+    else:  # older data: the grid, one needle per cell
+        g = t["grid"]
+        if not g.exact_match.isin((0, 1)).all():
+            raise KeyError("the needle grid holds cell means, not per-record outcomes")
+        g = g.assign(record=g.groupby("method").cumcount())
     methods = [m for m in ("seal-h", "seal-c", "seal-l", "seal-d") if m in set(g.method)]
     parts = [paired_from(g, "method", m, "base", f"{m} - base") for m in methods]
     means = g.groupby("method", sort=False).exact_match.mean()
-    text = (
-        f"mean needle exact match over {int((g.method == 'base').sum())} cells (one needle "
-        "each): " + ", ".join(f"{m} {v:.2f}" for m, v in means.items())
+    text = f"mean needle exact match over {int((g.method == 'base').sum())} needles: " + ", ".join(
+        f"{m} {v:.2f}" for m, v in means.items()
     )
     return combine(parts, text)
 

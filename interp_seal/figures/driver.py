@@ -33,9 +33,8 @@ from interp_seal.figures.export import PngExporter
 from interp_seal.figures.gallery import write_gallery
 from interp_seal.figures.registry import Drawing, FigureSpec, select
 from interp_seal.figures.run import FigureRun, RunTime
-from interp_seal.figures.sizes import DEFAULT, QUICK
+from interp_seal.figures.sizes import preset_sizes
 from interp_seal.figures.tables import load_tables
-from interp_seal.models.load import load_config
 from interp_seal.outputs import write_html, write_table, write_text
 from interp_seal.records import open_manifest
 
@@ -67,7 +66,7 @@ def regenerate(
     """Regenerate the figures of ``model`` into ``out`` (see the module docstring);
     ``load_options`` go to every ``load_model`` of the run (device, dtype, device_map)."""
     specs = select(only)  # unknown names fail before any work
-    sizes = QUICK if quick else DEFAULT
+    sizes = preset_sizes(model, quick=quick)
     out = Path(out)
     identity = {"model": model, "sizes": sizes.as_dict()}
     open_manifest(out / "run.json", identity, resume=True, what="gallery")
@@ -77,7 +76,7 @@ def regenerate(
     plotly_js = out / PLOTLY_JS
     if not plotly_js.exists() or plotly_js.read_text() != get_plotlyjs():
         write_text(plotly_js, get_plotlyjs())
-    window = getattr(load_config(model)[1], "max_position_embeddings", None)
+    window = getattr(run.handle.model.config, "max_position_embeddings", None)
     drawing = Drawing(model=model, sizes=sizes.as_dict(), window=window)
     with PngExporter(enabled=png) as exporter:
         for spec in tqdm(specs, desc="figures", disable=not progress):

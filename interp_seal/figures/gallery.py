@@ -25,6 +25,15 @@ ORGANISM_NOTE = (
     "table's verdicts say what these numbers can and cannot show."
 )
 
+SMOLLM2_NOTE = (
+    "SmolLM2-135M-Instruct (8,192-token window) in the regimes where it retrieves and degrades: "
+    "LongEval records with integer line indices, every prompt inside its own chat template, "
+    "needles and passage questions with their answer's lead-in forced (`lead_in`); SEAL Table 2 "
+    "runs on needles past the window. How each size was picked, from measurements: "
+    "`figures/README.md` (section on this gallery) and `interp_seal/figures/sizes.py`."
+)
+NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}
+
 
 def write_gallery(out: str | Path, *, command: str, png: bool = True, png_problem=None) -> Path:
     """Write ``README.md`` and ``claims.csv`` in ``out`` from its data files."""
@@ -53,8 +62,8 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
         "step, e.g. a tuned model, carries its cost).",
         "",
     ]
-    if run["model"] == "organism":
-        lines += [ORGANISM_NOTE, ""]
+    if run["model"] in NOTES:
+        lines += [NOTES[run["model"]], ""]
     if not png:
         lines += [f"PNG images were not written: {png_problem}", ""]
     sizes = ", ".join(f"{k}={v}" for k, v in run["sizes"].items())

@@ -4,8 +4,8 @@ Same shape as ``interp_seal.figures.seal``: ``compute(run)`` -> named tables, ``
 -> plotly figure, ``read(tables)`` -> one line. The data is MuDAF's setting (Sec. 3.1):
 multi-document QA in LongBench's hotpotqa passage format, golden and distractor passages in
 random order, here the synthetic 1-hop questions of ``interp_seal.tasks.passages`` with the
-generator's golden passage. Evaluation questions are seed ``EVAL_SEED`` (0), the same for every
-method; the MuDAF / SFT tuning data (``FigureRun.tuning_samples("passages")``) is another seed,
+generator's golden passage, in the run's format (``FigureRun.samples``: the chat template of a
+chat model). Evaluation questions are seed ``EVAL_SEED`` (0), the same for every method; the MuDAF / SFT tuning data (``FigureRun.tuning_samples("passages")``) is another seed,
 so training and evaluation never share a question. The task score (MuDAF reports QA F1,
 Table 2) is the teacher-forced exact match of the answer, one forward per question
 (``interp_seal.evaluation.teacher_force``).
@@ -25,7 +25,6 @@ from interp_seal.analysis.retrieval_scores import (
 from interp_seal.evaluation import summarize, teacher_force
 from interp_seal.figures.run import FigureRun
 from interp_seal.models import ModelHandle
-from interp_seal.tasks import NeedleConfig, PassagesConfig, needle, passages
 from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.evaluate import retrieval_by_method
 from interp_seal.tuning.mudaf import sample_heads, score_matrix
@@ -38,14 +37,14 @@ WEAK = 0.1  # MuDAF Sec. 4.4: heads with R_h < 0.1 are weak
 EVAL_SEED = 0  # evaluation questions; tuning data uses figures.run.DATA_SEED
 
 
-def qa_samples(num_passages: int, n: int) -> list[Sample]:
+def qa_samples(run: FigureRun, num_passages: int, n: int) -> list[Sample]:
     """``n`` 1-hop questions over ``num_passages`` passages (one golden), seed ``EVAL_SEED``."""
-    return passages.generate(PassagesConfig(num_passages=num_passages), n, EVAL_SEED)
+    return run.samples("passages", n, seed=EVAL_SEED, size=num_passages)
 
 
 def eval_samples(run: FigureRun) -> list[Sample]:
     """The questions of every MuDAF figure but Fig. 10: ``retrieval_n`` x ``retrieval_passages``."""
-    return qa_samples(run.sizes.retrieval_passages, run.sizes.retrieval_n)
+    return qa_samples(run, run.sizes.retrieval_passages, run.sizes.retrieval_n)
 
 
 def qa_exact_match(handle: ModelHandle, samples: list[Sample]) -> dict[str, float]:
@@ -240,12 +239,9 @@ def table2_read(t: Tables) -> str:
 # -- Fig. 4: masking retrieval heads vs random vs NIAH heads ---------------------------------
 def fig4_compute(run: FigureRun) -> Tables:
     s = run.sizes
-    cfg = NeedleConfig(
-        context_lengths=s.needle_lengths, depths=s.needle_depths, answer=s.needle_answer
-    )
     niah = needle_retrieval_scores(
         run.handle,
-        needle.generate(cfg, run.handle.tokenizer, 1, 0),
+        run.samples("needle", 1, seed=0),
         results=run.work("needle_scores", "log.jsonl"),
         progress=run.progress,
     ).heads
@@ -279,7 +275,7 @@ def fig4_read(t: Tables) -> str:
 
 # -- Fig. 10: passage-level attention heatmaps ------------------------------------------------
 def fig10_compute(run: FigureRun) -> Tables:
-    sample = qa_samples(run.sizes.heatmap_passages, 1)
+    sample = qa_samples(run, run.sizes.heatmap_passages, 1)
     models = {
         "base": run.handle,
         "mudaf": run.tuned_model("mudaf", heads=target_sets(run)["mudaf"]),

@@ -12,16 +12,21 @@ directory and is kept under ``<out>/work/``:
   CPU and wall time it took, so a figure's compute time counts the interrupted runs too
   (``FigureRun.earlier``);
 - sweeps use the sweep engine's own store (``SweepOptions(out=..., resume=True)``).
+
+The task format lives here, in one place: ``FigureRun.samples`` makes every prompt of the run
+(line records, needles, passage questions; evaluation, sweeps, DLA, retrieval scores and
+tuning data alike) in the sizes' format, ``FigureSizes.index_style`` line indices, wrapped in
+``FigureSizes.chat_template``. The figures ask it for samples and never build a task config
+themselves, so a model evaluated in its chat template is also swept, attributed and tuned in it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +37,20 @@ from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
 from interp_seal.records import RecordStore, fingerprint
+from interp_seal.tasks import (
+    LineRetrievalConfig,
+    NeedleConfig,
+    PassagesConfig,
+    line_retrieval,
+    needle,
+    passages,
+)
+from interp_seal.tasks.chat import force_prefix, wrap_samples
 from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.methods import METHODS
 
 DATA_SEED = 1000  # tuning data; evaluation records and questions use seed 0 (as `interp-seal tune`)
+TASKS = ("line_retrieval", "needle", "passages")
 
 
 @dataclass
@@ -44,6 +59,19 @@ class RunTime:
 
     cpu: float = 0.0
     wall: float = 0.0
+
+
+@contextmanager
+def declared_window(handle: ModelHandle, positions: int):
+    """The model config's ``max_position_embeddings`` raised to ``positions`` inside the block
+    (training's window check reads it; RoPE computes any position), restored after."""
+    config = handle.model.config
+    old = config.max_position_embeddings
+    config.max_position_embeddings = max(old, positions)
+    try:
+        yield
+    finally:
+        config.max_position_embeddings = old
 
 
 class FigureRun:
@@ -87,7 +115,7 @@ class FigureRun:
         ``compute(key)`` returns the row's values; the table has the key's columns first.
         """
         store = RecordStore(self.work(name, "records.jsonl"))
-        setting = [self.model, dataclasses.asdict(self.sizes)]
+        setting = [self.model, self.sizes.as_dict()]
         rows = []
         keys = [dict(k) for k in keys]
         for key in tqdm(keys, desc=name, leave=False, disable=not self.progress):
@@ -125,25 +153,78 @@ class FigureRun:
         """A new copy of the model (tuners that edit weights in place get their own)."""
         return load_model(self.model, **self.load_options)
 
+    # -- the task format -------------------------------------------------------------------
+    def samples(
+        self,
+        task: str,
+        n: int,
+        *,
+        seed: int,
+        size: int | None = None,
+        depths: tuple[float, ...] | None = None,
+    ) -> list[Sample]:
+        """``n`` samples of ``task`` in this run's format (the module docstring), from ``seed``.
+
+        ``"line_retrieval"``: ``n`` LongEval records of ``size`` lines with the sizes'
+        ``index_style``; ``"passages"``: ``n`` 1-hop questions over ``size`` passages (one
+        golden); ``"needle"``: the needle grid, context lengths ``(size,)`` (default the sizes'
+        ``needle_lengths``) x ``depths`` (default ``needle_depths``), ``n`` seeded needles per
+        cell, answered as ``needle_answer`` says. Needles and questions get their answer's
+        lead-in forced when the sizes say ``lead_in``; every sample is wrapped in
+        ``chat_template``.
+        """
+        s = self.sizes
+        if task == "line_retrieval":
+            cfg = LineRetrievalConfig(num_lines=size, index_style=s.index_style)
+            raw = line_retrieval.generate(cfg, n, seed)
+        elif task == "passages":
+            raw = passages.generate(PassagesConfig(num_passages=size), n, seed)
+        elif task == "needle":
+            cfg = NeedleConfig(
+                context_lengths=(size,) if size else s.needle_lengths,
+                depths=s.needle_depths if depths is None else depths,
+                answer=s.needle_answer,
+            )
+            raw = needle.generate(cfg, self.handle.tokenizer, n, seed)
+        else:
+            raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+        if s.lead_in and task != "line_retrieval":  # LongEval records force SEAL's prefix
+            lead = needle.lead_in if task == "needle" else passages.lead_in
+            raw = [force_prefix(x, lead(x)) for x in raw]
+        return wrap_samples(raw, s.chat_template, self.handle.tokenizer)
+
+    def line_records(self, lengths: Iterable[int], n: int, *, seed: int = 0) -> dict[int, list]:
+        """``samples("line_retrieval", n, seed=seed, size=L)`` for each ``L`` in ``lengths``."""
+        return {L: self.samples("line_retrieval", n, seed=seed, size=L) for L in lengths}
+
     def tuning_samples(
-        self, task: str = "line_retrieval", *, n: int | None = None, lines: int | None = None
+        self,
+        task: str = "line_retrieval",
+        *,
+        n: int | None = None,
+        lines: int | None = None,
+        tokens: int | None = None,
     ) -> list[Sample]:
         """``n`` (default ``tune_n``) tuning samples in ``task``'s format, seed ``DATA_SEED``.
 
         ``"line_retrieval"``: SEAL's records of ``lines`` (default ``tune_lines``) lines;
         ``"passages"``: MuDAF's multi-document QA (Sec. 4.1 trains on HotpotQA), the 1-hop
-        synthetic questions of the evaluation with ``retrieval_passages`` passages and golden
-        ids (``tuning.data.format_samples``).
+        synthetic questions of the evaluation with ``retrieval_passages`` passages;
+        ``"needle"``: SEAL's needle-format data (App. B.2), one needle at each of ``n`` depths
+        evenly spread over a ``tokens``-token context. The format is the evaluation's
+        (``samples``), the content another seed.
         """
-        from interp_seal.tuning.data import format_samples
-
-        size = (
-            {"num_passages": self.sizes.retrieval_passages}
-            if task == "passages"
-            else {"num_lines": lines or self.sizes.tune_lines}
-        )
         n = n or self.sizes.tune_n
-        return format_samples(task, self.handle.tokenizer, n, seed=DATA_SEED, **size)
+        if task == "line_retrieval":
+            return self.samples(task, n, seed=DATA_SEED, size=lines or self.sizes.tune_lines)
+        if task == "passages":
+            return self.samples(task, n, seed=DATA_SEED, size=self.sizes.retrieval_passages)
+        if task == "needle":
+            if tokens is None:
+                raise ValueError("needle tuning samples need tokens, the context length")
+            depths = needle.linear_grid(0, 100, n)
+            return self.samples(task, 1, seed=DATA_SEED, size=tokens, depths=depths)
+        raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
 
     def _train(self, tuner, samples, name: str, *, lr: float, epochs: int = 1, ctx=None) -> None:
         from interp_seal.engine import pad_id_of
@@ -169,9 +250,12 @@ class FigureRun:
         n: int | None = None,
         epochs: int = 1,
         lines: int | None = None,
+        needle_tokens: int | None = None,
         extension: ContextExtension | None = None,
     ) -> HeadIntervention:
-        """SEAL-H (``"head"``) or SEAL-C (``"channel"``) scales tuned on this run's data."""
+        """SEAL-H (``"head"``) or SEAL-C (``"channel"``) scales tuned on this run's data: line
+        records of ``lines`` lines (default ``tune_lines``), or, with ``needle_tokens``,
+        needle-format samples of that many tokens."""
         from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
         from interp_seal.tuning.seal import SEAL_METHODS, SealTuner
 
@@ -180,15 +264,24 @@ class FigureRun:
         n = n or self.sizes.tune_n
         lines = lines or self.sizes.tune_lines
         ext = extension.label.replace(" ", "") if extension else "none"
-        name = f"{method}_lr{lr:g}_n{n}_e{epochs}_lines{lines}_ext{ext}"
+        data = f"needle{needle_tokens}" if needle_tokens else f"lines{lines}"
+        name = f"{method}_lr{lr:g}_n{n}_e{epochs}_{data}_ext{ext}"
         path = self.work(name, "scales.safetensors")
         if not path.exists():
             tuner = SealTuner(self.handle, granularity)
-            ctx = extend_context(self.handle, extension) if extension else None
-            self._train(
-                tuner, self.tuning_samples(n=n, lines=lines), name, lr=lr, epochs=epochs, ctx=ctx
+            samples = (
+                self.tuning_samples("needle", n=n, tokens=needle_tokens)
+                if needle_tokens
+                else self.tuning_samples(n=n, lines=lines)
             )
-            hyper = {"lr": lr, "samples": n, "epochs": epochs, "num_lines": lines, "ext": ext}
+            ctx = ExitStack()
+            if extension:  # SEAL Table 2 tunes past the trained window on purpose
+                ctx.enter_context(extend_context(self.handle, extension))
+                longest = max(len(x.encode(self.handle.tokenizer)) for x in samples)
+                ctx.enter_context(declared_window(self.handle, longest))
+            self._train(tuner, samples, name, lr=lr, epochs=epochs, ctx=ctx)
+            hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext}
+            hyper |= {"tokens": needle_tokens} if needle_tokens else {"num_lines": lines}
             save_scales(
                 path,
                 ScaleFile(
@@ -196,7 +289,7 @@ class FigureRun:
                     spec=self.handle.spec,
                     model=self.handle.name_or_path,
                     granularity=granularity,
-                    task="line_retrieval",
+                    task="needle" if needle_tokens else "line_retrieval",
                     hyperparameters=hyper,
                 ),
             )

@@ -5,8 +5,9 @@ written to disk), ``draw(tables)`` turns exactly those tables into a plotly figu
 ``interp_seal.viz``, ``read(tables)`` writes the one-line reading for the gallery. The
 registry (``interp_seal.figures.registry``) lists them with the paper's numbers.
 
-Lengths are numbers of LongEval lines; evaluation records are ``line_retrieval.generate``'s
-seed 0, the same records for every method, and tuning data uses another seed. Heads chosen
+Lengths are numbers of LongEval lines; evaluation records are seed 0, the same records for
+every method, and tuning data uses another seed. Every record, needle and tuning sample comes
+from ``FigureRun.samples`` (the run's task format: line indices, chat template). Heads chosen
 from a sweep (the quadrants' Q1 / Q3, the best and worst single head) are measured again on
 fresh records, seed ``FRESH_SEED``, so that what they are chosen on is not what they are
 reported on. Where the claims table compares methods record by record (``figures.claims``),
@@ -15,6 +16,7 @@ the figure also writes a tidy ``records`` table: one row per record with its 0/1
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -22,17 +24,13 @@ import pandas as pd
 from interp_seal.analysis.logit_attribution import logit_diff_attribution, strongest_wrong_token
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
 from interp_seal.analysis.sweeps import SweepOptions, channel_sweep, head_sweep, scale_table_sweep
-from interp_seal.evaluation import (
-    encode_samples,
-    evaluate_niah,
-    line_retrieval_samples,
-    score_lengths,
-    summarize,
-)
+from interp_seal.evaluation import encode_samples, score_lengths, summarize, teacher_force
+from interp_seal.evaluation.niah import niah_grid
+from interp_seal.evaluation.teacher_forcing import first_content
 from interp_seal.figures.run import FigureRun
-from interp_seal.models import ContextExtension, extend_context
+from interp_seal.interventions import HeadIntervention
+from interp_seal.models import ContextExtension, ModelHandle, extend_context
 from interp_seal.records import read_records
-from interp_seal.tasks import LineRetrievalConfig, NeedleConfig, line_retrieval, needle
 from interp_seal.tuning.counts import parameter_count
 from interp_seal.tuning.merge import merged_model
 from interp_seal.viz import niah_heatmap
@@ -42,10 +40,7 @@ from interp_seal.viz.sweeps import channel_map, quadrant_scatter, scale_table_cu
 Tables = dict[str, pd.DataFrame]
 SEAL_METHODS = ("base", "seal-h", "seal-c", "seal-l", "seal-d")
 FRESH_SEED = 1  # records for re-measuring heads chosen on the seed-0 sweep
-
-
-def _records(run: FigureRun, lengths, n: int, seed: int = 0) -> dict[int, list]:
-    return {L: line_retrieval.generate(LineRetrievalConfig(num_lines=L), n, seed) for L in lengths}
+UNCHECKED = 1 << 20  # the declared window in SEAL Table 2's evaluations (no check)
 
 
 def sweep_records(out, labels: list[dict]) -> pd.DataFrame:
@@ -86,7 +81,7 @@ def head_sweep_table(run: FigureRun) -> pd.DataFrame:
     s = run.sizes
     return head_sweep(
         run.handle,
-        _records(run, (s.mid, s.long), s.sweep_n),
+        run.line_records((s.mid, s.long), s.sweep_n),
         options=_sweep_options(run, "head_sweep"),
     )
 
@@ -110,7 +105,7 @@ def fig2b_compute(run: FigureRun) -> Tables:
     options = _sweep_options(run, "head_confirm")
     head_sweep(
         run.handle,
-        _records(run, (s.long,), s.sweep_n, seed=FRESH_SEED),
+        run.line_records((s.long,), s.sweep_n, seed=FRESH_SEED),
         heads=heads,
         options=options,
     )
@@ -148,7 +143,7 @@ def fig2c_compute(run: FigureRun) -> Tables:
     s = run.sizes
     table = channel_sweep(
         run.handle,
-        _records(run, (s.long,), s.sweep_n),
+        run.line_records((s.long,), s.sweep_n),
         heads=strongest_heads(run),
         options=_sweep_options(run, "channel_sweep"),
     )
@@ -190,7 +185,7 @@ def fig2d_compute(run: FigureRun) -> Tables:
     options = _sweep_options(run, "scale_sweep_fresh")
     table = scale_table_sweep(
         run.handle,
-        _records(run, run.sizes.lengths, run.sizes.n, seed=FRESH_SEED),
+        run.line_records(run.sizes.lengths, run.sizes.n, seed=FRESH_SEED),
         tables,
         options=options,
     )
@@ -222,14 +217,43 @@ def variants(run: FigureRun) -> dict[str, object]:
     }
 
 
-def evaluate(run: FigureRun, variant, length: int, n: int, ext: ContextExtension | None = None):
+def _handle_and_edit(run: FigureRun, variant):
+    """(model, head edit) for ``variant``: a tuned model, a scale table, or None (the base)."""
+    return (variant, None) if hasattr(variant, "model") else (run.handle, variant)
+
+
+def evaluate(
+    run: FigureRun,
+    variant,
+    length: int,
+    n: int,
+    ext: ContextExtension | None = None,
+    *,
+    task: str = "line_retrieval",
+):
     """One point: ``evaluate_line_retrieval``'s row for ``variant`` at ``length`` lines, and
-    ``correct``, each record's 0/1 exact match (records ``line_retrieval_samples``, seed 0)."""
-    handle, iv = (run.handle, variant) if not hasattr(variant, "model") else (variant, None)
-    if ext is not None:
-        with extend_context(handle, ext):
-            return evaluate(run, variant, length, n)
-    samples = line_retrieval_samples(handle.tokenizer, [length], n=n, seed=0)
+    ``correct``, each record's 0/1 exact match (records ``run.samples``, seed 0). With
+    ``task="needle"``, ``length`` is a context length in tokens and the records are the needle
+    grid's column at that length (``n`` needles per depth)."""
+    handle, iv = _handle_and_edit(run, variant)
+    samples = {length: run.samples(task, n, seed=0, size=length)}
+    if ext is None:
+        return _score(handle, iv, samples)
+    with extend_context(handle, ext):
+        return _score(*past_the_window(handle, iv), samples)
+
+
+def past_the_window(handle: ModelHandle, iv: HeadIntervention | None):
+    """(``handle``, ``iv``) with the evaluation's window check off: SEAL Table 2 reads past the
+    trained window on purpose (the base model's failure there is one of its rows). The model is
+    the same object; only the declared ``max_positions`` changes (RoPE computes any position)."""
+    spec = dataclasses.replace(handle.spec, max_positions=UNCHECKED)
+    handle = dataclasses.replace(handle, spec=spec)
+    return handle, None if iv is None else HeadIntervention.from_scales(spec, iv.scale)
+
+
+def _score(handle: ModelHandle, iv, samples: dict[int, list]) -> dict:
+    (length,) = samples
     scores = score_lengths(handle, samples, intervention=iv, progress=False)[length]
     row = summarize(scores)
     return {k: float(row[k]) for k in ("n", "n_tokens", "exact_match", "first_token")} | {
@@ -287,22 +311,26 @@ def table1_read(t: Tables) -> str:
 # -- Fig. 4: direct logit attribution on one record ------------------------------------------
 def fig4_compute(run: FigureRun) -> Tables:
     """Base, SEAL-H and SEAL-C (scales merged into ``o_proj``, exact) on the first long record
-    the base model gets wrong at the first answer token (else the first record)."""
+    the base model gets wrong at the first answer token that carries content (the value's first
+    digit: a byte-level BPE answer opens with a bare space that every model gets right), else
+    the first record."""
     s = run.sizes
-    records = line_retrieval.generate(LineRetrievalConfig(num_lines=s.long), s.n, 0)
-    encoded = encode_samples(run.handle, records)
+    encoded = encode_samples(run.handle, run.samples("line_retrieval", s.n, seed=0, size=s.long))
+
+    def position(enc) -> int:
+        return enc.answer_start + first_content(run.handle.tokenizer, enc.answer_ids)
+
     chosen, wrong = encoded[0], None
     for enc in encoded:
-        target = int(enc.input_ids[enc.answer_start])
-        predicted, other = strongest_wrong_token(run.handle, enc.prompt_ids, target)
+        at = position(enc)
+        target = int(enc.input_ids[at])
+        predicted, other = strongest_wrong_token(run.handle, enc.input_ids[:at], target)
         if wrong is None or predicted != target:
             chosen, wrong = enc, other
             if predicted != target:
                 break
-    ids, correct = (
-        chosen.input_ids[: chosen.answer_start],
-        int(chosen.input_ids[chosen.answer_start]),
-    )
+    at = position(chosen)
+    ids, correct = chosen.input_ids[:at], int(chosen.input_ids[at])
     handles = {"base": run.handle}
     for name, g in (("seal-h", "head"), ("seal-c", "channel")):
         handles[name] = merged_model(run.handle, run.seal_scales(g).scale)
@@ -329,22 +357,43 @@ def fig4_read(t: Tables) -> str:
 
 # -- Fig. 5: needle in a haystack for the five methods ---------------------------------------
 def fig5_compute(run: FigureRun) -> Tables:
-    s = run.sizes
-    cfg = NeedleConfig(
-        context_lengths=s.needle_lengths, depths=s.needle_depths, answer=s.needle_answer
-    )
-    samples = needle.generate(cfg, run.handle.tokenizer, 1, seed=0)
+    """The needle grid (``run.samples("needle", needle_n)``, seed 0) for the five methods:
+    ``grid`` (mean exact match per method, depth and context length) and ``records`` (one row
+    per needle: its cell, its index in the grid's samples and its 0/1 exact match)."""
+    samples = run.samples("needle", run.sizes.needle_n, seed=0)
     vs = variants(run)
 
     def one(key):
-        v = vs[key["method"]]
-        handle, iv = (v, None) if hasattr(v, "model") else (run.handle, v)
-        grid = evaluate_niah(handle, samples, intervention=iv, progress=False)
-        return {"grid": grid.stack().rename("exact_match").reset_index().to_dict("records")}
+        handle, iv = _handle_and_edit(run, vs[key["method"]])
+        scores = teacher_force(handle, samples, intervention=iv)
+        return {"correct": [int(x.exact_match) for x in scores]}
 
-    rows = run.rows("fig5", [{"method": m} for m in vs], one)
-    tidy = [dict(method=r.method, **cell) for r in rows.itertuples() for cell in r.grid]
-    return {"grid": pd.DataFrame(tidy)}
+    rows = run.rows("fig5_records", [{"method": m} for m in vs], one)
+    records = pd.DataFrame(
+        [
+            {
+                "method": r.method,
+                "context_length": sample.meta["context_length"],
+                "depth": sample.meta["depth_percent"],
+                "record": i,
+                "exact_match": int(ok),
+            }
+            for r in rows.itertuples()
+            for i, (sample, ok) in enumerate(zip(samples, r.correct, strict=True))
+        ]
+    )
+    grid = pd.concat(
+        [
+            niah_grid(samples, [bool(x) for x in r.correct])
+            .stack()
+            .rename("exact_match")
+            .reset_index()
+            .assign(method=r.method)
+            for r in rows.itertuples()
+        ],
+        ignore_index=True,
+    )
+    return {"grid": grid[["method", "depth", "context_length", "exact_match"]], "records": records}
 
 
 def fig5_draw(t: Tables):
@@ -407,21 +456,34 @@ def extensions(run: FigureRun) -> dict[str, ContextExtension]:
 
 
 def table2_compute(run: FigureRun) -> Tables:
+    """Base, NTK, Self-Extend, each extension + SEAL-C (tuned with the extension on at the first
+    extension length, on ``extension_tune_n`` samples) and SEAL-C alone (Table 1's) at ``extension_lengths``, per record.
+
+    ``extension_task="needle"`` (SEAL Fig. 6) evaluates the needle grid's depths at those
+    context lengths (tokens), ``needle_n`` needles per depth, and tunes the extensions' SEAL-C
+    on needle-format samples; ``"line_retrieval"`` evaluates ``n`` line records per length."""
     s = run.sizes
     tune_at = s.extension_lengths[0]
-    methods = {"base": (None, None)}
+    task = s.extension_task
+    n = s.needle_n if task == "needle" else s.n
+
+    def extended_seal_c(ext):
+        at = {"needle_tokens": tune_at} if task == "needle" else {"lines": tune_at}
+        return run.seal_scales("channel", n=s.extension_tune_n, extension=ext, **at)
+
+    none = ContextExtension()  # changes nothing: the base model read past its window as is
+    methods = {"base": (None, none)}
     for name, ext in extensions(run).items():
         methods[name] = (None, ext)
-        methods[f"{name} + SEAL-C"] = (
-            run.seal_scales("channel", lines=tune_at, extension=ext),
-            ext,
-        )
-    methods["SEAL-C"] = (run.seal_scales("channel"), None)
+        methods[f"{name} + SEAL-C"] = (extended_seal_c(ext), ext)
+    methods["SEAL-C"] = (run.seal_scales("channel"), none)
     keys = [{"method": m, "length": L} for m in methods for L in s.extension_lengths]
     rows = run.rows(
-        "table2_paired",
+        "table2_paired" if task == "line_retrieval" else f"table2_{task}",
         keys,
-        lambda k: evaluate(run, methods[k["method"]][0], k["length"], s.n, methods[k["method"]][1]),
+        lambda k: evaluate(
+            run, methods[k["method"]][0], k["length"], n, methods[k["method"]][1], task=task
+        ),
     )
     acc, records = split_records(rows, ["method", "length"])
     return {"accuracy": acc, "records": records}

@@ -1,15 +1,25 @@
-"""How big each figure's experiment is: the default (the committed organism gallery) and ``--quick``.
+"""How big each figure's experiment is, per model: ``preset_sizes(model, quick=...)``.
 
-SEAL's lengths are numbers of LongEval lines (``max_position_embeddings`` is 4,096); MuDAF's
-sizes are numbers of passages of the synthetic multi-document QA (``interp_seal.tasks.passages``,
-1-hop). Every number of records per point is written on the gallery page next to the result it
-produced.
+- the organism (the default for any model without a preset): ``DEFAULT`` (the committed
+  organism gallery) and ``QUICK`` (``--quick``); SEAL's lengths are numbers of LongEval lines
+  (its ``max_position_embeddings`` is 4,096);
+- SmolLM2-135M-Instruct (``"smollm2"``): ``SMOLLM2`` and ``SMOLLM2_QUICK``, with its task
+  format (integer line indices, its chat template, answer lead-ins) and sizes picked from
+  measurements written beside them below.
+
+MuDAF's sizes are numbers of passages of the synthetic multi-document QA
+(``interp_seal.tasks.passages``, 1-hop). Every number of records per point is written on the
+gallery page next to the result it produced.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import asdict, dataclass, fields
 
+from interp_seal.tasks.chat import check_template
+from interp_seal.tasks.line_retrieval import INDEX_STYLES
+from interp_seal.tasks.needle import ANSWERS
 from interp_seal.tasks.passages import PassagesConfig
 
 
@@ -39,6 +49,23 @@ class FigureSizes:
         head_counts: MuDAF Table 4 / Fig. 7's numbers of selected heads.
         mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws.
         heatmap_passages: passages of the MuDAF Fig. 10 question.
+        preset: the name of these sizes (``PRESETS``), written to ``run.json``.
+        index_style: LongEval's line indices (``line_retrieval.INDEX_STYLES``) of every line
+            record of the run: evaluations, sweeps, DLA and tuning samples.
+        chat_template: the conversation format every prompt of the run is wrapped in
+            (``interp_seal.tasks.chat``: ``"none"``, ``"tokenizer"`` for the model's own): line
+            records, needles and passage questions alike, for evaluation and tuning.
+        lead_in: force the start of each needle and passage answer after the prompt, as the
+            LongEval records force ``The <REGISTER_CONTENT> in line X is``: a needle's sentence
+            up to its key phrase (``needle.lead_in``), a passage question restated
+            (``passages.lead_in``). A chat model opens its reply with a capitalised sentence of
+            its own wording; with the lead-in forced, exact match scores the retrieved fact.
+        needle_n: needles per cell of the needle grid (SEAL Fig. 5; each its own seeded needle).
+        extension_task: the task of SEAL Table 2: ``"line_retrieval"`` (``extension_lengths``
+            are line counts; SEAL-C tuned on line records) or ``"needle"`` (SEAL Fig. 6:
+            ``extension_lengths`` are context lengths in tokens, the grid's depths, ``needle_n``
+            needles per cell; SEAL-C tuned on needle-format samples).
+        extension_tune_n: tuning samples of the extensions' SEAL-C (default ``tune_n``).
     """
 
     n: int = 50
@@ -66,6 +93,13 @@ class FigureSizes:
     mask_k: int = 4
     mask_seeds: tuple[int, ...] = (0, 1, 2)
     heatmap_passages: int = 5
+    preset: str = "organism"
+    index_style: str = "adjective-noun"
+    chat_template: str = "none"
+    lead_in: bool = False
+    needle_n: int = 1
+    extension_task: str = "line_retrieval"
+    extension_tune_n: int | None = None
 
     def __post_init__(self):
         if self.mid >= self.long or min(self.n, self.sweep_n, self.tune_n) < 1:
@@ -81,8 +115,40 @@ class FigureSizes:
                 "subsets are drawn from the tuning samples"
             )
 
+        if self.index_style not in INDEX_STYLES:
+            raise ValueError(f"index_style must be one of {INDEX_STYLES}, got {self.index_style!r}")
+        check_template(self.chat_template)
+        if self.needle_answer not in ANSWERS:
+            raise ValueError(f"needle_answer must be one of {ANSWERS}, got {self.needle_answer!r}")
+        if self.needle_n < 1:
+            raise ValueError(f"needle_n must be >= 1, got {self.needle_n}")
+        if self.extension_task not in EXTENSION_TASKS:
+            raise ValueError(
+                f"extension_task must be one of {EXTENSION_TASKS}, got {self.extension_task!r}"
+            )
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The sizes as ``run.json`` and the records' fingerprints hold them.
+
+        The fields added with the SmolLM2 preset (``LATER_FIELDS``) are written only where they
+        differ from their defaults, the organism's plain format, so that the organism gallery's
+        ``run.json`` and stored records, made before those fields existed, stay valid.
+        """
+        d = asdict(self)
+        defaults = {f.name: f.default for f in fields(self)}
+        return {k: v for k, v in d.items() if k not in LATER_FIELDS or v != defaults[k]}
+
+
+EXTENSION_TASKS = ("line_retrieval", "needle")
+LATER_FIELDS = (
+    "preset",
+    "index_style",
+    "chat_template",
+    "lead_in",
+    "needle_n",
+    "extension_task",
+    "extension_tune_n",
+)
 
 
 DEFAULT = FigureSizes()
@@ -109,3 +175,85 @@ QUICK = FigureSizes(
     mask_seeds=(0,),
     heatmap_passages=3,
 )
+
+
+# SmolLM2-135M-Instruct (``load_model("smollm2")``, 8,192 positions). Every size below was
+# picked from measurements on the shared 2-core machine, one torch thread (``figures/README.md``
+# has the table and the commands):
+#
+# - format: it retrieves LongEval lines only with integer indices inside its own chat template
+#   (``docs/smollm2.md``; adjective-noun indices stay at the floor), and it answers needles and
+#   passage questions in a sentence of its own ("The capital of Velmor is ..."), so their
+#   answer's lead-in is forced (``lead_in``): needles with the lead-in, 4 of 5 found at 1K
+#   tokens and 5 of 5 at 4K (generated, first 12 tokens); without it exact match 0 at 1K.
+# - lines: exact match 0.45 / 0.30 / 0.20 / 0.10 at 3 / 5 / 7 / 10 lines (n = 40, 234-366
+#   tokens), so ``lengths`` (3, 5, 7, 10); ``mid`` 3 and ``long`` 7 (the sweep's two lengths
+#   and the tuning length, where SEAL-H went 0.20 -> 0.625); ``n`` 40 (one standard error
+#   <= 0.08; SEAL-H - base at 7 lines is 0.425, far beyond it).
+# - sweeps: an exact head sweep costs ~0.35 s per head and record at 3-7 lines (1,867 CPU s
+#   for 270 heads x 2 lengths x 10 records), so ``sweep_n`` 20 (~1 hour).
+# - needles: a teacher-forced forward costs 2.7 / 6.5 / 17.7 / 33.3 / 52.6 s at 0.9K / 1.9K /
+#   3.9K / 5.9K / 7.9K tokens, so the grid goes to the window (1K-8K, 5 depths) with
+#   ``needle_n`` 2 needles a cell (~18 min per method).
+# - Table 2 runs where SEAL's does, past the trained window: needles at 9K and 12K tokens
+#   (``extension_task="needle"``, NTK x2 and Self-Extend G 2 W 1024 reach ~16K); tuning
+#   there costs ~200 s per sample (forward + backward), so its SEAL-C tunes on 20 samples
+#   (``extension_tune_n``; SEAL Table 4: 10-30 samples give most of the gain).
+# - passages: exact match 0.55 at 10 passages (822 tokens), 0.25 at 20 (1,552 tokens), n =
+#   20, so ``retrieval_passages`` 20: retrieving, with room both ways (masking, MuDAF).
+SMOLLM2 = FigureSizes(
+    preset="smollm2",
+    index_style="integers",
+    chat_template="tokenizer",
+    lead_in=True,
+    n=40,
+    lengths=(3, 5, 7, 10),
+    mid=3,
+    long=7,
+    sweep_n=20,
+    channel_heads=2,
+    tune_n=50,
+    tune_lines=7,
+    lrs=(5e-3, 1e-2, 3e-2),
+    sample_counts=(10, 30, 50),
+    extension_task="needle",
+    extension_lengths=(9000, 12000),
+    extension_tune_n=20,
+    ntk_factor=2.0,
+    se_group=2,
+    se_window=1024,
+    needle_lengths=(1000, 2000, 4000, 6000, 8000),
+    needle_depths=(0, 25, 50, 75, 100),
+    needle_n=2,
+    retrieval_n=40,
+    retrieval_passages=20,
+    mudaf_k=4,
+    head_counts=(1, 2, 4, 8),
+    mask_k=4,
+    mask_seeds=(0, 1, 2),
+    heatmap_passages=5,
+)
+SMOLLM2_QUICK = dataclasses.replace(
+    QUICK,
+    preset="smollm2-quick",
+    index_style="integers",
+    chat_template="tokenizer",
+    lead_in=True,
+    lengths=(3, 7),
+    mid=3,
+    long=7,
+    tune_lines=7,
+    extension_task="needle",
+    extension_lengths=(400,),
+    se_window=128,
+    needle_lengths=(300,),
+    needle_n=1,
+)
+PRESETS = {"smollm2": (SMOLLM2, SMOLLM2_QUICK)}
+
+
+def preset_sizes(model: str, *, quick: bool = False) -> FigureSizes:
+    """The sizes for ``model``: its preset in ``PRESETS`` (by the name ``load_model`` takes),
+    else the organism's (``DEFAULT``, ``QUICK``)."""
+    full, small = PRESETS.get(str(model), (DEFAULT, QUICK))
+    return small if quick else full

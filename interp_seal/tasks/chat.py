@@ -69,7 +69,23 @@ def answer_prefix(sample: Sample) -> str:
     """The part of ``sample.prompt`` that is the start of the answer (``""`` if none)."""
     if sample.task == "line_retrieval" and sample.meta.get("force_prefix"):
         return line_retrieval.ANSWER_PREFIX.format(idx=sample.meta["random_idx"][0])
-    return ""
+    return sample.meta.get("answer_prefix", "")
+
+
+def force_prefix(sample: Sample, prefix: str) -> Sample:
+    """``sample`` with ``prefix``, the start of the answer, forced after its prompt.
+
+    LongEval's records do this themselves (``force_prefix``); for other tasks it turns a
+    question into a completion (``" The capital of Velmor is"`` before the answer ``" Lora"``),
+    so teacher-forced exact match scores the fact, not the wording a model opens its reply
+    with. ``wrap_sample`` puts the prefix after the assistant turn. ``""`` changes nothing.
+    """
+    if not prefix:
+        return sample
+    if "chat_template" in sample.meta:
+        raise ValueError("force the answer prefix before wrapping the sample in a chat template")
+    meta = {**sample.meta, "answer_prefix": prefix}
+    return dataclasses.replace(sample, prompt=sample.prompt + prefix, meta=meta)
 
 
 def render(template: str, prompt: str, tokenizer) -> str:

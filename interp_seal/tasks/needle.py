@@ -295,6 +295,20 @@ def make_sample(
     )
 
 
+def lead_in(sample: Sample) -> str:
+    """The words of a needle's sentence before its key phrase, e.g. ``" Immediately noticeable
+    upon entering the room is"`` for a sample answered by ``" the large oak table positioned
+    beneath the chandelier"``.
+
+    Forced after the prompt (``chat.force_prefix``), they turn the question into a completion
+    that the key phrase finishes, as LongEval's answer prefix does for a line's value. ``""``
+    when the answer is the whole sentence or the key phrase opens it.
+    """
+    text = sample.prompt[slice(*sample.needle)]
+    at = text.find(sample.answer.strip())
+    return " " + text[:at].rstrip() if at > 0 else ""
+
+
 def generate(cfg: NeedleConfig, tokenizer, n_per_cell: int = 1, seed: int = 0) -> list[Sample]:
     """``n_per_cell`` samples per (context length, depth) cell, each with a seeded random needle.
 

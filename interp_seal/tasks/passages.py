@@ -19,6 +19,7 @@ what loading the written file gives back.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from interp_seal.tasks import longbench
@@ -74,6 +75,19 @@ TWO_HOP = (
     ("What is the capital of the country where {name} was born?", "capital"),
     ("What is the official language of the country where {name} was born?", "language"),
 )
+# each question restated as the start of its answer (``lead_in``)
+STATEMENTS = {
+    "What is the capital of {name}?": "The capital of {name} is",
+    "What is the official language of {name}?": "The official language of {name} is",
+    "In which year was {name} born?": "{name} was born in",
+    "What is the occupation of {name}?": "The occupation of {name} is",
+    "What is the capital of the country where {name} was born?": (
+        "The capital of the country where {name} was born is"
+    ),
+    "What is the official language of the country where {name} was born?": (
+        "The official language of the country where {name} was born is"
+    ),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +183,19 @@ def make_sample(cfg: PassagesConfig, rng: random.Random, sample_id: str) -> Samp
         "_id": sample_id,
     }
     return longbench.sample_from_record(record, golden)
+
+
+def lead_in(sample: Sample) -> str:
+    """The sample's question restated as the start of its answer (``" The capital of Velmor
+    is"`` for ``What is the capital of Velmor?``): forced after the prompt
+    (``chat.force_prefix``), the answer completes it, as LongEval's answer prefix does for a
+    line's value. ``""`` for a question of no template here."""
+    for question, statement in STATEMENTS.items():
+        pattern = re.escape(question).replace(re.escape("{name}"), "(?P<name>.+)")
+        match = re.fullmatch(pattern, sample.meta.get("input", ""))
+        if match:
+            return " " + statement.format(name=match["name"])
+    return ""
 
 
 def generate(cfg: PassagesConfig, n_samples: int, seed: int = 0) -> list[Sample]:
