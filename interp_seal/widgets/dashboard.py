@@ -211,7 +211,7 @@ class Dashboard:
             accuracy_curves(self.results, metric=self.metric, records=self.records)
         )
         self.dla = go.FigureWidget(self._dla_figure())
-        self.dla.update_layout(width=720, height=380)
+        self.dla.update_layout(width=720, height=440)
         self.factor = w.FloatSlider(
             value=state.factor,
             min=FACTOR_RANGE[0],
