@@ -33,6 +33,7 @@ from interp_seal.engine import SharedPrefix
 from interp_seal.interventions import ablate, capture_head_outputs, hf_logits
 from interp_seal.models import load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
+from interp_seal.viz.tokens import pair_labels
 
 T = 10
 DIFFERS = (3, 6)  # positions where the corrupted prompt differs
@@ -467,3 +468,11 @@ def test_patching_figure_and_cli(llama, llama_checkpoint, tmp_path):
     assert list(scatter.data[0].x) == pytest.approx(atp[atp.method == "patch"].exact.to_numpy())
     for name in ("patching.html", "atp.html"):
         assert (out / name).stat().st_size > 0
+    # the page's position axes name the tokens (clean/corrupted where the prompts differ)
+    labels = pair_labels(
+        llama.tokenizer, cli_pair.clean_ids.tolist(), cli_pair.corrupted_ids.tolist()
+    )
+    page = (out / "patching.html").read_text().replace("\\u002f", "/")  # plotly escapes "/"
+    differ = (cli_pair.clean_ids != cli_pair.corrupted_ids).nonzero().flatten().tolist()
+    for p in [*differ, T - 1]:  # plotly writes the labels as JSON, non-ASCII kept or escaped
+        assert any(json.dumps(labels[p], ensure_ascii=a)[1:-1] in page for a in (True, False)), p

@@ -153,6 +153,7 @@ def run_patch(args: argparse.Namespace) -> int:
     from interp_seal.analysis.attribution_patching import compare_with_exact
     from interp_seal.analysis.patching import line_retrieval_pair, patch_heads, patch_residual
     from interp_seal.viz.attribution import attribution_scatter, patching_figure
+    from interp_seal.viz.tokens import pair_labels
 
     handle, sample = _setup(args)
     pair = line_retrieval_pair(sample, handle.tokenizer, corrupt=args.corrupt, seed=args.seed)
@@ -175,7 +176,9 @@ def run_patch(args: argparse.Namespace) -> int:
         f"Activation patching ({args.corrupt} corruption): clean LD {clean_ld:.3f}, "
         f"corrupted LD {corrupted_ld:.3f}"
     )
-    write_page(args.out / "patching.html", [patching_figure(table, title=title)])
+    tokens = pair_labels(handle.tokenizer, pair.clean_ids.tolist(), pair.corrupted_ids.tolist())
+    figure = patching_figure(table, title=title, tokens=tokens)
+    write_page(args.out / "patching.html", [figure])
     print(f"{handle.name_or_path}: {T} tokens, prompts differ at positions {differ}")
     print(f"  logit difference clean {clean_ld:.4f}, corrupted {corrupted_ld:.4f}")
     best = table[table.site == "head"].nlargest(5, "value")
