@@ -79,21 +79,31 @@ def dla_figure(
     fig.update_xaxes(title_text="head", row=1, col=1)
     fig.update_yaxes(title_text="layer", row=1, col=1)
     bar_range = symmetric_range(values) if bar_range is None else bar_range
-    fig.update_yaxes(
-        title_text="direct effect (logit)", range=[-bar_range, bar_range], row=1, col=2
-    )
-    fig.update_layout(title=title, margin={"b": 130})
-    set_dla(fig, result, target)
+    fig.update_yaxes(title_text="direct effect (logit)", row=1, col=2)
+    fig.update_layout(margin={"b": 130})
+    set_dla(fig, result, target, head_range=head_range, bar_range=bar_range)
     return fig
 
 
-def set_dla(fig: go.Figure, result: LogitAttribution, target: str | None = None) -> None:
-    """Redraw ``dla_figure``'s values and title in place (colour range and axes kept)."""
+def set_dla(
+    fig: go.Figure,
+    result: LogitAttribution,
+    target: str | None = None,
+    *,
+    head_range: float | None = None,
+    bar_range: float | None = None,
+) -> None:
+    """Redraw ``dla_figure``'s values and title in place; ``head_range`` / ``bar_range`` set
+    the heatmap's colour range and the bars' axis to ``[-range, range]`` (None: kept)."""
     heads, _, values, title = _dla_parts(result, target)
     fig.data[0].z = heads.to_numpy()
     fig.data[1].y = values
     fig.data[1].marker.color = ["#1c7ed6" if v >= 0 else "#c92a2a" for v in values]
     fig.layout.title.text = title
+    if head_range is not None:
+        fig.data[0].update(zmin=-head_range, zmax=head_range)
+    if bar_range is not None:
+        fig.layout.yaxis2.range = [-bar_range, bar_range]
 
 
 def _dla_parts(result: LogitAttribution, target: str | None):

@@ -210,7 +210,7 @@ class Dashboard:
         self.accuracy = go.FigureWidget(
             accuracy_curves(self.results, metric=self.metric, records=self.records)
         )
-        self.dla = go.FigureWidget(self._dla_figure())
+        self.dla = go.FigureWidget(dla_figure(self.attribution, **self._dla_range()))
         self.dla.update_layout(width=720, height=440)
         self.factor = w.FloatSlider(
             value=state.factor,
@@ -579,9 +579,10 @@ class Dashboard:
             f"{escape(_edits(self.state))}{took}</span>"
         )
 
-    def _dla_figure(self) -> go.Figure:
+    def _dla_range(self) -> dict[str, float]:
+        """The DLA panel's fixed ranges for the shown record (its unedited attribution's)."""
         heads, bars = self._dla_ranges[(self.state.dla_length, self.state.dla_record)]
-        return dla_figure(self.attribution, head_range=heads, bar_range=bars)
+        return {"head_range": heads, "bar_range": bars}
 
     def _draw_accuracy(self, table: pd.DataFrame) -> None:
         """The accuracy panel from ``table``'s lengths (the rest drawn as gaps)."""
@@ -596,11 +597,8 @@ class Dashboard:
             )
 
     def _draw_dla(self) -> None:
-        fresh = self._dla_figure()
         with self.dla.batch_update():
-            set_dla(self.dla, self.attribution)
-            self.dla.data[0].update(zmin=fresh.data[0].zmin, zmax=fresh.data[0].zmax)
-            self.dla.layout.yaxis2.range = fresh.layout.yaxis2.range
+            set_dla(self.dla, self.attribution, **self._dla_range())
 
     def _draw_channels(self, table: pd.DataFrame, channels: Sequence[int]) -> None:
         """The channel map of ``table``; channels not in it yet are blank."""
