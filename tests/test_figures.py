@@ -245,6 +245,26 @@ def test_comparable_needs_equivalence_and_both_arms_above_the_baseline():
     assert row.verdict == "contradicted"
 
 
+def test_table1_claims_pool_the_lengths_pair_by_pair():
+    # two lengths, record ids 0-9 at each: SEAL-H wins 4 records at 100 lines and 5 at 200
+    # (b = 9, c = 0 over the 20 pairs): exact McNemar p = 2 * 0.5^9 = 1/256. At 200 lines
+    # alone (b = 5) p would be 1/16, not significant: pooling is what decides it.
+    t = {"accuracy": [], "records": []}
+    for length, wins in ((100, 4), (200, 5)):
+        base = [0] * 10
+        seal = [1] * wins + [0] * (10 - wins)
+        d = paired_data(base, seal, seal, length=length)["seal_table1_methods"]
+        t["accuracy"].append(d["accuracy"])
+        t["records"].append(d["records"])
+        t["params"] = d["params"]
+    t = {k: pd.concat(v, ignore_index=True) if k != "params" else v for k, v in t.items()}
+    row = C.seal_h_parameters({"seal_table1_methods": t})
+    assert "over 100-200 lines" in row.measured and "seal-h 0.45" in row.measured
+    h = C.compare(t, "seal-h", "base", None, "SEAL-H - base")
+    assert h.n == 20 and h.p_value == pytest.approx(2 / 2**9) and h.verdict == "supported"
+    assert C.compare(t, "seal-h", "base", 200, "x").p_value == pytest.approx(1 / 16)
+
+
 def test_paired_claims_use_mcnemar_on_the_records():
     # SEAL-H right on 8 records the base misses, wrong on 2 it gets: b = 8, c = 2,
     # exact McNemar p = 2 * (1 + 10 + 45) / 1024 = 0.109375 -> not shown, n from Connor 1987
@@ -289,14 +309,14 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     means = t["records"].groupby(["method", "length"]).exact_match.mean()
     for r in t["accuracy"].itertuples():
         assert means[(r.method, r.length)] == pytest.approx(r.exact_match)
-    L = int(acc.length.max())
-    rec = t["records"][t["records"].length == L]
-    x = rec[rec.method == "seal-h"].sort_values("record").exact_match.to_numpy()
-    y = rec[rec.method == "base"].sort_values("record").exact_match.to_numpy()
+    # the method claims pool every length's records (the paper's "Avg." column)
+    rec = t["records"]
+    x = rec[rec.method == "seal-h"].sort_values(["length", "record"]).exact_match.to_numpy()
+    y = rec[rec.method == "base"].sort_values(["length", "record"]).exact_match.to_numpy()
     from interp_seal.analysis.statistics import mcnemar_exact
 
     row = claims[claims.paper == "SEAL Table 1"].iloc[1]
-    assert "McNemar" in row.test and row.n == QUICK.n
+    assert "McNemar" in row.test and row.n == QUICK.n * acc.length.nunique()
     assert row.difference == pytest.approx(mcnemar_exact(x, y).difference, abs=1e-4)
     # fresh records: the confirm table's baseline and Fig. 2d's records use seed 1
     confirm = tables(out, "seal_fig2b_quadrants")["confirm"]

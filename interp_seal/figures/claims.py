@@ -20,7 +20,9 @@ records; the verdict is computed from a stated test at level ``ALPHA`` (0.05), n
 A row made of several tests (e.g. "SEAL-H and SEAL-C raise accuracy") is *supported* only if
 every test supports it (an intersection-union test: no multiplicity correction is needed for
 that) and *contradicted* if any contradicts it. Heads picked as "best" on the sweep's records
-are tested on fresh records (``figures.seal.FRESH_SEED``).
+are tested on fresh records (``figures.seal.FRESH_SEED``). Table 1's method claims pool the
+records of every length (the paper's "Avg." column): each record is scored by every method, so
+the pairs stay exact and the test gains the power of all lengths.
 
 When the verdict is *not shown*, ``n_needed`` says how many records the test would need to
 decide it with 80 % power: Connor's (1987) McNemar sample size at the observed difference and
@@ -58,6 +60,7 @@ Data = dict[str, Tables]  # figure name -> its tables
 ALPHA = 0.05
 MARGIN = 0.10  # equivalence margin of "comparable accuracy" (absolute exact match)
 MIN_EFFECT = 0.10  # the difference n_needed plans for when none was observed
+SEAL_ARMS = ("base", "seal-h", "seal-c")
 COLUMNS = [
     "claim",
     "paper",
@@ -219,7 +222,8 @@ def outcomes(records: pd.DataFrame, column: str, value, **where) -> pd.Series:
         rows = rows[rows[k] == v]
     if rows.empty:
         raise KeyError(f"no records for {column}={value!r} {where}")
-    return rows.set_index("record").exact_match.sort_index()
+    keys = [k for k in ("length", "record") if k in rows]  # records repeat across lengths
+    return rows.set_index(keys).exact_match.sort_index()
 
 
 def paired_from(records: pd.DataFrame, column: str, a, b, label: str, **where) -> Check:
@@ -345,20 +349,39 @@ def scaling_beats_baseline(d: Data) -> Check:
     return replace(c, measured=text)
 
 
+def _table1_scope(t: Tables) -> tuple[int | None, str]:
+    """Where Table 1's method claims are tested: on every length's records pooled (the paper's
+    "Avg." column; each record is paired across methods, so the McNemar test stays exact),
+    or, for older data without per-record outcomes, at the longest length alone."""
+    lengths = sorted(int(x) for x in t["accuracy"].length.unique())
+    if "records" in t:
+        return None, f"over {lengths[0]}-{lengths[-1]} lines (all {len(lengths)} lengths)"
+    return lengths[-1], f"at {lengths[-1]} lines"
+
+
+def _pooled_rate(t: Tables, method: str, length: int | None) -> str:
+    if length is not None:
+        return _rate(t, method, length)
+    return f"{method} {outcomes(t['records'], 'method', method).mean():.2f}"
+
+
 def seal_raises(d: Data) -> Check:
     t = d["seal_table1_methods"]
-    L = int(t["accuracy"].length.max())
+    L, where = _table1_scope(t)
     h = compare(t, "seal-h", "base", L, "SEAL-H - base")
     c = compare(t, "seal-c", "base", L, "SEAL-C - base")
     parts = [h, c]
     if "records" in t:  # C >= H: better, or not worse by more than MARGIN (one-sided TOST)
-        x, y = (outcomes(t["records"], "method", m, length=L) for m in ("seal-c", "seal-h"))
+        x, y = (outcomes(t["records"], "method", m) for m in ("seal-c", "seal-h"))
         eq = tost_paired(x.to_numpy(), y.to_numpy(), margin=MARGIN)
         ch = paired(x.to_numpy(), y.to_numpy(), "SEAL-C - SEAL-H")
         if ch.verdict == "not shown" and eq.p_lower < ALPHA:
             ch = replace(ch, verdict="supported", n_needed="")
         parts.append(ch)
-    text = f"at {L} lines: " + ", ".join(_rate(t, m, L) for m in ("base", "seal-h", "seal-c"))
+    text = f"{where}: " + ", ".join(_pooled_rate(t, m, L) for m in SEAL_ARMS)
+    if L is None:
+        top = int(t["accuracy"].length.max())
+        text += f" (at {top} lines " + ", ".join(_rate(t, m, top) for m in SEAL_ARMS) + ")"
     row = combine(parts, text)
     if "records" in t:
         row = replace(row, test=row.test + f"; C >= H: non-inferiority margin {MARGIN}")
@@ -368,10 +391,10 @@ def seal_raises(d: Data) -> Check:
 def seal_h_parameters(d: Data) -> Check:
     t = d["seal_table1_methods"]
     p = t["params"].set_index("method").trainable
-    L = int(t["accuracy"].length.max())
+    L, where = _table1_scope(t)
     ratio = p["seal-l"] / p["seal-h"]
-    text = f"LoRA / SEAL-H parameters {ratio:.0f}x (paper ~4000x); at {L} lines " + ", ".join(
-        _rate(t, m, L) for m in ("base", "seal-h", "seal-l")
+    text = f"LoRA / SEAL-H parameters {ratio:.0f}x (paper ~4000x); {where} " + ", ".join(
+        _pooled_rate(t, m, L) for m in ("base", "seal-h", "seal-l")
     )
     if "records" not in t:
         h = compare(t, "seal-h", "base", L, "SEAL-H - base")
@@ -385,9 +408,7 @@ def seal_h_parameters(d: Data) -> Check:
         )
         return combine([eq, h, lora], text)
     rec = t["records"]
-    x, y, b = (
-        outcomes(rec, "method", m, length=L).to_numpy() for m in ("seal-h", "seal-l", "base")
-    )
+    x, y, b = (outcomes(rec, "method", m).to_numpy() for m in ("seal-h", "seal-l", "base"))
     e = tost_paired(x, y, margin=MARGIN)
     m = mcnemar_exact(x, y)
     ci = paired_bootstrap(x, y)
