@@ -142,11 +142,116 @@ def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
     assert all(len(s.passages) == QUICK.retrieval_passages and len(s.golden) == 1 for s in train)
     evaluation = {s.prompt for s in quick_questions(QUICK.retrieval_n)}
     assert not evaluation & {s.prompt for s in train}
-    # Fig. 10 marks the generator's golden passage (column 0 is the text before passage 1)
+
+
+MUDAF_CASES = ["mudaf_fig10_heatmaps", "mudaf_table3_layers"]
+
+
+@pytest.fixture(scope="module")
+def mudaf_cases(tmp_path_factory):
+    """MuDAF Fig. 10-11 and Table 3 alone (``--quick``), and a run over the same folder that
+    reuses its tuned models and base retrieval scores."""
+    out = tmp_path_factory.mktemp("gallery") / "mudaf_cases"
+    regenerate("organism", out, quick=True, only=MUDAF_CASES, progress=False, png=False)
+    return out, FigureRun("organism", QUICK, out, progress=False)
+
+
+def test_mudaf_fig10_cases_equal_passage_scores_and_answers(mudaf_cases):
+    from interp_seal.analysis.masking import greedy_text
+    from interp_seal.evaluation import teacher_force
+    from interp_seal.figures import mudaf as M
+    from interp_seal.figures.registry import BY_NAME
+
+    out, run = mudaf_cases
     heat = tables(out, "mudaf_fig10_heatmaps")
-    question = passages.generate(PassagesConfig(num_passages=QUICK.heatmap_passages), 1, 0)[0]
-    assert list(heat["golden"].passage) == [g + 1 for g in question.golden]
-    assert sorted(heat["attention"].passage.unique()) == list(range(QUICK.heatmap_passages + 1))
+    cases = heat["cases"]
+    # the cases: question 0 (Fig. 10) and the first later one whose golden passage is not the
+    # last (Fig. 11), searched here over the generator's own seed-0 questions
+    P = QUICK.heatmap_passages
+    pool = passages.generate(PassagesConfig(num_passages=P), M.CASE_SEARCH, 0)
+    second = next(i for i in range(1, len(pool)) if pool[i].golden[0] != P - 1)
+    chosen = {1: pool[0], 2: pool[second]}
+    assert sorted(cases.groupby("case").question_index.first().items()) == [(1, 0), (2, second)]
+    assert pool[second].golden[0] + 1 < P  # boxed column < P: not the last passage
+    golden = heat["golden"].groupby("case").passage.apply(list).to_dict()
+    assert golden == {c: [g + 1 for g in q.golden] for c, q in chosen.items()}
+    assert sorted(heat["attention"].passage.unique()) == list(range(P + 1))  # #0 = before #1
+    assert set(cases.model) == {"sft", "mudaf"}
+    handles = {
+        "sft": run.tuned_model("sft"),
+        "mudaf": run.tuned_model("mudaf", heads=M.target_sets(run)["mudaf"]),
+    }
+    layers = list(range(run.handle.spec.n_layers))[-3:]
+    att = heat["attention"]
+    for r in cases.itertuples():
+        question, handle = chosen[r.case], handles[r.model]
+        assert r.question == question.meta["input"] and r.gold == question.answer
+        # the heatmaps and the golden share are passage_retrieval_scores on that question
+        pa = passage_retrieval_scores(handle, [question], progress=False).attention[0]
+        mine = att[(att.case == r.case) & (att.model == r.model)]
+        wide = mine.pivot_table(index=["layer", "head"], columns="passage", values="attention")
+        assert sorted(set(mine.layer)) == layers
+        direct = np.concatenate([pa.prefix[layers][..., None], pa.attention[layers]], axis=-1)
+        np.testing.assert_allclose(wide.to_numpy(), direct.reshape(len(wide), -1), atol=1e-9)
+        share = pa.attention[layers][:, :, list(question.golden)].sum(-1).mean()
+        assert r.golden_attention == pytest.approx(share)
+        assert r.prefix_attention == pytest.approx(pa.prefix[layers].mean())
+        # the answer shown is the greedy continuation; the verdict teacher-forced exact match
+        prompt = question.encode(handle.tokenizer).prompt_ids
+        assert r.answer == greedy_text(handle, prompt, M.ANSWER_TOKENS)
+        assert r.exact_match == int(teacher_force(handle, [question])[0].exact_match)
+    # drawn from these rows: 2 cases x 2 models x 3 layers, each row headed by its answer
+    spec = BY_NAME["mudaf_fig10_heatmaps"]
+    fig = spec.draw(heat)
+    assert len(fig.data) == 2 * 2 * len(layers)
+    first = att[(att.case == 1) & (att.model == "sft") & (att.layer == layers[0])]
+    np.testing.assert_allclose(
+        fig.data[0].z, first.pivot_table(index="head", columns="passage", values="attention")
+    )
+    texts = [a.text for a in fig.layout.annotations]
+    for r in cases.itertuples():
+        label = M.FIG10_MODELS[r.model]
+        verdict = "correct" if r.exact_match else "wrong"
+        assert f"<b>{label}</b> answers '{r.answer.strip()}' ({verdict})" in texts
+    reading = spec.read(heat)
+    by = cases.set_index(["case", "model"]).golden_attention
+    for c in (1, 2):
+        assert f"{by[(c, 'sft')]:.3f} under SFT vs {by[(c, 'mudaf')]:.3f} under MuDAF" in reading
+
+
+def test_mudaf_table3_layer_counts_equal_the_target_sets(mudaf_cases):
+    from collections import Counter
+
+    from interp_seal.figures import mudaf as M
+    from interp_seal.figures.registry import BY_NAME
+
+    out, run = mudaf_cases
+    t = tables(out, "mudaf_table3_layers")
+    layers = t["layers"]
+    sets = M.target_sets(run)
+    n_layers = run.handle.spec.n_layers
+    assert len(sets["mudaf"]) == QUICK.mudaf_k and sets["mudaf-weak"]
+    for strategy in ("mudaf", "mudaf-weak"):
+        counts = Counter(a for a, _ in sets[strategy])
+        rows = layers[layers.strategy == strategy].set_index("layer")
+        assert list(rows.index) == list(range(n_layers))
+        assert rows.heads.to_dict() == {L: counts.get(L, 0) for L in range(n_layers)}
+        for L in range(n_layers):
+            names = sorted(f"L{a}H{b}" for a, b in sets[strategy] if a == L)
+            assert sorted((rows.names[L] or "").split()) == names
+    # the bars are these counts, one trace per strategy, with named axes
+    spec = BY_NAME["mudaf_table3_layers"]
+    fig = spec.draw(t)
+    assert [tr.name for tr in fig.data] == list(M.TABLE3_STRATEGIES.values())
+    for tr, strategy in zip(fig.data, M.TABLE3_STRATEGIES, strict=True):
+        rows = layers[layers.strategy == strategy]
+        assert list(tr.x) == list(rows.layer) and list(tr.y) == list(rows.heads)
+    assert fig.layout.xaxis.title.text == "layer" and "count" in fig.layout.yaxis.title.text
+    reading = spec.read(t)
+    for a, b in sets["mudaf"] + sets["mudaf-weak"]:
+        assert f"L{a}H{b}" in reading
+    names = [f.name for f in FIGURES]
+    assert names.index("mudaf_table3_layers") == names.index("mudaf_fig9_diff") + 1
 
 
 def test_retrieval_scores_and_dla_equal_the_analyses(gallery, organism):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from interp_seal.analysis.masking import MaskingConfig, masking_experiment
+from interp_seal.analysis.masking import MaskingConfig, greedy_text, masking_experiment
 from interp_seal.analysis.retrieval_scores import (
     PassageScoreConfig,
     needle_retrieval_scores,
@@ -273,44 +273,143 @@ def fig4_read(t: Tables) -> str:
     return text
 
 
-# -- Fig. 10: passage-level attention heatmaps ------------------------------------------------
+# -- Fig. 10-11: case study, passage-level attention of Vanilla SFT vs MuDAF -----------------
+# MuDAF's case study (Appendix E) sets each model's output beside its last-token attention per
+# passage in three layers, for two questions; Fig. 11's golden passages (#1 and #9 of 10) are
+# not at the end. Here: the first evaluation question, and the first later one whose golden
+# passage is not the last (a golden passage at the end cannot tell retrieval from recency).
+ANSWER_TOKENS = 10  # greedy tokens of the shown answer (it stops earlier at EOS or a newline)
+CASE_SEARCH = 50  # questions searched for the second case
+FIG10_MODELS = {"sft": "Vanilla SFT", "mudaf": "MuDAF"}
+
+
+def fig10_cases(run: FigureRun) -> list[tuple[int, Sample]]:
+    """The case study's two questions with their index among the seeded questions: the first
+    (Fig. 10) and the first later one whose golden passage is not the last (Fig. 11)."""
+    pool = qa_samples(run, run.sizes.heatmap_passages, CASE_SEARCH)
+    later = (i for i in range(1, len(pool)) if len(pool[i].passages) - 1 not in pool[i].golden)
+    second = next(later, None)
+    if second is None:
+        raise ValueError(
+            f"none of the first {CASE_SEARCH} questions of {run.sizes.heatmap_passages} "
+            "passages has its golden passage before the last"
+        )
+    return [(0, pool[0]), (second, pool[second])]
+
+
 def fig10_compute(run: FigureRun) -> Tables:
-    sample = qa_samples(run, run.sizes.heatmap_passages, 1)
     models = {
-        "base": run.handle,
+        "sft": run.tuned_model("sft"),
         "mudaf": run.tuned_model("mudaf", heads=target_sets(run)["mudaf"]),
     }
     layers = list(range(run.handle.spec.n_layers))[-3:]
-    rows = []
-    for name, handle in models.items():
-        att = passage_retrieval_scores(handle, sample, progress=False).attention[0]
-        for layer in layers:
-            for head in range(att.attention.shape[1]):
-                vals = [att.prefix[layer, head], *att.attention[layer, head]]
-                rows += [
-                    {
-                        "model": name,
-                        "layer": layer,
-                        "head": head,
-                        "passage": p,
-                        "attention": float(v),
-                    }
-                    for p, v in enumerate(vals)
-                ]
-    golden = pd.DataFrame({"passage": [g + 1 for g in att.golden]})
-    return {"attention": pd.DataFrame(rows), "golden": golden}
+    rows, cases, golden = [], [], []
+    for case, (index, sample) in enumerate(fig10_cases(run), 1):
+        golden += [{"case": case, "passage": g + 1} for g in sample.golden]
+        for name, handle in models.items():
+            att = passage_retrieval_scores(handle, [sample], progress=False).attention[0]
+            shown = att.attention[layers]  # (3, H, P)
+            prompt = sample.encode(handle.tokenizer).prompt_ids
+            cases.append(
+                {
+                    "case": case,
+                    "model": name,
+                    "question_index": index,
+                    "question": sample.meta.get("input", ""),
+                    "gold": sample.answer,
+                    "answer": greedy_text(handle, prompt, ANSWER_TOKENS),
+                    "exact_match": int(teacher_force(handle, [sample])[0].exact_match),
+                    "golden_attention": float(shown[:, :, list(att.golden)].sum(-1).mean()),
+                    "prefix_attention": float(att.prefix[layers].mean()),
+                }
+            )
+            for layer in layers:
+                for head in range(att.attention.shape[1]):
+                    vals = [att.prefix[layer, head], *att.attention[layer, head]]
+                    rows += [
+                        {
+                            "case": case,
+                            "model": name,
+                            "layer": layer,
+                            "head": head,
+                            "passage": p,
+                            "attention": float(v),
+                        }
+                        for p, v in enumerate(vals)
+                    ]
+    return {
+        "attention": pd.DataFrame(rows),
+        "golden": pd.DataFrame(golden),
+        "cases": pd.DataFrame(cases),
+    }
 
 
 def fig10_draw(t: Tables):
-    return pv.passage_grid(t["attention"], list(t["golden"].passage))
+    cases = t["cases"].assign(model=t["cases"].model.map(FIG10_MODELS))
+    return pv.passage_grid(
+        t["attention"].assign(model=t["attention"].model.map(FIG10_MODELS)),
+        t["golden"],
+        cases,
+    )
 
 
 def fig10_read(t: Tables) -> str:
-    a = t["attention"]
-    g = set(t["golden"].passage)
-    on = a[a.passage.isin(g)].groupby("model").attention.sum() / a.groupby("model").attention.sum()
+    c = t["cases"]
+    parts = []
+    for case, rows in c.groupby("case"):
+        by = rows.set_index("model")
+        golden = ", ".join(f"#{p}" for p in t["golden"][t["golden"].case == case].passage)
+        answers = ", ".join(
+            f"{FIG10_MODELS[m]} {r.answer.strip()!r} ({'correct' if r.exact_match else 'wrong'})"
+            for m, r in by.iterrows()
+        )
+        parts.append(
+            f"case {case} (golden {golden}): golden passage {by.golden_attention['sft']:.3f} "
+            f"under SFT vs {by.golden_attention['mudaf']:.3f} under MuDAF "
+            f"(#0: {by.prefix_attention['sft']:.3f} vs {by.prefix_attention['mudaf']:.3f}); "
+            f"answers {answers}"
+        )
     return (
-        "Share of the shown heads' attention on the golden passage: "
-        + ", ".join(f"{m} {v:.2f}" for m, v in on.items())
-        + "."
+        "Last-token attention on the golden passage, mean over the shown heads (fraction of "
+        "each head's attention): " + "; ".join(parts) + "."
     )
+
+
+# -- Table 3: layers of the selected heads ----------------------------------------------------
+TABLE3_STRATEGIES = {"mudaf": "MuDAF (strong)", "mudaf-weak": "MuDAF-weak"}
+
+
+def table3_compute(run: FigureRun) -> Tables:
+    sets = target_sets(run)
+    rows = [
+        {
+            "strategy": strategy,
+            "layer": layer,
+            "heads": sum(a == layer for a, _ in sets[strategy]),
+            "names": " ".join(f"L{a}H{b}" for a, b in sorted(sets[strategy]) if a == layer),
+        }
+        for strategy in TABLE3_STRATEGIES
+        for layer in range(run.handle.spec.n_layers)
+    ]
+    return {"layers": pd.DataFrame(rows)}
+
+
+def table3_draw(t: Tables):
+    table = t["layers"].assign(strategy=t["layers"].strategy.map(TABLE3_STRATEGIES))
+    return pv.layer_counts(
+        table, title="MuDAF Table 3: layers of the selected heads, by selection strategy"
+    )
+
+
+def table3_read(t: Tables) -> str:
+    a = t["layers"][t["layers"].heads > 0]
+    parts = []
+    for strategy, label in TABLE3_STRATEGIES.items():
+        rows = a[a.strategy == strategy]
+        where = ", ".join(
+            f"layer {int(r.layer)}: {int(r.heads)} ({r.names})" for r in rows.itertuples()
+        )
+        parts.append(f"{label} {where or 'no heads'}")
+    shared = sorted(set(a[a.strategy == "mudaf"].layer) & set(a[a.strategy == "mudaf-weak"].layer))
+    both = ", ".join(str(int(v)) for v in shared) or "none"
+    return f"Selected heads by layer: {'; '.join(parts)}; layers with both: {both}."

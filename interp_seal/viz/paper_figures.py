@@ -8,7 +8,8 @@ Pure functions: tidy tables in, a plotly ``Figure`` out (the gallery driver,
 - ``dla_comparison``: direct logit attribution of heads and MLPs per method (SEAL Fig. 4);
 - ``niah_panels``: one needle heatmap per method (SEAL Fig. 5);
 - ``lr_samples``: learning rate x samples heatmap and few-sample curves (SEAL Table 4, Fig. 7);
-- ``passage_grid``: passage-level attention, models x layers (MuDAF Fig. 10);
+- ``passage_grid``: passage-level attention, cases x models x layers (MuDAF Fig. 10-11);
+- ``layer_counts``: selected heads per layer and strategy (MuDAF Table 3);
 - ``head_count_curves``, ``method_bars``: MuDAF Fig. 7 and Table 2;
 - ``caption``, ``mark_window``: the gallery's line under each title (model, records per
   point) and SEAL Table 2's trained window on the length axis.
@@ -210,23 +211,55 @@ def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def passage_grid(table: pd.DataFrame, golden: list[int]) -> go.Figure:
-    """Heads x passages attention, one row per model and one column per layer (MuDAF Fig. 10).
+def passage_grid(table: pd.DataFrame, golden: pd.DataFrame, cases: pd.DataFrame) -> go.Figure:
+    """Heads x passages attention of two models on one or more questions (MuDAF Fig. 10-11).
 
-    ``table``: ``model, layer, head, passage, attention`` with passage 0 the prefix ("#0");
-    golden passages (1-based like the columns) are boxed.
+    One block per case: a header (the question, the gold answer, the golden passages), then one
+    row per model, headed by that model's answer, with one heatmap per layer.
+
+    ``table``: ``case, model, layer, head, passage, attention`` with passage 0 the text before
+    the first passage ("#0"); ``golden``: ``case, passage`` (1-based like the columns), boxed;
+    ``cases``: one row per case and model: ``case, model, question_index, question, gold,
+    answer`` (generated) and ``exact_match`` (0/1).
     """
+    case_ids = list(dict.fromkeys(table.case))
     models = list(dict.fromkeys(table.model))
     layers = sorted(table.layer.unique())
-    fig = make_subplots(
-        rows=len(models),
-        cols=len(layers),
-        shared_yaxes=True,
-        subplot_titles=[f"{m}, layer {lay}" for m in models for lay in layers],
-    )
-    for r, model in enumerate(models, 1):
+    rows = [(c, m) for c in case_ids for m in models]
+    n_heads = table["head"].nunique()
+    n_passages = int(table.passage.max())
+    fig = make_subplots(rows=len(rows), cols=len(layers), horizontal_spacing=0.04)
+    # the layout in pixels, top down: per case a header, per row two title lines and the heatmaps
+    header_px, title_px, ticks_px, heat_px = 50, 44, 26, max(150, 20 * n_heads)
+    spans, headers, y = [], [], 0
+    for _, m in rows:
+        if m == models[0]:
+            headers.append(y)
+            y += header_px
+        spans.append((y + title_px, y + title_px + heat_px))
+        y += title_px + heat_px + ticks_px
+    total = y
+    info = cases.set_index(["case", "model"])
+    left = dict(xref="paper", yref="paper", xanchor="left", showarrow=False, align="left")
+
+    def quoted(text: str, limit: int = 40) -> str:
+        text = str(text).strip()
+        return "'" + (text if len(text) <= limit else text[: limit - 1] + "…") + "'"
+
+    for r, ((case, model), (top, bottom)) in enumerate(zip(rows, spans, strict=True), 1):
+        row = info.loc[(case, model)]
+        verdict = "correct" if row.exact_match else "wrong"
+        fig.add_annotation(
+            text=f"<b>{model}</b> answers {quoted(row.answer)} ({verdict})",
+            x=0,
+            y=1 - top / total,
+            yshift=20,
+            yanchor="bottom",
+            **left,
+        )
+        boxed = golden[golden.case == case].passage
         for c, layer in enumerate(layers, 1):
-            part = table[(table.model == model) & (table.layer == layer)]
+            part = table[(table.case == case) & (table.model == model) & (table.layer == layer)]
             wide = part.pivot_table(index="head", columns="passage", values="attention")
             fig.add_trace(
                 go.Heatmap(
@@ -234,11 +267,25 @@ def passage_grid(table: pd.DataFrame, golden: list[int]) -> go.Figure:
                     x=[f"#{p}" for p in wide.columns],
                     y=[f"head {h}" for h in wide.index],
                     coloraxis="coloraxis",
+                    hovertemplate=f"{model}, layer {layer}, %{{y}}, passage %{{x}}: "
+                    "%{z:.3f}<extra></extra>",
                 ),
                 row=r,
                 col=c,
             )
-            for g in golden:
+            domain = fig.get_subplot(r, c).xaxis.domain
+            fig.add_annotation(
+                text=f"layer {layer}",
+                x=(domain[0] + domain[1]) / 2,
+                y=1 - top / total,
+                xref="paper",
+                yref="paper",
+                xanchor="center",
+                yanchor="bottom",
+                showarrow=False,
+                font_size=13,
+            )
+            for g in boxed:
                 fig.add_shape(
                     type="rect",
                     x0=g - 0.5,
@@ -249,14 +296,79 @@ def passage_grid(table: pd.DataFrame, golden: list[int]) -> go.Figure:
                     col=c,
                     line=dict(dash="dot", width=2, color="black"),
                 )
+            fig.update_yaxes(
+                domain=[1 - bottom / total, 1 - top / total],
+                autorange="reversed",
+                showticklabels=c == 1,
+                row=r,
+                col=c,
+            )
+    for case, at in zip(case_ids, headers, strict=True):
+        first = info.loc[case].iloc[0]
+        where = ", ".join(f"#{p}" for p in golden[golden.case == case].passage)
+        fig.add_annotation(
+            text=f"<b>Case {case}</b> (evaluation question {int(first.question_index)}): "
+            f"{first.question}<br>gold answer {quoted(first.gold)}; golden passage {where} "
+            f"of {n_passages} (dotted box)",
+            x=0,
+            y=1 - at / total,
+            yshift=-2,
+            **left,
+            yanchor="top",
+            font_size=14,
+        )
     fig.update_layout(
-        title="MuDAF Fig. 10: last-token attention per passage (golden boxed)",
-        coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(title="attention<br>share")),
+        title="MuDAF Fig. 10-11: last-token attention per passage, Vanilla SFT vs MuDAF",
+        coloraxis=dict(
+            colorscale="Blues",
+            cmin=0,
+            colorbar=dict(title="attention<br>(fraction of<br>the last<br>token's)", len=0.5),
+        ),
         template="plotly_white",
-        height=300 * len(models),
+        height=int(total) + 200,
+        margin=dict(b=80),
     )
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="passage (#0: text before it)", row=len(models))
+    fig.update_xaxes(title_text="passage (#0: text before passage #1)", row=len(rows))
+    return fig
+
+
+def layer_counts(table: pd.DataFrame, *, title: str) -> go.Figure:
+    """Selected heads per layer, one bar group per layer and one bar per strategy (MuDAF
+    Table 3). ``table``: ``strategy, layer, heads`` (a count, 0 allowed) and ``names`` (the
+    heads, written on their bar)."""
+    layers = sorted(table.layer.unique())
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=rows.layer,
+                y=rows.heads,
+                name=strategy,
+                marker_color=PALETTE[1 + i],
+                text=[n.replace(" ", "<br>") for n in rows.names.fillna("")],
+                textposition="outside",
+                textfont_size=11,
+                hovertemplate=f"{strategy}<br>layer %{{x}}: %{{y}} head(s)<extra></extra>",
+            )
+            for i, (strategy, rows) in enumerate(table.groupby("strategy", sort=False))
+        ]
+    )
+    top = int(table.heads.max())
+    fig.update_layout(
+        title=title,
+        barmode="group",
+        xaxis=dict(
+            title="layer",
+            tickvals=layers if len(layers) <= 32 else None,
+            range=[min(layers) - 0.6, max(layers) + 0.6],
+        ),
+        yaxis=dict(
+            title="selected heads (count)",
+            range=[0, top * 1.25 + 1],
+            dtick=1 if top <= 10 else None,
+        ),
+        legend=dict(title="selection strategy", x=1.02, y=1, xanchor="left"),
+        template="plotly_white",
+    )
     return fig
 
 
