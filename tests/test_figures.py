@@ -262,12 +262,63 @@ def test_retrieval_scores_and_dla_equal_the_analyses(gallery, organism):
     fresh = fresh.sort_values(["layer", "head"])
     np.testing.assert_allclose(heads.f1, fresh.f1, atol=1e-9)
     np.testing.assert_array_equal(heads["rank"], fresh["rank"])
-    # SEAL Fig. 4: the base model's logit difference is the model's own (a plain forward)
-    dla = tables(out, "seal_fig4_dla")
-    attr = dla["attribution"]
-    base = attr[attr.method == "base"]
-    logit = dla["logits"].set_index("method").logit["base"]
-    assert base.value.sum() == pytest.approx(logit, abs=1e-3)  # direct effects add up
+    # SEAL Fig. 4: direct effects add up to each digit's logit; the records' logit
+    # differences are a plain forward's, on records the base model gets wrong
+    records = line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), QUICK.n, 0)
+    check_digit_effects(tables(out, "seal_fig4_dla"), organism, records)
+
+
+def check_digit_effects(dla: dict, handle, samples) -> None:
+    """SEAL Fig. 4's tables against the model: every method's direct effects on a digit sum to
+    that digit's logit (frozen-norm DLA is exact); the base model's logit(correct) -
+    logit(wrong) per record equals a plain Hugging Face forward on that record's prompt, up to
+    its first answer digit, where the base model's top token is wrong."""
+    import torch
+
+    from interp_seal.evaluation import encode_samples
+    from interp_seal.evaluation.teacher_forcing import first_content
+
+    sums = dla["effects"].groupby(["method", "digit"]).value.sum()
+    for r in dla["logits"].itertuples():
+        assert sums[(r.method, r.digit)] == pytest.approx(r.logit, abs=1e-3)
+    assert dla["logits"].correct.sum() == dla["logits"].method.nunique()  # one digit each
+    rec = dla["records"]
+    base = rec[rec.method == "base"]
+    assert 1 <= len(base) <= 8 and set(rec.method) == {"base", "seal-h", "seal-c"}
+    tok = handle.tokenizer
+    encoded = encode_samples(handle, samples)
+    for r in base.itertuples():
+        enc = encoded[r.record]
+        at = enc.answer_start + first_content(tok, enc.answer_ids)
+        assert tok.convert_ids_to_tokens(int(enc.input_ids[at])) == r.correct
+        with torch.no_grad():
+            logits = handle.model(enc.input_ids[None, :at]).logits[0, -1].double()
+        right, wrong = (tok.convert_tokens_to_ids(x) for x in (r.correct, r.wrong))
+        assert r.logit_diff == pytest.approx(float(logits[right] - logits[wrong]), abs=1e-4)
+        if not r.top_is_correct:  # chosen because the base model is wrong there
+            assert int(logits.argmax()) == wrong and r.logit_diff < 0
+    correct = dla["logits"][dla["logits"].correct].digit.iloc[0]
+    assert base.correct.iloc[0].strip().lstrip("Ġ▁") == str(correct)
+
+
+def test_dla_claim_is_a_sign_test_over_records():
+    # SEAL-H raises logit(correct) - logit(wrong) on 7 of 8 records, SEAL-C on all 8:
+    # two-sided exact sign test p = 2 * (1 + 8) / 256 = 0.0703 and 2 / 256 = 0.0078; the
+    # row needs both (intersection-union): not shown, p = 0.0703
+    base = [-1.0] * 8
+    seal_h = [0.5] * 7 + [-2.0]
+    seal_c = [0.2] * 8
+    rows = [
+        {"record": i, "method": m, "logit_diff": v}
+        for m, xs in (("base", base), ("seal-h", seal_h), ("seal-c", seal_c))
+        for i, v in enumerate(xs)
+    ]
+    row = C.dla_flips({"seal_fig4_dla": {"records": pd.DataFrame(rows)}})
+    assert row.p_value == pytest.approx(18 / 256) and row.verdict == "not shown"
+    assert "records turned right: seal-h 7, seal-c 8" in row.measured
+    rows = [r if r["method"] != "seal-h" else {**r, "logit_diff": 0.5} for r in rows]
+    row = C.dla_flips({"seal_fig4_dla": {"records": pd.DataFrame(rows)}})
+    assert row.p_value == pytest.approx(2 / 256) and row.verdict == "supported"
 
 
 def test_second_run_only_redraws_and_a_lost_figure_resumes(gallery, tmp_path):
@@ -650,13 +701,20 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
     fresh = fresh.sort_values(["layer", "head"])
     np.testing.assert_allclose(heads.f1, fresh.f1, atol=1e-9)
     np.testing.assert_array_equal(heads["rank"], fresh["rank"])
-    # SEAL Fig. 4: the direct effects add up to the logit difference on a templated record
-    dla = tables(out, "seal_fig4_dla")
-    attr = dla["attribution"]
-    logit = dla["logits"].set_index("method").logit["base"]
-    assert attr[attr.method == "base"].value.sum() == pytest.approx(logit, abs=1e-3)
-    correct = dla["logits"].target.iloc[0].split(" - ")[0]
-    assert correct.isdigit()  # the value's first digit, not the bare space that opens it
+    # SEAL Fig. 4 on templated records: the digits are the value's (not the bare space that
+    # opens a BPE answer), and every number is the model's own
+    from interp_seal.evaluation import line_retrieval_samples
+    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    records = line_retrieval_samples(
+        smollm2.tokenizer,
+        (Q.long,),
+        n=Q.n,
+        seed=0,
+        index_style="integers",
+        chat_template="tokenizer",
+    )[Q.long]
+    check_digit_effects(tables(out, "seal_fig4_dla"), smollm2, records)
 
 
 @pytest.mark.slow

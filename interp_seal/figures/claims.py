@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm, pearsonr
+from scipy.stats import binomtest, norm, pearsonr
 
 from interp_seal.analysis.statistics import (
     equivalence_sample_size,
@@ -501,17 +501,53 @@ def masking_hurts(d: Data) -> Check:
 SIGN_TEST_N = 6  # the fewest records at which a two-sided exact sign test can reach p < 0.05
 
 
-def dla_flips(d: Data) -> Check:
-    lg = d["seal_fig4_dla"]["logits"].set_index("method").logit
-    parts = ", ".join(f"{m} {v:+.2f}" for m, v in lg.items())
+def sign_test(change: np.ndarray, label: str) -> Check:
+    """The changes ``change`` (one per record) positive more often than chance: the exact
+    two-sided sign test (binomial, p = 1/2) on the non-zero changes."""
+    up, down = int((change > 0).sum()), int((change < 0).sum())
+    p = float(binomtest(up, up + down, 0.5).pvalue) if up + down else 1.0
+    verdict = decide(p, up - down)
+    needed = ""
+    if verdict == "not shown":
+        needed = f"{label}: >= {SIGN_TEST_N} records all moving one way (now {up} up, {down} down)"
     return Check(
-        measured=f"logit(correct) - logit(wrong) at the first answer token on one record: {parts}",
-        test="none: one record",
-        n=1,
-        difference=float(lg.get("seal-h", math.nan) - lg.get("base", math.nan)),
-        n_needed=f">= {SIGN_TEST_N} records for an exact sign test of the flip "
-        f"(2 x 0.5^6 = 0.031); the figure computes one",
+        measured=f"{label}: up on {up}, down on {down} of {len(change)}",
+        test="exact sign test (paired)",
+        n=len(change),
+        difference=float(np.mean(change)),
+        p_value=p,
+        verdict=verdict,
+        n_needed=needed,
     )
+
+
+def dla_flips(d: Data) -> Check:
+    t = d["seal_fig4_dla"]
+    if "records" not in t:  # older data: one record, no test
+        lg = t["logits"].set_index("method").logit
+        return Check(
+            measured="logit(correct) - logit(wrong) at the first answer token on one record: "
+            + ", ".join(f"{m} {v:+.2f}" for m, v in lg.items()),
+            test="none: one record",
+            n=1,
+            difference=float(lg.get("seal-h", math.nan) - lg.get("base", math.nan)),
+            n_needed=f">= {SIGN_TEST_N} records for an exact sign test of the flip",
+        )
+    diff = t["records"].pivot_table(
+        index="record", columns="method", values="logit_diff", sort=False
+    )
+    parts = [
+        sign_test((diff[m] - diff["base"]).to_numpy(), f"{m} - base")
+        for m in ("seal-h", "seal-c")
+        if m in diff
+    ]
+    means = ", ".join(f"{m} {v:+.2f}" for m, v in diff.mean().items())
+    flips = ", ".join(f"{m} {int((diff[m] > 0).sum())}" for m in diff.columns if m != "base")
+    text = (
+        f"logit(correct) - logit(wrong) at the first answer digit on {len(diff)} records the "
+        f"base model gets wrong, mean: {means}; records turned right: {flips}"
+    )
+    return combine(parts, text)
 
 
 def needle_recovered(d: Data) -> Check:

@@ -196,13 +196,14 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="seal_fig2c_channels",
-        title="Channel pruning in the strongest heads",
+        title="Channel pruning in the most harmful and the most helpful head",
         paper="SEAL Fig. 2c",
         compute=S.fig2c_compute,
         draw=S.fig2c_draw,
         read=S.fig2c_read,
-        paper_numbers="A few channels of a head carry most of its effect; pruning single "
-        "channels moves accuracy in both directions.",
+        paper_numbers="LongChat-7B: in L1H18 (pruning it helps most) a few of its 128 channels "
+        "carry most of the change; in L13H16 (pruning it hurts most) some channels help when "
+        "pruned alone.",
         sample="{sweep_n} records at {long} lines",
     ),
     FigureSpec(
@@ -218,14 +219,15 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="seal_fig4_dla",
-        title="Direct logit attribution, baseline vs SEAL",
+        title="Direct effects on each digit's logit, baseline vs SEAL",
         paper="SEAL Fig. 4",
         compute=S.fig4_compute,
         draw=S.fig4_draw,
         read=S.fig4_read,
-        paper_numbers="After SEAL-H / SEAL-C the heads' direct effect shifts toward the "
-        "correct digit and the final logit flips from the wrong to the correct one.",
-        sample="one record of {long} lines",
+        paper_numbers="LongChat-7B, one record: the baseline answers 5, SEAL-H and SEAL-C "
+        "answer the correct 1; the MLPs' direct effects dominate the heads'; after SEAL the "
+        "heads' effects shift toward the correct digit and its final logit becomes the largest.",
+        sample="up to 8 records of {long} lines the base model gets wrong (the first drawn)",
     ),
     FigureSpec(
         name="seal_table1_methods",
@@ -246,7 +248,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig5_read,
         paper_numbers="LongChat-7B: baseline fails at deep needles beyond ~17K; SEAL-H/C/L/D "
         "recover most of the grid inside the context window.",
-        sample="{needle_n} needle(s) per cell",
+        sample="{needle_n} needle(s) per cell; every method tuned on needles",
     ),
     FigureSpec(
         name="seal_table4_lr_samples",

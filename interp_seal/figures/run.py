@@ -252,10 +252,12 @@ class FigureRun:
         lines: int | None = None,
         needle_tokens: int | None = None,
         extension: ContextExtension | None = None,
+        task: str = "line_retrieval",
     ) -> HeadIntervention:
         """SEAL-H (``"head"``) or SEAL-C (``"channel"``) scales tuned on this run's data: line
         records of ``lines`` lines (default ``tune_lines``), or, with ``needle_tokens``,
-        needle-format samples of that many tokens."""
+        needle-format samples of that many tokens, or, with ``task="passages"``, the passage
+        questions of ``tuning_samples("passages")`` (SEAL Table 3's in-domain scales)."""
         from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
         from interp_seal.tuning.seal import SEAL_METHODS, SealTuner
 
@@ -264,24 +266,33 @@ class FigureRun:
         n = n or self.sizes.tune_n
         lines = lines or self.sizes.tune_lines
         ext = extension.label.replace(" ", "") if extension else "none"
-        data = f"needle{needle_tokens}" if needle_tokens else f"lines{lines}"
+        if task not in ("line_retrieval", "passages") or (
+            needle_tokens and task != "line_retrieval"
+        ):
+            raise ValueError(
+                "seal_scales tunes on line records, on passage questions (task='passages') or, "
+                f"with needle_tokens alone, on needles; got task={task!r}, "
+                f"needle_tokens={needle_tokens}"
+            )
+        if needle_tokens:
+            task, data, what = "needle", f"needle{needle_tokens}", {"tokens": needle_tokens}
+        elif task == "passages":
+            count = self.sizes.retrieval_passages
+            data, what = f"passages{count}", {"num_passages": count}
+        else:
+            data, what = f"lines{lines}", {"num_lines": lines}
         name = f"{method}_lr{lr:g}_n{n}_e{epochs}_{data}_ext{ext}"
         path = self.work(name, "scales.safetensors")
         if not path.exists():
             tuner = SealTuner(self.handle, granularity)
-            samples = (
-                self.tuning_samples("needle", n=n, tokens=needle_tokens)
-                if needle_tokens
-                else self.tuning_samples(n=n, lines=lines)
-            )
+            samples = self.tuning_samples(task, n=n, lines=lines, tokens=needle_tokens)
             ctx = ExitStack()
             if extension:  # SEAL Table 2 tunes past the trained window on purpose
                 ctx.enter_context(extend_context(self.handle, extension))
                 longest = max(len(x.encode(self.handle.tokenizer)) for x in samples)
                 ctx.enter_context(declared_window(self.handle, longest))
             self._train(tuner, samples, name, lr=lr, epochs=epochs, ctx=ctx)
-            hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext}
-            hyper |= {"tokens": needle_tokens} if needle_tokens else {"num_lines": lines}
+            hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext} | what
             save_scales(
                 path,
                 ScaleFile(
@@ -289,19 +300,32 @@ class FigureRun:
                     spec=self.handle.spec,
                     model=self.handle.name_or_path,
                     granularity=granularity,
-                    task="needle" if needle_tokens else "line_retrieval",
+                    task=task,
                     hyperparameters=hyper,
                 ),
             )
         scales = load_scales(path, self.handle.spec).scales
         return HeadIntervention.from_scales(self.handle.spec, scales)
 
-    def tuned_model(self, method: str, *, heads: tuple = (), alpha: float = 0.5) -> ModelHandle:
-        """A fine-tuned copy: ``"seal-l"`` / ``"seal-d"`` (LoRA / DoRA, merged), ``"mudaf"`` on
-        ``heads`` or ``"sft"`` (MuDAF with alpha 0), saved once under ``work/``."""
+    def tuned_model(
+        self,
+        method: str,
+        *,
+        heads: tuple = (),
+        alpha: float = 0.5,
+        needle_tokens: int | None = None,
+        n: int | None = None,
+    ) -> ModelHandle:
+        """A fine-tuned copy: ``"seal-l"`` / ``"seal-d"`` (LoRA / DoRA, merged; on the line
+        records, or with ``needle_tokens`` on ``n`` needle-format samples of that many tokens),
+        ``"mudaf"`` on ``heads`` or ``"sft"`` (MuDAF with alpha 0), saved once under ``work/``."""
         from interp_seal.tuning.merge import save_checkpoint
 
+        if needle_tokens and method not in ("seal-l", "seal-d"):
+            raise ValueError(f"needle tuning applies to seal-l / seal-d, not {method!r}")
         tag = method + ("_" + "-".join(f"{a}.{b}" for a, b in heads) if heads else "")
+        if needle_tokens:
+            tag += f"_needle{needle_tokens}_n{n or self.sizes.tune_n}"
         if tag in self._memo:
             return self._memo[tag]
         ckpt = self.work(tag, "model")
@@ -311,7 +335,12 @@ class FigureRun:
                 from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
 
                 tuner = PeftTuner(handle, PeftBaselineConfig(dora=method == "seal-d"))
-                self._train(tuner, self.tuning_samples(), tag, lr=METHODS[method].lr)
+                samples = (
+                    self.tuning_samples("needle", n=n, tokens=needle_tokens)
+                    if needle_tokens
+                    else self.tuning_samples()
+                )
+                self._train(tuner, samples, tag, lr=METHODS[method].lr)
                 model = tuner.merge_and_unload()
             else:
                 from interp_seal.tuning.mudaf import MudafConfig, MudafTuner

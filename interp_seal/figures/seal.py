@@ -20,10 +20,16 @@ import dataclasses
 from pathlib import Path
 
 import pandas as pd
+import torch
 
-from interp_seal.analysis.logit_attribution import logit_diff_attribution, strongest_wrong_token
+from interp_seal.analysis.logit_attribution import (
+    logit_attribution,
+    strongest_wrong_token,
+    token_label,
+)
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_scale_table
 from interp_seal.analysis.sweeps import SweepOptions, channel_sweep, head_sweep, scale_table_sweep
+from interp_seal.engine import last_logits
 from interp_seal.evaluation import encode_samples, score_lengths, summarize, teacher_force
 from interp_seal.evaluation.niah import niah_grid
 from interp_seal.evaluation.teacher_forcing import first_content
@@ -131,40 +137,49 @@ def fig2b_read(t: Tables) -> str:
 
 
 # -- Fig. 2c: channel pruning in the strongest heads -----------------------------------------
-def strongest_heads(run: FigureRun) -> list[tuple[int, int]]:
-    """The heads whose pruning hurts exact match most at the long length."""
+def fig2c_heads(run: FigureRun) -> list[tuple[int, int]]:
+    """SEAL Fig. 2c opens the head whose pruning hurts exact match most at the long length and
+    the head whose pruning helps most (LongChat-7B: L13H16 and L1H18): ``channel_heads`` heads,
+    alternating from the two ends of the sweep."""
     q = _quadrants(head_sweep_table(run)).heads.sort_values(["delta_long", "layer", "head"])
-    return [(int(a), int(b)) for a, b in zip(q.layer, q["head"], strict=True)][
-        : run.sizes.channel_heads
-    ]
+    ends = [(int(a), int(b)) for a, b in zip(q.layer, q["head"], strict=True)]
+    order = [h for pair in zip(ends, reversed(ends), strict=True) for h in pair]
+    return list(dict.fromkeys(order))[: run.sizes.channel_heads]
 
 
 def fig2c_compute(run: FigureRun) -> Tables:
     s = run.sizes
+    heads = fig2c_heads(run)
     table = channel_sweep(
         run.handle,
         run.line_records((s.long,), s.sweep_n),
-        heads=strongest_heads(run),
+        heads=heads,
         options=_sweep_options(run, "channel_sweep"),
     )
-    return {"sweep": table}
+    roles = {
+        h: ("pruning it hurts most", "pruning it helps most")[i % 2] for i, h in enumerate(heads)
+    }
+    role = [roles[(int(a), int(b))] for a, b in zip(table.layer, table["head"], strict=True)]
+    return {"sweep": table.assign(role=role)}
 
 
 def fig2c_draw(t: Tables):
-    return channel_map(t["sweep"])
+    return channel_map(t["sweep"].drop(columns="role", errors="ignore"))
 
 
 def fig2c_read(t: Tables) -> str:
     rows = t["sweep"][t["sweep"].metric == "exact_match"]
-    worst = rows.nsmallest(3, "delta")
-    best = rows.nlargest(1, "delta").iloc[0]
-    parts = ", ".join(
-        f"L{r.layer}H{r['head']} ch{r.channel} {r.delta:+.2f}" for _, r in worst.iterrows()
-    )
+    parts = []
+    for (layer, head), g in rows.groupby(["layer", "head"], sort=False):
+        lo, hi = g.loc[g.delta.idxmin()], g.loc[g.delta.idxmax()]
+        role = f" ({g.role.iloc[0]})" if "role" in g else ""
+        parts.append(
+            f"L{layer}H{head}{role}: ch{lo.channel} {lo.delta:+.2f} to ch{hi.channel} "
+            f"{hi.delta:+.2f}, {(g.delta > 0).sum()} of {len(g)} channels help when zeroed"
+        )
     return (
-        f"Zeroing single channels at {int(rows.length.iloc[0])} lines: largest drops {parts}; "
-        f"largest gain L{best.layer}H{best['head']} ch{best.channel} {best.delta:+.2f} "
-        f"(baseline {rows.baseline.iloc[0]:.2f})."
+        f"Zeroing single channels at {int(rows.length.iloc[0])} lines (baseline "
+        f"{rows.baseline.iloc[0]:.2f}): " + "; ".join(parts) + "."
     )
 
 
@@ -214,6 +229,21 @@ def variants(run: FigureRun) -> dict[str, object]:
         "seal-c": run.seal_scales("channel"),
         "seal-l": run.tuned_model("seal-l"),
         "seal-d": run.tuned_model("seal-d"),
+    }
+
+
+def needle_variants(run: FigureRun) -> dict[str, object]:
+    """The five methods for SEAL Fig. 5, each tuned on needle-format data as SEAL tunes for its
+    needle results (App. B.2): ``extension_tune_n`` needles spread over every depth of a
+    context of the grid's shortest length (tuning at the longest would cost each sample a
+    backward pass over the whole window; the grid then asks how far the scales carry)."""
+    at = {"needle_tokens": min(run.sizes.needle_lengths), "n": run.sizes.extension_tune_n}
+    return {
+        "base": None,
+        "seal-h": run.seal_scales("head", **at),
+        "seal-c": run.seal_scales("channel", **at),
+        "seal-l": run.tuned_model("seal-l", **at),
+        "seal-d": run.tuned_model("seal-d", **at),
     }
 
 
@@ -308,67 +338,150 @@ def table1_read(t: Tables) -> str:
     )
 
 
-# -- Fig. 4: direct logit attribution on one record ------------------------------------------
+# -- Fig. 4: direct effects on each digit's logit, before and after SEAL -----------------------
+DLA_RECORDS = 8  # records the base model gets wrong, for the sign test of the flip (claims)
+
+
+def digit_tokens(tokenizer, token: int) -> list[int]:
+    """The ids of the ten digits written as ``token`` is (same leading-space marker): SEAL
+    Fig. 4 reads the logits of 0-9 at the position where the answer's digits diverge."""
+    label = token_label(tokenizer, token)
+    digits = [c for c in label if c.isdigit()]
+    if len(digits) != 1:
+        raise ValueError(
+            f"the answer token {label!r} is not a single digit; SEAL Fig. 4 needs a tokenizer "
+            "that writes numbers digit by digit"
+        )
+    ids = []
+    for k in range(10):
+        name = label.replace(digits[0], str(k))
+        i = tokenizer.convert_tokens_to_ids(name)
+        if i is None or token_label(tokenizer, i) != name:
+            raise ValueError(f"digit {k} written as {name!r} is not one token of this tokenizer")
+        ids.append(int(i))
+    return ids
+
+
 def fig4_compute(run: FigureRun) -> Tables:
-    """Base, SEAL-H and SEAL-C (scales merged into ``o_proj``, exact) on the first long record
-    the base model gets wrong at the first answer token that carries content (the value's first
-    digit: a byte-level BPE answer opens with a bare space that every model gets right), else
-    the first record."""
+    """Base, SEAL-H and SEAL-C (scales merged into ``o_proj``, exact) at the first answer token
+    that carries content (the value's first digit: a byte-level BPE answer opens with a bare
+    space that every model gets right).
+
+    Records: up to ``DLA_RECORDS`` of the ``n`` long records on which the base model's top
+    token there is wrong (the first record if it gets all right); each method's
+    ``logit(correct) - logit(wrong)``, ``wrong`` being the base model's strongest wrong token.
+    The first of them is drawn as the paper draws its example: the direct effect of every head
+    and MLP on each digit's logit, and the final logits of the ten digits."""
     s = run.sizes
+    tok = run.handle.tokenizer
     encoded = encode_samples(run.handle, run.samples("line_retrieval", s.n, seed=0, size=s.long))
-
-    def position(enc) -> int:
-        return enc.answer_start + first_content(run.handle.tokenizer, enc.answer_ids)
-
-    chosen, wrong = encoded[0], None
-    for enc in encoded:
-        at = position(enc)
+    chosen = []  # (record, prompt ids, correct, wrong)
+    for i, enc in enumerate(encoded):
+        at = enc.answer_start + first_content(tok, enc.answer_ids)
         target = int(enc.input_ids[at])
-        predicted, other = strongest_wrong_token(run.handle, enc.input_ids[:at], target)
-        if wrong is None or predicted != target:
-            chosen, wrong = enc, other
-            if predicted != target:
+        predicted, wrong = strongest_wrong_token(run.handle, enc.input_ids[:at], target)
+        if predicted != target:
+            chosen.append((i, enc.input_ids[:at], target, wrong))
+            if len(chosen) == DLA_RECORDS:
                 break
-    at = position(chosen)
-    ids, correct = chosen.input_ids[:at], int(chosen.input_ids[at])
+    if not chosen:  # the base model is right everywhere: show the first record
+        enc = encoded[0]
+        at = enc.answer_start + first_content(tok, enc.answer_ids)
+        target = int(enc.input_ids[at])
+        chosen = [
+            (
+                0,
+                enc.input_ids[:at],
+                target,
+                strongest_wrong_token(run.handle, enc.input_ids[:at], target)[1],
+            )
+        ]
     handles = {"base": run.handle}
     for name, g in (("seal-h", "head"), ("seal-c", "channel")):
         handles[name] = merged_model(run.handle, run.seal_scales(g).scale)
-    tables, logits = [], []
+    _, ids, correct, _ = chosen[0]
+    digits = digit_tokens(tok, correct)
+    effects, logits, records = [], [], []
     for name, h in handles.items():
-        res = logit_diff_attribution(h, ids, correct, wrong)
-        tables.append(res.table.assign(method=name))
-        logits += [{"method": name, "target": k, "logit": v} for k, v in res.logits.items()]
-    return {"attribution": pd.concat(tables, ignore_index=True), "logits": pd.DataFrame(logits)}
+        res = logit_attribution(h, ids, digits)
+        effects.append(res.table.assign(method=name))
+        logits += [
+            {
+                "method": name,
+                "digit": k,
+                "logit": res.logits[token_label(tok, d)],
+                "correct": d == correct,
+            }
+            for k, d in enumerate(digits)
+        ]
+        for record, prompt, right, wrong in chosen:
+            with torch.no_grad():
+                lg = last_logits(h, prompt[None])[0].double()
+            records.append(
+                {
+                    "record": record,
+                    "method": name,
+                    "correct": token_label(tok, right),
+                    "wrong": token_label(tok, wrong),
+                    "logit_diff": float(lg[right] - lg[wrong]),
+                    "top_is_correct": int(lg.argmax()) == right,
+                }
+            )
+    table = pd.concat(effects, ignore_index=True)
+    table["digit"] = table.target.map({token_label(tok, d): k for k, d in enumerate(digits)})
+    return {
+        "effects": table.drop(columns="target"),
+        "logits": pd.DataFrame(logits),
+        "records": pd.DataFrame(records),
+    }
 
 
 def fig4_draw(t: Tables):
-    return pv.dla_comparison(t["attribution"], t["logits"])
+    return pv.digit_effects(t["effects"], t["logits"], t["records"])
 
 
 def fig4_read(t: Tables) -> str:
-    lg = t["logits"].set_index("method").logit
-    return (
-        "Logit of the correct minus the wrong first answer token on one record: "
-        + ", ".join(f"{m} {v:+.2f}" for m, v in lg.items())
+    r = t["records"]
+    diff = r.pivot_table(index="record", columns="method", values="logit_diff", sort=False)
+    first = diff.iloc[0]
+    lg = t["logits"]
+    top = lg.loc[lg.groupby("method", sort=False).logit.idxmax()].set_index("method").digit
+    right = int(lg[lg.correct].digit.iloc[0])
+    text = (
+        f"On the drawn record (correct digit {right}) the top digit is "
+        + ", ".join(f"{m} {int(d)}" for m, d in top.items())
+        + "; logit(correct) - logit(wrong) "
+        + ", ".join(f"{m} {v:+.2f}" for m, v in first.items())
         + "."
     )
+    if len(diff) > 1:
+        up = {m: int((diff[m] > diff["base"]).sum()) for m in diff.columns if m != "base"}
+        flips = {m: int((diff[m] > 0).sum()) for m in diff.columns if m != "base"}
+        text += (
+            f" Over {len(diff)} records the base model gets wrong: the difference rises on "
+            + ", ".join(f"{up[m]} ({m})" for m in up)
+            + " and turns positive on "
+            + ", ".join(f"{flips[m]} ({m})" for m in flips)
+            + "."
+        )
+    return text
 
 
 # -- Fig. 5: needle in a haystack for the five methods ---------------------------------------
 def fig5_compute(run: FigureRun) -> Tables:
-    """The needle grid (``run.samples("needle", needle_n)``, seed 0) for the five methods:
+    """The needle grid (``run.samples("needle", needle_n)``, seed 0) for the five methods tuned
+    on needles (``needle_variants``):
     ``grid`` (mean exact match per method, depth and context length) and ``records`` (one row
     per needle: its cell, its index in the grid's samples and its 0/1 exact match)."""
     samples = run.samples("needle", run.sizes.needle_n, seed=0)
-    vs = variants(run)
+    vs = needle_variants(run)
 
     def one(key):
         handle, iv = _handle_and_edit(run, vs[key["method"]])
         scores = teacher_force(handle, samples, intervention=iv)
         return {"correct": [int(x.exact_match) for x in scores]}
 
-    rows = run.rows("fig5_records", [{"method": m} for m in vs], one)
+    rows = run.rows("fig5_needle_tuned", [{"method": m} for m in vs], one)
     records = pd.DataFrame(
         [
             {

@@ -33,8 +33,8 @@ class FigureSizes:
         mid, long: the two lengths of the head quadrants (SEAL Fig. 2b); ``long`` is also the
             length of single-point comparisons.
         sweep_n: records per length in the head and channel sweeps.
-        channel_heads: heads opened in the channel sweep (SEAL Fig. 2c): the ones whose
-            pruning hurts most at ``long``.
+        channel_heads: heads opened in the channel sweep (SEAL Fig. 2c), alternately the one
+            whose pruning hurts most and the one whose pruning helps most at ``long``.
         tune_n, tune_lines: tuning samples (SEAL: 50; MuDAF and SFT use ``tune_n`` too, with
             ``retrieval_passages`` passages) and SEAL's line count.
         lrs, sample_counts: SEAL Table 4's grid (SEAL-H, accuracy at ``long``).
@@ -65,7 +65,8 @@ class FigureSizes:
             are line counts; SEAL-C tuned on line records) or ``"needle"`` (SEAL Fig. 6:
             ``extension_lengths`` are context lengths in tokens, the grid's depths, ``needle_n``
             needles per cell; SEAL-C tuned on needle-format samples).
-        extension_tune_n: tuning samples of the extensions' SEAL-C (default ``tune_n``).
+        extension_tune_n: needle-format tuning samples (default ``tune_n``) of the extensions'
+            SEAL-C (Table 2) and of every method of the needle grid (Fig. 5).
     """
 
     n: int = 50
@@ -158,7 +159,7 @@ QUICK = FigureSizes(
     mid=6,
     long=12,
     sweep_n=3,
-    channel_heads=1,
+    channel_heads=2,
     tune_n=4,
     tune_lines=12,
     lrs=(1e-2,),

@@ -18,7 +18,7 @@ from interp_seal.viz.attribution import attribution_scatter, dla_figure, patchin
 from interp_seal.viz.dashboard import accuracy_curves, edit_grid, quadrant_map
 from interp_seal.viz.evaluation import accuracy_figure, niah_heatmap
 from interp_seal.viz.paper_figures import (
-    dla_comparison,
+    digit_effects,
     lr_samples,
     method_curves,
     niah_panels,
@@ -54,7 +54,7 @@ __all__ = [
     "attention_view",
     "attribution_scatter",
     "channel_map",
-    "dla_comparison",
+    "digit_effects",
     "dla_figure",
     "edit_grid",
     "effect_html",

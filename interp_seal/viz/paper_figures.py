@@ -5,7 +5,7 @@ Pure functions: tidy tables in, a plotly ``Figure`` out (the gallery driver,
 
 - ``method_curves``: ``viz.tuning.method_accuracy`` with 95 % Wilson intervals (SEAL Table 1,
   Table 2 / Fig. 6);
-- ``dla_comparison``: direct logit attribution of heads and MLPs per method (SEAL Fig. 4);
+- ``digit_effects``: direct effects of heads and MLPs on each digit, per method (SEAL Fig. 4);
 - ``niah_panels``: one needle heatmap per method (SEAL Fig. 5);
 - ``lr_samples``: learning rate x samples heatmap and few-sample curves (SEAL Table 4, Fig. 7);
 - ``passage_grid``: passage-level attention, cases x models x layers (MuDAF Fig. 10-11);
@@ -24,7 +24,6 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp_seal.viz.colors import SIGNED, symmetric_range
 from interp_seal.viz.evaluation import wilson_error_y
 from interp_seal.viz.tuning import method_accuracy
 
@@ -47,80 +46,129 @@ def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match
     return fig
 
 
-def dla_comparison(attribution: pd.DataFrame, logits: pd.DataFrame) -> go.Figure:
-    """Per method: head effects (layer x head), then embedding / MLP effects, then the logit.
+DIGIT_COLORS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
 
-    Every quantity is a signed logit difference, logit(correct) - logit(wrong), on one shared
-    scale: the heads' colours (``colors.SIGNED``, symmetric about 0) are the same in every
-    row, and each bar column has one y range across methods; bars are blue above 0, red below.
+
+def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataFrame) -> go.Figure:
+    """SEAL Fig. 4, one column per method: (a) the direct effect of every head on each digit's
+    logit (heads flattened layer by layer), (b) of the embedding and every MLP, (c) the final
+    logits of the ten digits; below, ``logit(correct) - logit(wrong)`` on every record the base
+    model gets wrong, one line per record across the methods.
+
+    Each row has one y range across the methods, so panels compare at a glance (and rows (a)
+    and (b) show, as in the paper, how much larger the MLPs' effects are than any head's).
     """
-    methods = list(dict.fromkeys(attribution.method))
+    methods = list(dict.fromkeys(effects.method))
+    right = int(logits[logits.correct].digit.iloc[0])
+    n_rec = records.record.nunique()
     fig = make_subplots(
-        rows=len(methods),
-        cols=3,
-        column_widths=[0.45, 0.4, 0.15],
-        subplot_titles=[
-            f"{m}: {w}" for m in methods for w in ("heads", "embed + MLPs", "final logit diff")
-        ],
-        vertical_spacing=0.1,
-        horizontal_spacing=0.09,
+        rows=4,
+        cols=len(methods),
+        specs=[[{}] * len(methods)] * 3
+        + [[{"colspan": len(methods)}] + [None] * (len(methods) - 1)],
+        subplot_titles=[f"{m}: (a) heads" for m in methods]
+        + [f"{m}: (b) embedding + MLPs" for m in methods]
+        + [f"{m}: (c) final logits" for m in methods]
+        + [f"logit(correct) - logit(wrong) on {n_rec} record(s) the base model gets wrong"],
+        vertical_spacing=0.08,
+        horizontal_spacing=0.06,
+        row_heights=[0.3, 0.25, 0.2, 0.25],
     )
-    heads_all = attribution[attribution.component == "head"]
-    extent = symmetric_range(heads_all.value.to_numpy(dtype=float))
-    other_all = attribution[attribution.component != "head"].value.to_numpy(dtype=float)
-    bar_range = _padded_range(other_all)
-    logit_range = _padded_range(logits.logit.to_numpy(dtype=float))
-    for r, method in enumerate(methods, 1):
-        rows = attribution[attribution.method == method]
-        heads = rows[rows.component == "head"].pivot_table(
-            index="layer", columns="head", values="value", aggfunc="sum"
-        )
+    heads_all = effects[effects.component == "head"]
+    n_heads = int(heads_all["head"].max()) + 1
+    other_all = effects[effects.component.isin(["embed", "mlp"])]
+    ranges = {
+        1: _padded_range(heads_all.value.to_numpy(dtype=float)),
+        2: _padded_range(other_all.value.to_numpy(dtype=float)),
+        3: _padded_range(logits.logit.to_numpy(dtype=float)),
+    }
+    layers = sorted(int(x) for x in heads_all.layer.unique())
+    step = max(1, len(layers) // 6)
+    ticks = [lay * n_heads for lay in layers[::step]]
+    for c, method in enumerate(methods, 1):
+        rows = effects[effects.method == method]
+        for k in range(10):
+            d = rows[rows.digit == k]
+            h = d[d.component == "head"].sort_values(["layer", "head"])
+            o = d[d.component.isin(["embed", "mlp"])]
+            o = o.assign(order=o.layer.fillna(-1).astype(int)).sort_values("order")
+            style = dict(
+                color=DIGIT_COLORS[k],
+                width=2.5 if k == right else 1,
+            )
+            name = f"{k} (correct)" if k == right else str(k)
+            common = dict(name=name, legendgroup=str(k), line=style, mode="lines")
+            fig.add_trace(
+                go.Scatter(
+                    x=(h.layer.astype(int) * n_heads + h["head"].astype(int)).tolist(),
+                    y=h.value,
+                    customdata=np.stack([h.layer.astype(int), h["head"].astype(int)], axis=1),
+                    hovertemplate=f"digit {k}: L%{{customdata[0]}}H%{{customdata[1]}} "
+                    "%{y:+.3f}<extra></extra>",
+                    showlegend=c == 1,
+                    **common,
+                ),
+                row=1,
+                col=c,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=["emb" if o_ < 0 else f"L{o_}" for o_ in o.order],
+                    y=o.value,
+                    hovertemplate=f"digit {k}: %{{x}} %{{y:+.3f}}<extra></extra>",
+                    showlegend=False,
+                    **common,
+                ),
+                row=2,
+                col=c,
+            )
+        lg = logits[logits.method == method].sort_values("digit")
         fig.add_trace(
-            go.Heatmap(
-                z=heads.values,
-                x=[f"H{int(h)}" for h in heads.columns],
-                y=[f"L{int(lay)}" for lay in heads.index],
-                coloraxis="coloraxis",
-                hovertemplate="%{y}%{x}: %{z:+.3f}<extra></extra>",
+            go.Bar(
+                x=[str(int(k)) for k in lg.digit],
+                y=lg.logit,
+                marker_color=[BLUE if ok else "#adb5bd" for ok in lg.correct],
+                hovertemplate="digit %{x}: logit %{y:.3f}<extra></extra>",
+                showlegend=False,
             ),
-            row=r,
+            row=3,
+            col=c,
+        )
+        fig.update_xaxes(tickvals=ticks, ticktext=[f"L{t // n_heads}" for t in ticks], row=1, col=c)
+        fig.update_xaxes(title_text="head (flattened, layer by layer)", row=1, col=c)
+        fig.update_xaxes(title_text="component", row=2, col=c)
+        fig.update_xaxes(title_text="digit", row=3, col=c)
+        for r in (1, 2, 3):
+            fig.update_yaxes(range=ranges[r], row=r, col=c)
+    for r, what in ((1, "direct effect (logit)"), (2, "direct effect (logit)"), (3, "logit")):
+        fig.update_yaxes(title_text=what, row=r, col=1)
+    for rec, g in records.groupby("record", sort=False):
+        g = g.set_index("method").reindex(methods)
+        fig.add_trace(
+            go.Scatter(
+                x=methods,
+                y=g.logit_diff,
+                mode="lines+markers",
+                line=dict(color="#868e96", width=1),
+                marker=dict(color=_signed_colors(g.logit_diff), size=8),
+                name=f"record {rec}",
+                hovertemplate=f"record {rec}, %{{x}}: %{{y:+.2f}}<extra></extra>",
+                showlegend=False,
+            ),
+            row=4,
             col=1,
         )
-        other = rows[rows.component != "head"]
-        labels = [
-            c if pd.isna(lay) else f"{c} L{int(lay)}"
-            for c, lay in zip(other.component, other.layer, strict=True)
-        ]
-        fig.add_trace(
-            go.Bar(
-                x=labels, y=other.value, marker_color=_signed_colors(other.value), showlegend=False
-            ),
-            row=r,
-            col=2,
-        )
-        lg = logits[logits.method == method]
-        fig.add_trace(
-            go.Bar(
-                x=lg.target, y=lg.logit, marker_color=_signed_colors(lg.logit), showlegend=False
-            ),
-            row=r,
-            col=3,
-        )
-        fig.update_yaxes(range=bar_range, title_text="direct effect (logit)", row=r, col=2)
-        fig.update_yaxes(range=logit_range, title_text="logit diff", row=r, col=3)
-        fig.update_xaxes(title_text="head", row=r, col=1)
-        fig.update_yaxes(title_text="layer", row=r, col=1)
+    fig.add_hline(y=0, line=dict(color="#212529", width=1, dash="dot"), row=4, col=1)
+    fig.update_yaxes(title_text="logit diff", row=4, col=1)
     fig.update_layout(
-        title="SEAL Fig. 4: direct effects on logit(correct) - logit(wrong)",
-        coloraxis=dict(
-            colorscale=SIGNED,
-            cmid=0,
-            cmin=-extent,
-            cmax=extent,
-            colorbar=dict(title="head's direct<br>effect (logit)", x=1.02),
-        ),
+        title=f"SEAL Fig. 4: direct effects on the digits' logits (correct digit {right})",
+        legend=dict(title="digit", x=1.01, y=1.0),
         template="plotly_white",
-        height=300 * len(methods),
+        height=1150,
+        width=max(900, 380 * len(methods)),
     )
     return fig
 
