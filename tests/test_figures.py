@@ -16,7 +16,7 @@ from plotly.offline import get_plotlyjs
 from interp_seal.analysis.retrieval_scores import passage_retrieval_scores
 from interp_seal.analysis.sweeps import head_sweep
 from interp_seal.cli import main
-from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval
+from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, teacher_force
 from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
 from interp_seal.figures.run import FigureRun
@@ -136,6 +136,28 @@ def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
     masking = tables(out, "mudaf_fig4_masking")["masking"]
     none = masking[masking.strategy == "none"].iloc[0]
     assert none.exact_match == pytest.approx(exact) and none.n_samples == QUICK.retrieval_n
+    # the per-question outcomes behind each condition: its mean, and unmasked, the plain run's
+    rec = tables(out, "mudaf_fig4_masking")["records"]
+    per = rec.groupby(["strategy", "mode", "seed"]).exact_match.mean()
+    for r in masking.itertuples():
+        assert per[(r.strategy, r.mode, r.seed)] == pytest.approx(r.exact_match)
+    plain = teacher_force(organism, quick_questions(QUICK.retrieval_n))
+    got = rec[rec.strategy == "none"].sort_values("record").exact_match.tolist()
+    assert got == [int(x.exact_match) for x in plain]
+    # MuDAF Fig. 5: each question's mean F1 over the targets averages to the targets' F1
+    f5 = tables(out, "mudaf_fig5_targets")
+    from interp_seal.figures.mudaf import target_gain
+
+    means = f5["questions"][f5["questions"].group == "mudaf"].groupby("method").f1.mean()
+    for method, f1 in target_gain(f5).items():
+        assert means[method] == pytest.approx(f1, abs=1e-9)
+    base_q = passage_retrieval_scores(organism, quick_questions(QUICK.retrieval_n), progress=False)
+    mine = f5["targets"][f5["targets"].group == "mudaf"]
+    heads = list(zip(mine.layer, mine["head"], strict=True))
+    direct = base_q.per_sample.set_index(["layer", "head"]).loc[heads].groupby("sample").f1.mean()
+    q = f5["questions"]
+    q = q[(q.group == "mudaf") & (q.method == "base")].sort_values("record").f1
+    np.testing.assert_allclose(q.to_numpy(), direct.to_numpy(), atol=1e-12)
     # MuDAF / SFT tune on the same format, other questions: none shared with the evaluation
     train = FigureRun("organism", QUICK, tmp_path, progress=False).tuning_samples("passages")
     assert len(train) == QUICK.tune_n
@@ -299,6 +321,60 @@ def check_digit_effects(dla: dict, handle, samples) -> None:
             assert int(logits.argmax()) == wrong and r.logit_diff < 0
     correct = dla["logits"][dla["logits"].correct].digit.iloc[0]
     assert base.correct.iloc[0].strip().lstrip("Ġ▁") == str(correct)
+
+
+def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
+    # 20 questions: zeroing the retrieval heads gets 2 right; draw 0 gets 14 (the 2 included,
+    # b = 12, c = 0: McNemar p = 2 * 0.5^12); draw 1 gets 5 (b = 3, c = 0: p = 0.25). Every
+    # draw must beat it (intersection-union): not shown, p = 0.25.
+    ret = [1] * 2 + [0] * 18
+    draws = {0: [1] * 14 + [0] * 6, 1: [1] * 5 + [0] * 15}
+    rows = [("retrieval", -1, ret)] + [("random", k, v) for k, v in draws.items()]
+    records = pd.DataFrame(
+        [
+            {"strategy": st, "mode": "zero", "seed": sd, "record": i, "exact_match": x}
+            for st, sd, xs in rows
+            for i, x in enumerate(xs)
+        ]
+    )
+    masking = records.groupby(["strategy", "mode", "seed"], as_index=False).exact_match.mean()
+    masking["n_samples"] = 20
+    data = {"mudaf_fig4_masking": {"masking": masking, "records": records}}
+    row = C.masking_hurts(data)
+    assert row.p_value == pytest.approx(0.25) and row.verdict == "not shown"
+    assert "McNemar" in row.test and row.n == 20
+    draws[1] = [1] * 2 + [0] * 2 + [1] * 8 + [0] * 8  # b = 8, c = 0: p = 2 * 0.5^8
+    records = records[records.seed != 1]
+    extra = [
+        {"strategy": "random", "mode": "zero", "seed": 1, "record": i, "exact_match": x}
+        for i, x in enumerate(draws[1])
+    ]
+    records = pd.concat([records, pd.DataFrame(extra)], ignore_index=True)
+    data["mudaf_fig4_masking"]["records"] = records
+    row = C.masking_hurts(data)
+    assert row.p_value == pytest.approx(2 / 2**8) and row.verdict == "supported"
+
+
+def test_target_claim_is_a_signed_rank_test_per_question():
+    # 8 questions; MuDAF - SFT differences 1..8 (all positive, no ties): the exact two-sided
+    # Wilcoxon signed-rank p is 2 / 2^8 = 0.0078
+    sft = np.zeros(8)
+    mudaf = np.arange(1, 9) / 10
+    q = pd.DataFrame(
+        [
+            {"method": m, "group": "mudaf", "record": i, "f1": v}
+            for m, xs in (("sft", sft), ("mudaf", mudaf), ("base", sft))
+            for i, v in enumerate(xs)
+        ]
+    )
+    scores = pd.DataFrame(
+        {"method": ["base", "sft", "mudaf"], "layer": 0, "head": 0, "f1": [0, 0, 0.45]}
+    )
+    targets = pd.DataFrame({"group": ["mudaf"], "layer": [0], "head": [0]})
+    data = {"mudaf_fig5_targets": {"scores": scores, "targets": targets, "questions": q}}
+    row = C.mudaf_targets(data)
+    assert row.p_value == pytest.approx(2 / 256) and row.verdict == "supported"
+    assert row.difference == pytest.approx(0.45) and row.test.startswith("Wilcoxon")
 
 
 def test_dla_claim_is_a_sign_test_over_records():

@@ -314,6 +314,7 @@ def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
         iv = ablate(handle.spec, heads, mode) if heads else None
         direct = teacher_force(handle, mdqa, intervention=iv)
         assert row["exact_match"] == np.mean([s.exact_match for s in direct])
+        assert row["correct"] == [int(s.exact_match) for s in direct]
         assert row["answer_logprob"] == pytest.approx(np.mean([s.answer_logprob for s in direct]))
     zero, uniform = rows.loc[("retrieval", "zero", -1)], rows.loc[("retrieval", "uniform", -1)]
     assert zero["answer_logprob"] != uniform["answer_logprob"]

@@ -179,6 +179,7 @@ def evaluate_condition(
         "answer_logprob": float(np.mean([s.answer_logprob for s in scores])),
         "qa_f1": float("nan"),
         "n_samples": len(scores),
+        "correct": [int(s.exact_match) for s in scores],  # per sample, for paired tests
     }
     if config.qa_f1:
         f1s = []
@@ -211,8 +212,9 @@ def masking_experiment(
         results: JSONL file of finished conditions (a restart skips them).
         progress: show a progress bar over conditions.
 
-    Returns one row per condition with ``COLUMNS``; ``seed`` is -1 for deterministic head
-    sets, ``heads`` a string of ``layer.head`` names.
+    Returns one row per condition with ``COLUMNS`` and ``correct`` (each sample's 0/1 exact
+    match, for paired tests between conditions); ``seed`` is -1 for deterministic head sets,
+    ``heads`` a string of ``layer.head`` names.
     """
     if not samples:
         raise ValueError("no samples to evaluate")
@@ -237,13 +239,13 @@ def masking_experiment(
             record |= evaluate_condition(handle, samples, cond, config)
             if log:
                 log.add(record)
-        rows.append((i, {c: record[c] for c in COLUMNS}))
+        rows.append((i, {c: record.get(c) for c in (*COLUMNS, "correct")}))
     if shard.world > 1:
         rows = sorted(shard.gather(rows), key=lambda row: row[0])
         if log:
             log.merge()
     rows = [row for _, row in rows]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = pd.DataFrame(rows, columns=[*COLUMNS, "correct"])
     frame["heads"] = frame["heads"].map(
         lambda hs: " ".join(f"{layer}.{head}" for layer, head in hs)
     )

@@ -210,7 +210,7 @@ def run_masking(args: argparse.Namespace) -> int:
     )
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs
-    write_table(frame, args.out / "masking.csv")
+    write_table(frame.drop(columns="correct"), args.out / "masking.csv")
     metric = "qa_f1" if args.qa_f1 else "exact_match"
     write_html(masking_bars(frame, metric=metric), args.out / "masking.html")
     print(frame.to_string(index=False, float_format=lambda x: f"{x:.4f}"))

@@ -111,17 +111,29 @@ def fig5_compute(run: FigureRun) -> Tables:
     samples = eval_samples(run)
 
     def one(key):
-        table = retrieval_by_method(
-            {key["method"]: handles[key["method"]]}, samples, progress=False
-        )
-        return {"heads": table.drop(columns=["method", "target"]).to_dict("records")}
+        res = passage_retrieval_scores(handles[key["method"]], samples, progress=False)
+        per = res.per_sample.set_index(["layer", "head"])
+        questions = {  # each question's mean F1 over a group's heads: paired across methods
+            g: per.loc[list(hs)].groupby("sample").f1.mean().tolist()
+            for g, hs in sets.items()
+            if hs
+        }
+        return {"heads": res.heads.to_dict("records"), "questions": questions}
 
-    rows = run.rows("mudaf_fig5", [{"method": m} for m in handles], one)
+    rows = run.rows("mudaf_fig5_questions", [{"method": m} for m in handles], one)
     table = pd.DataFrame([dict(method=r.method, **h) for r in rows.itertuples() for h in r.heads])
     targets = pd.DataFrame(
         [{"group": g, "layer": a, "head": b} for g, hs in sets.items() for a, b in hs]
     )
-    return {"scores": table, "targets": targets}
+    questions = pd.DataFrame(
+        [
+            {"method": r.method, "group": g, "record": i, "f1": v}
+            for r in rows.itertuples()
+            for g, vs in r.questions.items()
+            for i, v in enumerate(vs)
+        ]
+    )
+    return {"scores": table, "targets": targets, "questions": questions}
 
 
 def fig5_draw(t: Tables):
@@ -256,7 +268,15 @@ def fig4_compute(run: FigureRun) -> Tables:
         results=run.work("masking", "log.jsonl"),
         progress=run.progress,
     )
-    return {"masking": frame.assign(heads=frame.heads.astype(str)), "niah": niah}
+    records = pd.DataFrame(
+        [
+            {"strategy": r.strategy, "mode": r.mode, "seed": r.seed, "record": i, "exact_match": v}
+            for r in frame.itertuples()
+            for i, v in enumerate(r.correct)
+        ]
+    )
+    masking = frame.drop(columns="correct").assign(heads=frame.heads.astype(str))
+    return {"masking": masking, "niah": niah, "records": records}
 
 
 def fig4_draw(t: Tables):
