@@ -377,6 +377,30 @@ def test_target_claim_is_a_signed_rank_test_per_question():
     assert row.difference == pytest.approx(0.45) and row.test.startswith("Wilcoxon")
 
 
+def test_fig6_needles_at_table2_lengths_equal_teacher_forcing(gallery, organism, tmp_path):
+    """SEAL Fig. 6 on the organism (Table 2 in lines): its lengths are Table 2's records' mean
+    token counts, and the base model's grid is plain teacher forcing of those needles."""
+    from interp_seal.evaluation import teacher_force
+    from interp_seal.evaluation.niah import niah_grid
+
+    out, _ = gallery
+    grid = tables(out, "seal_fig6_needle_extension")["grid"]
+    run = FigureRun("organism", QUICK, tmp_path, progress=False)
+    (L,) = QUICK.extension_lengths
+    lines = line_retrieval.generate(LineRetrievalConfig(num_lines=L), QUICK.n, 0)
+    mean = np.mean([len(x.encode(organism.tokenizer).input_ids) for x in lines])
+    assert set(grid.context_length) == {int(round(mean, -2))}
+    needles = run.samples("needle", QUICK.needle_n, seed=0, size=int(round(mean, -2)))
+    direct = niah_grid(needles, [x.exact_match for x in teacher_force(organism, needles)])
+    base = grid[grid.method == "base"].pivot_table(
+        index="depth", columns="context_length", values="exact_match"
+    )
+    np.testing.assert_allclose(base.to_numpy(), direct.to_numpy())
+    assert set(grid.method) == {
+        "base", "NTK", "NTK + SEAL-C", "Self-Extend", "Self-Extend + SEAL-C", "SEAL-C"
+    }  # fmt: skip
+
+
 def test_dla_claim_is_a_sign_test_over_records():
     # SEAL-H raises logit(correct) - logit(wrong) on 7 of 8 records, SEAL-C on all 8:
     # two-sided exact sign test p = 2 * (1 + 8) / 256 = 0.0703 and 2 / 256 = 0.0078; the

@@ -568,36 +568,38 @@ def extensions(run: FigureRun) -> dict[str, ContextExtension]:
     }
 
 
-def table2_compute(run: FigureRun) -> Tables:
-    """Base, NTK, Self-Extend, each extension + SEAL-C (tuned with the extension on at the first
-    extension length, on ``extension_tune_n`` samples) and SEAL-C alone (Table 1's) at ``extension_lengths``, per record.
-
-    ``extension_task="needle"`` (SEAL Fig. 6) evaluates the needle grid's depths at those
-    context lengths (tokens), ``needle_n`` needles per depth, and tunes the extensions' SEAL-C
-    on needle-format samples; ``"line_retrieval"`` evaluates ``n`` line records per length."""
+def extension_rows(run: FigureRun, task: str, lengths) -> pd.DataFrame:
+    """Base, NTK, Self-Extend, each extension + SEAL-C (tuned with the extension on, at the
+    first of ``lengths``, on ``extension_tune_n`` samples of ``task``'s format) and SEAL-C
+    alone (Table 1's) at ``lengths``: one row per method and length with each record's 0/1
+    exact match. ``task="needle"``: ``lengths`` are context lengths in tokens, each scored on
+    the needle grid's depths, ``needle_n`` needles per depth; ``"line_retrieval"``: line
+    counts, ``n`` records each."""
     s = run.sizes
-    tune_at = s.extension_lengths[0]
-    task = s.extension_task
     n = s.needle_n if task == "needle" else s.n
-
-    def extended_seal_c(ext):
-        at = {"needle_tokens": tune_at} if task == "needle" else {"lines": tune_at}
-        return run.seal_scales("channel", n=s.extension_tune_n, extension=ext, **at)
-
+    at = {"needle_tokens": lengths[0]} if task == "needle" else {"lines": lengths[0]}
     none = ContextExtension()  # changes nothing: the base model read past its window as is
     methods = {"base": (None, none)}
     for name, ext in extensions(run).items():
         methods[name] = (None, ext)
-        methods[f"{name} + SEAL-C"] = (extended_seal_c(ext), ext)
+        scales = run.seal_scales("channel", n=s.extension_tune_n, extension=ext, **at)
+        methods[f"{name} + SEAL-C"] = (scales, ext)
     methods["SEAL-C"] = (run.seal_scales("channel"), none)
-    keys = [{"method": m, "length": L} for m in methods for L in s.extension_lengths]
-    rows = run.rows(
+    keys = [{"method": m, "length": L} for m in methods for L in lengths]
+    return run.rows(
         "table2_paired" if task == "line_retrieval" else f"table2_{task}",
         keys,
         lambda k: evaluate(
             run, methods[k["method"]][0], k["length"], n, methods[k["method"]][1], task=task
         ),
     )
+
+
+def table2_compute(run: FigureRun) -> Tables:
+    """SEAL Table 2 (``extension_rows``) at ``extension_lengths`` in the preset's
+    ``extension_task``: line counts (the paper's Table 2) or needle contexts in tokens."""
+    s = run.sizes
+    rows = extension_rows(run, s.extension_task, list(s.extension_lengths))
     acc, records = split_records(rows, ["method", "length"])
     return {"accuracy": acc, "records": records}
 
@@ -611,3 +613,48 @@ def table2_read(t: Tables) -> str:
     L = a.length.max()
     at = a[a.length == L].set_index("method").exact_match
     return f"At {L} lines: " + ", ".join(f"{m} {v:.2f}" for m, v in at.items()) + "."
+
+
+def fig6_lengths(run: FigureRun) -> list[int]:
+    """SEAL Fig. 6's context lengths (tokens): Table 2's, in tokens. A line-retrieval Table 2
+    gives line counts: each becomes its records' mean token count, rounded to 100."""
+    s = run.sizes
+    if s.extension_task == "needle":
+        return list(s.extension_lengths)
+    tok = run.handle.tokenizer
+    out = []
+    for L in s.extension_lengths:
+        samples = run.samples("line_retrieval", s.n, seed=0, size=L)
+        mean = sum(len(x.encode(tok).input_ids) for x in samples) / len(samples)
+        out.append(int(round(mean, -2)))
+    return out
+
+
+def fig6_compute(run: FigureRun) -> Tables:
+    """SEAL Fig. 6: needles past the trained window under NTK and Self-Extend, with and without
+    SEAL-C tuned on needles there (``extension_rows(run, "needle", fig6_lengths(run))``; a
+    needle-task Table 2 shares its rows). ``grid``: exact match per method, depth and length."""
+    lengths = fig6_lengths(run)
+    rows = extension_rows(run, "needle", lengths)
+    grids = []
+    for r in rows.itertuples():
+        samples = run.samples("needle", run.sizes.needle_n, seed=0, size=r.length)
+        g = niah_grid(samples, [bool(x) for x in r.correct]).stack().rename("exact_match")
+        grids.append(g.reset_index().assign(method=r.method))
+    grid = pd.concat(grids, ignore_index=True)
+    return {"grid": grid[["method", "depth", "context_length", "exact_match"]]}
+
+
+def fig6_draw(t: Tables):
+    fig = pv.niah_panels(t["grid"], niah_heatmap)
+    return fig.update_layout(title="SEAL Fig. 6: needles past the window, extensions +/- SEAL-C")
+
+
+def fig6_read(t: Tables) -> str:
+    g = t["grid"].groupby("method", sort=False).exact_match.mean()
+    lengths = sorted(int(x) for x in t["grid"].context_length.unique())
+    return (
+        f"Mean needle exact match at {', '.join(f'{L:,}' for L in lengths)} tokens: "
+        + ", ".join(f"{m} {v:.2f}" for m, v in g.items())
+        + "."
+    )
