@@ -421,6 +421,20 @@ def test_dla_claim_is_a_sign_test_over_records():
     assert row.p_value == pytest.approx(2 / 256) and row.verdict == "supported"
 
 
+def test_the_page_names_the_figures_not_computed_yet(gallery, tmp_path):
+    from interp_seal.figures.gallery import write_gallery
+
+    out, _ = gallery
+    copy = tmp_path / "partial"
+    shutil.copytree(out, copy)
+    (copy / "data" / "seal_fig5_needle.json").unlink()
+    text = write_gallery(copy, command="interp-seal figures", png=False).read_text()
+    assert f"Not computed yet (1 of {len(FIGURES)};" in text
+    assert "`seal_fig5_needle` (SEAL Fig. 5)" in text and "## Needle in a haystack" not in text
+    full = (out / "README.md").read_text()
+    assert "Not computed yet" not in full and "## Needle in a haystack" in full
+
+
 def test_second_run_only_redraws_and_a_lost_figure_resumes(gallery, tmp_path):
     out, _ = gallery
     copy = tmp_path / "copy"

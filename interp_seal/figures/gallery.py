@@ -68,6 +68,13 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
         lines += [f"PNG images were not written: {png_problem}", ""]
     sizes = ", ".join(f"{k}={v}" for k, v in run["sizes"].items())
     lines += [f"Sizes (`interp_seal/figures/sizes.py`): {sizes}.", ""]
+    missing = [f"`{spec.name}` ({spec.paper})" for spec in FIGURES if spec.name not in docs]
+    if missing:
+        lines += [
+            f"Not computed yet ({len(missing)} of {len(FIGURES)}; the command above resumes "
+            f"and adds them): {', '.join(missing)}.",
+            "",
+        ]
     lines += ["## Claims", "", _claims_markdown(claims), ""]
     for spec in FIGURES:
         if spec.name not in docs:
@@ -106,7 +113,10 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
     rows = [
         "Verdicts are computed (`interp_seal/figures/claims.py`, tests in "
         "`interp_seal/analysis/statistics.py`) at level 0.05: methods scored on the same records "
-        "are compared record by record (exact McNemar test, paired bootstrap 95 % interval); "
+        "are compared record by record (exact McNemar test, paired bootstrap 95 % interval; "
+        "SEAL Table 1's method claims pool the records of every length, the paper's Avg. "
+        "column); per-question retrieval scores by the Wilcoxon signed-rank test, logit "
+        "differences per record by the exact sign test; "
         "*comparable* needs a TOST equivalence test within 0.10 and both arms above the "
         "baseline; outcomes on different records use Fisher's exact test. *supported*: "
         "significant in the claimed direction; *contradicted*: significant the other way; "
