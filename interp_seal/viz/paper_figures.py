@@ -73,7 +73,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         + [f"{m}: (b) embedding + MLPs" for m in methods]
         + [f"{m}: (c) final logits" for m in methods]
         + [f"logit(correct) - logit(wrong) on {n_rec} record(s) the base model gets wrong"],
-        vertical_spacing=0.08,
+        vertical_spacing=0.1,
         horizontal_spacing=0.06,
         row_heights=[0.3, 0.25, 0.2, 0.25],
     )
@@ -139,7 +139,9 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         )
         fig.update_xaxes(tickvals=ticks, ticktext=[f"L{t // n_heads}" for t in ticks], row=1, col=c)
         fig.update_xaxes(title_text="head (flattened, layer by layer)", row=1, col=c)
-        fig.update_xaxes(title_text="component", row=2, col=c)
+        shown = layers[::step] if step == 1 else layers[step::step]  # L0 would cover "emb"
+        mlp_ticks = ["emb"] + [f"L{lay}" for lay in shown]
+        fig.update_xaxes(title_text="component", tickvals=mlp_ticks, tickangle=0, row=2, col=c)
         fig.update_xaxes(title_text="digit", row=3, col=c)
         for r in (1, 2, 3):
             fig.update_yaxes(range=ranges[r], row=r, col=c)
@@ -167,7 +169,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         title=f"SEAL Fig. 4: direct effects on the digits' logits (correct digit {right})",
         legend=dict(title="digit", x=1.01, y=1.0),
         template="plotly_white",
-        height=1150,
+        height=1250,
         width=max(900, 380 * len(methods)),
     )
     return fig
