@@ -233,7 +233,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         paper_numbers="LongChat-7B, one record: the baseline answers 5, SEAL-H and SEAL-C "
         "answer the correct 1; the MLPs' direct effects dominate the heads'; after SEAL the "
         "heads' effects shift toward the correct digit and its final logit becomes the largest.",
-        sample="up to 8 records of {long} lines the base model gets wrong (the first drawn)",
+        sample="one record of {long} lines drawn; up to 30 fresh records the base model gets wrong",
     ),
     FigureSpec(
         name="seal_table1_methods",

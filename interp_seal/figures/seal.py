@@ -339,7 +339,7 @@ def table1_read(t: Tables) -> str:
 
 
 # -- Fig. 4: direct effects on each digit's logit, before and after SEAL -----------------------
-DLA_RECORDS = 8  # records the base model gets wrong, for the sign test of the flip (claims)
+DLA_RECORDS = 30  # fresh records the base model gets wrong, for the claims' sign test
 
 
 def digit_tokens(tokenizer, token: int) -> list[int]:
@@ -367,39 +367,39 @@ def fig4_compute(run: FigureRun) -> Tables:
     that carries content (the value's first digit: a byte-level BPE answer opens with a bare
     space that every model gets right).
 
-    Records: up to ``DLA_RECORDS`` of the ``n`` long records on which the base model's top
-    token there is wrong (the first record if it gets all right); each method's
-    ``logit(correct) - logit(wrong)``, ``wrong`` being the base model's strongest wrong token.
-    The first of them is drawn as the paper draws its example: the direct effect of every head
-    and MLP on each digit's logit, and the final logits of the ten digits."""
+    The drawn record is the first of the ``n`` long records (seed 0) on which the base model's
+    top token there is wrong (the first record if it gets all right), drawn as the paper draws
+    its example: the direct effect of every head and MLP on each digit's logit, and the final
+    logits of the ten digits. The claims' records are fresh (seed ``FRESH_SEED``): up to
+    ``DLA_RECORDS`` long records the base model gets wrong, each method's
+    ``logit(correct) - logit(wrong)``, ``wrong`` being the base model's strongest wrong
+    token."""
     s = run.sizes
     tok = run.handle.tokenizer
-    encoded = encode_samples(run.handle, run.samples("line_retrieval", s.n, seed=0, size=s.long))
-    chosen = []  # (record, prompt ids, correct, wrong)
-    for i, enc in enumerate(encoded):
-        at = enc.answer_start + first_content(tok, enc.answer_ids)
-        target = int(enc.input_ids[at])
-        predicted, wrong = strongest_wrong_token(run.handle, enc.input_ids[:at], target)
-        if predicted != target:
-            chosen.append((i, enc.input_ids[:at], target, wrong))
-            if len(chosen) == DLA_RECORDS:
-                break
-    if not chosen:  # the base model is right everywhere: show the first record
-        enc = encoded[0]
-        at = enc.answer_start + first_content(tok, enc.answer_ids)
-        target = int(enc.input_ids[at])
-        chosen = [
-            (
-                0,
-                enc.input_ids[:at],
-                target,
-                strongest_wrong_token(run.handle, enc.input_ids[:at], target)[1],
-            )
-        ]
+
+    def wrong_records(seed: int, limit: int) -> list:
+        """(record, prompt ids, correct, wrong) where the base model's top token is wrong."""
+        encoded = encode_samples(
+            run.handle, run.samples("line_retrieval", s.n, seed=seed, size=s.long)
+        )
+        found, first = [], None
+        for i, enc in enumerate(encoded):
+            at = enc.answer_start + first_content(tok, enc.answer_ids)
+            target = int(enc.input_ids[at])
+            predicted, wrong = strongest_wrong_token(run.handle, enc.input_ids[:at], target)
+            first = first or (i, enc.input_ids[:at], target, wrong)
+            if predicted != target:
+                found.append((i, enc.input_ids[:at], target, wrong))
+                if len(found) == limit:
+                    break
+        return found or [first]
+
+    drawn = wrong_records(0, 1)[0]
+    chosen = wrong_records(FRESH_SEED, DLA_RECORDS)
     handles = {"base": run.handle}
     for name, g in (("seal-h", "head"), ("seal-c", "channel")):
         handles[name] = merged_model(run.handle, run.seal_scales(g).scale)
-    _, ids, correct, _ = chosen[0]
+    _, ids, correct, _ = drawn
     digits = digit_tokens(tok, correct)
     effects, logits, records = [], [], []
     for name, h in handles.items():
@@ -441,30 +441,27 @@ def fig4_draw(t: Tables):
 
 
 def fig4_read(t: Tables) -> str:
-    r = t["records"]
-    diff = r.pivot_table(index="record", columns="method", values="logit_diff", sort=False)
-    first = diff.iloc[0]
     lg = t["logits"]
     top = lg.loc[lg.groupby("method", sort=False).logit.idxmax()].set_index("method").digit
     right = int(lg[lg.correct].digit.iloc[0])
-    text = (
+    diff = t["records"].pivot_table(
+        index="record", columns="method", values="logit_diff", sort=False
+    )
+    others = [m for m in diff.columns if m != "base"]
+    up = {m: int((diff[m] > diff["base"]).sum()) for m in others}
+    flips = {m: int((diff[m] > 0).sum()) for m in others}
+    return (
         f"On the drawn record (correct digit {right}) the top digit is "
         + ", ".join(f"{m} {int(d)}" for m, d in top.items())
-        + "; logit(correct) - logit(wrong) "
-        + ", ".join(f"{m} {v:+.2f}" for m, v in first.items())
+        + f". On {len(diff)} fresh records the base model gets wrong, logit(correct) - "
+        "logit(wrong) averages "
+        + ", ".join(f"{m} {v:+.2f}" for m, v in diff.mean().items())
+        + "; it rises on "
+        + ", ".join(f"{up[m]} ({m})" for m in others)
+        + " and turns positive on "
+        + ", ".join(f"{flips[m]} ({m})" for m in others)
         + "."
     )
-    if len(diff) > 1:
-        up = {m: int((diff[m] > diff["base"]).sum()) for m in diff.columns if m != "base"}
-        flips = {m: int((diff[m] > 0).sum()) for m in diff.columns if m != "base"}
-        text += (
-            f" Over {len(diff)} records the base model gets wrong: the difference rises on "
-            + ", ".join(f"{up[m]} ({m})" for m in up)
-            + " and turns positive on "
-            + ", ".join(f"{flips[m]} ({m})" for m in flips)
-            + "."
-        )
-    return text
 
 
 # -- Fig. 5: needle in a haystack for the five methods ---------------------------------------

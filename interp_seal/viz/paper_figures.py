@@ -72,7 +72,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         subplot_titles=[f"{m}: (a) heads" for m in methods]
         + [f"{m}: (b) embedding + MLPs" for m in methods]
         + [f"{m}: (c) final logits" for m in methods]
-        + [f"logit(correct) - logit(wrong) on {n_rec} record(s) the base model gets wrong"],
+        + [f"logit(correct) - logit(wrong) on {n_rec} fresh record(s) the base model gets wrong"],
         vertical_spacing=0.1,
         horizontal_spacing=0.06,
         row_heights=[0.3, 0.25, 0.2, 0.25],
