@@ -154,8 +154,9 @@ def _window_marks(fig: go.Figure, t: Tables, d: Drawing) -> None:
 
 def _window_axis(fig: go.Figure, t: Tables, d: Drawing) -> None:
     """SEAL Fig. 6: the trained window, against which the lengths are read, on the axes."""
-    if d.window:
-        fig.update_xaxes(title_text=f"context (tokens; trained window {d.window:,})")
+    if d.window:  # one axis title for the row of panels, under the first
+        fig.update_xaxes(title_text="")
+        fig.update_xaxes(title_text=f"context (tokens; trained window {d.window:,})", col=1)
 
 
 def _f1_axis(fig: go.Figure, t: Tables, d: Drawing) -> None:

@@ -644,7 +644,9 @@ def fig6_compute(run: FigureRun) -> Tables:
 
 def fig6_draw(t: Tables):
     fig = pv.niah_panels(t["grid"], niah_heatmap)
-    return fig.update_layout(title="SEAL Fig. 6: needles past the window, extensions +/- SEAL-C")
+    return fig.update_layout(
+        title="SEAL Fig. 6: needles beyond the trained length, extensions +/- SEAL-C"
+    )
 
 
 def fig6_read(t: Tables) -> str:
