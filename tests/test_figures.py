@@ -850,6 +850,7 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # every quick SmolLM2 figure: 48 min beside two background runs
 def test_smollm2_quick_gallery_is_complete(smollm2_gallery, smollm2):
     """The whole quick SmolLM2 gallery: every figure produced; Table 1 equal to the evaluation's
     own numbers in SmolLM2's format, the needle grid to the hand-built needles, MuDAF Table 2 to
