@@ -633,10 +633,11 @@ def fig6_compute(run: FigureRun) -> Tables:
     needle-task Table 2 shares its rows). ``grid``: exact match per method, depth and length."""
     lengths = fig6_lengths(run)
     rows = extension_rows(run, "needle", lengths)
+    needles = {L: run.samples("needle", run.sizes.needle_n, seed=0, size=L) for L in lengths}
     grids = []
     for r in rows.itertuples():
-        samples = run.samples("needle", run.sizes.needle_n, seed=0, size=r.length)
-        g = niah_grid(samples, [bool(x) for x in r.correct]).stack().rename("exact_match")
+        g = niah_grid(needles[r.length], [bool(x) for x in r.correct])
+        g = g.stack().rename("exact_match")
         grids.append(g.reset_index().assign(method=r.method))
     grid = pd.concat(grids, ignore_index=True)
     return {"grid": grid[["method", "depth", "context_length", "exact_match"]]}
