@@ -20,7 +20,7 @@ from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, te
 from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
 from interp_seal.figures.run import FigureRun
-from interp_seal.figures.seal import extensions
+from interp_seal.figures.seal import FRESH_SEED, extensions
 from interp_seal.figures.sizes import DEFAULT
 from interp_seal.models import extend_context, load_model
 from interp_seal.records import fingerprint
@@ -288,7 +288,7 @@ def test_retrieval_scores_and_dla_equal_the_analyses(gallery, organism):
     # differences are a plain forward's, on records the base model gets wrong
     records = {
         seed: line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), QUICK.n, seed)
-        for seed in (0, 1)
+        for seed in (0, FRESH_SEED)
     }
     check_digit_effects(tables(out, "seal_fig4_dla"), organism, records)
 
@@ -297,7 +297,7 @@ def check_digit_effects(dla: dict, handle, samples) -> None:
     """SEAL Fig. 4's tables against the model: every method's direct effects on a digit sum to
     that digit's logit (frozen-norm DLA is exact); the drawn record is the first seed-0 record
     whose first answer digit a plain Hugging Face forward gets wrong; the base model's
-    logit(correct) - logit(wrong) per fresh (seed-1) record equals that forward's."""
+    logit(correct) - logit(wrong) per fresh (``FRESH_SEED``) record equals that forward's."""
     import torch
 
     from interp_seal.evaluation import encode_samples
@@ -327,7 +327,7 @@ def check_digit_effects(dla: dict, handle, samples) -> None:
     correct = dla["logits"][dla["logits"].correct].digit.iloc[0]
     if drawn is not None:
         assert drawn.strip().lstrip("Ġ▁") == str(correct)
-    encoded = encode_samples(handle, samples[1])
+    encoded = encode_samples(handle, samples[FRESH_SEED])
     for r in base.itertuples():
         enc = encoded[r.record]
         at, logits = answer_digit(enc)
@@ -603,10 +603,12 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     row = claims[claims.paper == "SEAL Table 1"].iloc[1]
     assert "McNemar" in row.test and row.n == QUICK.n * acc.length.nunique()
     assert row.difference == pytest.approx(mcnemar_exact(x, y).difference, abs=1e-4)
-    # fresh records: the confirm table's baseline and Fig. 2d's records use seed 1
+    # fresh records: the confirm table's baseline and Fig. 2d's records (``FRESH_SEED``)
     confirm = tables(out, "seal_fig2b_quadrants")["confirm"]
-    assert set(confirm.unit) == {"baseline", "best", "worst"} and (confirm.seed == 1).all()
-    fresh = line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), QUICK.sweep_n, 1)
+    assert set(confirm.unit) == {"baseline", "best", "worst"} and (confirm.seed == FRESH_SEED).all()
+    cfg = LineRetrievalConfig(num_lines=QUICK.long)
+    fresh = line_retrieval.generate(cfg, QUICK.confirm_n, FRESH_SEED)
+    assert confirm.record.nunique() == QUICK.confirm_n
     direct = evaluate_lengths(organism, {QUICK.long: fresh}, progress=False)
     assert confirm[confirm.unit == "baseline"].exact_match.mean() == pytest.approx(
         direct.exact_match.iloc[0]
@@ -844,7 +846,7 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
             index_style="integers",
             chat_template="tokenizer",
         )[Q.long]
-        for seed in (0, 1)
+        for seed in (0, FRESH_SEED)
     }
     check_digit_effects(tables(out, "seal_fig4_dla"), smollm2, records)
 

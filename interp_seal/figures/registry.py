@@ -214,7 +214,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig2b_read,
         paper_numbers="LongChat-7B: pruning single heads moves 31K line retrieval both ways; "
         "most heads fall in Q1 / Q3, i.e. the sign is consistent between the two lengths.",
-        sample="{sweep_n} records per length",
+        sample="{sweep_n} records per length; best and worst head again on {confirm_n} fresh",
     ),
     FigureSpec(
         name="seal_fig2c_channels",
@@ -237,7 +237,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig2d_read,
         paper_numbers="LongChat-7B: Q1 x 0.9 + Q3 x 1.1 lifts line retrieval above the "
         "baseline at the long lengths.",
-        sample="{n} fresh records per point",
+        sample="{confirm_n} fresh records per point",
     ),
     FigureSpec(
         name="seal_fig4_dla",

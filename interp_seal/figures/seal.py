@@ -9,8 +9,8 @@ Lengths are numbers of LongEval lines; evaluation records are seed 0, the same r
 every method, and tuning data uses another seed. Every record, needle and tuning sample comes
 from ``FigureRun.samples`` (the run's task format: line indices, chat template). Heads chosen
 from a sweep (the quadrants' Q1 / Q3, the best and worst single head) are measured again on
-fresh records, seed ``FRESH_SEED``, so that what they are chosen on is not what they are
-reported on. Where the claims table compares methods record by record (``figures.claims``),
+``confirm_n`` fresh records, seed ``FRESH_SEED``, so that what they are chosen on is not what
+they are reported on; so are SEAL Fig. 4's claim records. Where the claims table compares methods record by record (``figures.claims``),
 the figure also writes a tidy ``records`` table: one row per record with its 0/1 exact match.
 """
 
@@ -45,7 +45,7 @@ from interp_seal.viz.sweeps import channel_map, quadrant_scatter, scale_table_cu
 
 Tables = dict[str, pd.DataFrame]
 SEAL_METHODS = ("base", "seal-h", "seal-c", "seal-l", "seal-d")
-FRESH_SEED = 1  # records for re-measuring heads chosen on the seed-0 sweep
+FRESH_SEED = 2  # re-measuring what seed 0 chose; seed 1 was the pilots' (``sizes.confirm_n``)
 UNCHECKED = 1 << 20  # the declared window in SEAL Table 2's evaluations (no check)
 
 
@@ -100,7 +100,7 @@ def _quadrants(table: pd.DataFrame):
 # -- Fig. 2b: head quadrants -----------------------------------------------------------------
 def fig2b_compute(run: FigureRun) -> Tables:
     """The sweep (seed 0), and its best and worst head at the long length re-measured on
-    ``sweep_n`` fresh records (``FRESH_SEED``) beside the unedited model on the same records
+    ``confirm_n`` fresh records (``FRESH_SEED``) beside the unedited model on the same records
     (``confirm``: one row per record)."""
     sweep = head_sweep_table(run)
     at = sweep[(sweep.metric == "exact_match") & (sweep.length == sweep.length.max())]
@@ -111,7 +111,7 @@ def fig2b_compute(run: FigureRun) -> Tables:
     options = _sweep_options(run, "head_confirm")
     head_sweep(
         run.handle,
-        run.line_records((s.long,), s.sweep_n, seed=FRESH_SEED),
+        run.line_records((s.long,), s.confirm_n, seed=FRESH_SEED),
         heads=heads,
         options=options,
     )
@@ -193,14 +193,14 @@ SCALINGS = {
 
 def fig2d_compute(run: FigureRun) -> Tables:
     """Quadrants from the seed-0 head sweep; the scale tables evaluated on fresh records
-    (``FRESH_SEED``, ``n`` per length), kept per record in ``records``."""
+    (``FRESH_SEED``, ``confirm_n`` per length), kept per record in ``records``."""
     q = _quadrants(head_sweep_table(run))
     tables = {name: quadrant_scale_table(q, f) for name, f in SCALINGS.items()}
     tables = {k: v for k, v in tables.items() if v}
     options = _sweep_options(run, "scale_sweep_fresh")
     table = scale_table_sweep(
         run.handle,
-        run.line_records(run.sizes.lengths, run.sizes.n, seed=FRESH_SEED),
+        run.line_records(run.sizes.lengths, run.sizes.confirm_n, seed=FRESH_SEED),
         tables,
         options=options,
     )

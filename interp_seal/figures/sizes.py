@@ -33,6 +33,9 @@ class FigureSizes:
         mid, long: the two lengths of the head quadrants (SEAL Fig. 2b); ``long`` is also the
             length of single-point comparisons.
         sweep_n: records per length in the head and channel sweeps.
+        confirm_n: fresh records (``figures.seal.FRESH_SEED``) on which what a sweep chose is
+            measured again: Fig. 2b's best and worst head at ``long``, Fig. 2d's scale tables
+            at every length. Picked by a power calculation on pilot runs (below).
         channel_heads: heads opened in the channel sweep (SEAL Fig. 2c), alternately the one
             whose pruning hurts most and the one whose pruning helps most at ``long``.
         tune_n, tune_lines: tuning samples (SEAL: 50; MuDAF and SFT use ``tune_n`` too, with
@@ -74,6 +77,7 @@ class FigureSizes:
     mid: int = 120
     long: int = 160
     sweep_n: int = 30
+    confirm_n: int = 160
     channel_heads: int = 2
     tune_n: int = 50
     tune_lines: int = 160
@@ -103,10 +107,11 @@ class FigureSizes:
     extension_tune_n: int | None = None
 
     def __post_init__(self):
-        if self.mid >= self.long or min(self.n, self.sweep_n, self.tune_n) < 1:
+        if self.mid >= self.long or min(self.n, self.sweep_n, self.confirm_n, self.tune_n) < 1:
             raise ValueError(
                 f"sizes need mid < long and at least one record per point (mid={self.mid}, "
-                f"long={self.long}, n={self.n}, sweep_n={self.sweep_n}, tune_n={self.tune_n})"
+                f"long={self.long}, n={self.n}, sweep_n={self.sweep_n}, confirm_n={self.confirm_n}, "
+                f"tune_n={self.tune_n})"
             )
         for p in (self.retrieval_passages, self.heatmap_passages):
             PassagesConfig(num_passages=p)  # refuses a count outside 2..MAX_PASSAGES
@@ -131,8 +136,8 @@ class FigureSizes:
     def as_dict(self) -> dict:
         """The sizes as ``run.json`` and the records' fingerprints hold them.
 
-        The fields added with the SmolLM2 preset (``LATER_FIELDS``) are written only where they
-        differ from their defaults, the organism's plain format, so that the organism gallery's
+        The fields added after the organism gallery was first made (``LATER_FIELDS``) are
+        written only where they differ from their defaults, the organism's, so that the organism gallery's
         ``run.json`` and stored records, made before those fields existed, stay valid.
         """
         d = asdict(self)
@@ -149,6 +154,7 @@ LATER_FIELDS = (
     "needle_n",
     "extension_task",
     "extension_tune_n",
+    "confirm_n",
 )
 
 
@@ -159,6 +165,7 @@ QUICK = FigureSizes(
     mid=6,
     long=12,
     sweep_n=3,
+    confirm_n=3,
     channel_heads=2,
     tune_n=4,
     tune_lines=12,
@@ -193,6 +200,11 @@ QUICK = FigureSizes(
 #   <= 0.08; SEAL-H - base at 7 lines is 0.425, far beyond it).
 # - sweeps: an exact head sweep costs ~0.35 s per head and record at 3-7 lines (1,867 CPU s
 #   for 270 heads x 2 lengths x 10 records), so ``sweep_n`` 20 (~1 hour).
+# - fresh records (``confirm_n``, every model): pilots on seed 1 (20 records for Fig. 2b, 40 for
+#   Fig. 2d, kept in git history) asked, at 80% power and the pilots' effects, for 155 records
+#   (pruning the best head L17H7: +0.05), 50 (the worst, L16H0: -0.15) and 61 (Q1 x 0.9 + Q3 x
+#   1.1: +0.12); the organism's for 64 and 77. So 160, on seed 2 (``FRESH_SEED``), which no
+#   pilot saw: ~0.3 s per forward at 3-10 lines, ~40 CPU min for Fig. 2b and 2d together.
 # - needles: a teacher-forced forward costs 2.7 / 6.5 / 17.7 / 33.3 / 52.6 s at 0.9K / 1.9K /
 #   3.9K / 5.9K / 7.9K tokens, so the grid goes to the window (1K-8K, 5 depths) with
 #   ``needle_n`` 2 needles a cell (~18 min per method).
