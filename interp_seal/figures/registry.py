@@ -11,7 +11,7 @@ words.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -20,12 +20,14 @@ from interp_seal.figures import generalization as G
 from interp_seal.figures import mudaf as M
 from interp_seal.figures import seal as S
 from interp_seal.figures.run import FigureRun
+from interp_seal.figures.sizes import FigureSizes
 from interp_seal.viz import paper_figures as pv
 
 Tables = dict[str, pd.DataFrame]
 
-# sizes that runs before them did not have, as those runs used them
-SIZE_DEFAULTS = {"needle_n": 1, "extension_task": "line_retrieval"}
+# every size at its default: ``FigureSizes.as_dict`` (run.json) leaves out the later fields
+# that are at theirs
+SIZE_DEFAULTS = asdict(FigureSizes())
 
 
 @dataclass(frozen=True, kw_only=True)
