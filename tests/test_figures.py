@@ -287,8 +287,8 @@ def test_retrieval_scores_and_dla_equal_the_analyses(gallery, organism):
     # SEAL Fig. 4: direct effects add up to each digit's logit; the records' logit
     # differences are a plain forward's, on records the base model gets wrong
     records = {
-        seed: line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), QUICK.n, seed)
-        for seed in (0, FRESH_SEED)
+        seed: line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), n, seed)
+        for seed, n in ((0, QUICK.n), (FRESH_SEED, QUICK.confirm_n))
     }
     check_digit_effects(tables(out, "seal_fig4_dla"), organism, records)
 
@@ -841,12 +841,12 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
         seed: line_retrieval_samples(
             smollm2.tokenizer,
             (Q.long,),
-            n=Q.n,
+            n=n,
             seed=seed,
             index_style="integers",
             chat_template="tokenizer",
         )[Q.long]
-        for seed in (0, FRESH_SEED)
+        for seed, n in ((0, Q.n), (FRESH_SEED, Q.confirm_n))
     }
     check_digit_effects(tables(out, "seal_fig4_dla"), smollm2, records)
 

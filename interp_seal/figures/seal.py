@@ -370,17 +370,17 @@ def fig4_compute(run: FigureRun) -> Tables:
     The drawn record is the first of the ``n`` long records (seed 0) on which the base model's
     top token there is wrong (the first record if it gets all right), drawn as the paper draws
     its example: the direct effect of every head and MLP on each digit's logit, and the final
-    logits of the ten digits. The claims' records are fresh (seed ``FRESH_SEED``): up to
-    ``DLA_RECORDS`` long records the base model gets wrong, each method's
+    logits of the ten digits. The claims' records are fresh (seed ``FRESH_SEED``): the first
+    ``DLA_RECORDS`` of ``confirm_n`` long records that the base model gets wrong, each method's
     ``logit(correct) - logit(wrong)``, ``wrong`` being the base model's strongest wrong
     token."""
     s = run.sizes
     tok = run.handle.tokenizer
 
-    def wrong_records(seed: int, limit: int) -> list:
+    def wrong_records(seed: int, among: int, limit: int) -> list:
         """(record, prompt ids, correct, wrong) where the base model's top token is wrong."""
         encoded = encode_samples(
-            run.handle, run.samples("line_retrieval", s.n, seed=seed, size=s.long)
+            run.handle, run.samples("line_retrieval", among, seed=seed, size=s.long)
         )
         found, first = [], None
         for i, enc in enumerate(encoded):
@@ -394,8 +394,8 @@ def fig4_compute(run: FigureRun) -> Tables:
                     break
         return found or [first]
 
-    drawn = wrong_records(0, 1)[0]
-    chosen = wrong_records(FRESH_SEED, DLA_RECORDS)
+    drawn = wrong_records(0, s.n, 1)[0]
+    chosen = wrong_records(FRESH_SEED, s.confirm_n, DLA_RECORDS)
     handles = {"base": run.handle}
     for name, g in (("seal-h", "head"), ("seal-c", "channel")):
         handles[name] = merged_model(run.handle, run.seal_scales(g).scale)
