@@ -550,6 +550,19 @@ def test_table1_claims_pool_the_lengths_pair_by_pair():
     assert C.compare(t, "seal-h", "base", 200, "x").p_value == pytest.approx(1 / 16)
 
 
+def test_table1_claims_read_the_confirmation_not_the_pilot():
+    # pilot (seed 0): nothing moved; confirmation (fresh records): both arms 20 -> 45 of 50,
+    # the hand case above (TOST p = 9.9644e-8). The claim reads the confirmation alone.
+    same, up = [1] * 20 + [0] * 30, [1] * 45 + [0] * 5
+    t = paired_data(same, same, same)["seal_table1_methods"]
+    t["confirm"] = paired_data(same, up, up)["seal_table1_methods"]["records"]
+    row = C.seal_h_parameters({"seal_table1_methods": t})
+    assert row.verdict == "supported" and row.p_value == pytest.approx(9.9644e-8, rel=1e-4)
+    assert "50 fresh records each" in row.measured and "seal-h 0.90" in row.measured
+    del t["confirm"]
+    assert C.seal_h_parameters({"seal_table1_methods": t}).verdict == "not shown"
+
+
 def test_paired_claims_use_mcnemar_on_the_records():
     # SEAL-H right on 8 records the base misses, wrong on 2 it gets: b = 8, c = 2,
     # exact McNemar p = 2 * (1 + 10 + 45) / 1024 = 0.109375 -> not shown, n from Connor 1987
@@ -594,14 +607,27 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     means = t["records"].groupby(["method", "length"]).exact_match.mean()
     for r in t["accuracy"].itertuples():
         assert means[(r.method, r.length)] == pytest.approx(r.exact_match)
-    # the method claims pool every length's records (the paper's "Avg." column)
-    rec = t["records"]
+    # the method claims are tested on the confirmation's fresh records, every length pooled
+    # (the paper's "Avg." column); its base records are a plain evaluation's of those records
+    rec = t["confirm"]
+    assert (rec.seed == FRESH_SEED).all() and set(rec.method) == {
+        "base",
+        "seal-h",
+        "seal-c",
+        "seal-l",
+    }
+    direct = evaluate_line_retrieval(
+        organism, QUICK.lengths, n=QUICK.confirm_n, seed=FRESH_SEED, progress=False
+    ).set_index("length")
+    fresh = rec[rec.method == "base"].groupby("length").exact_match.mean()
+    for L in QUICK.lengths:
+        assert fresh[L] == pytest.approx(direct.exact_match[L])
     x = rec[rec.method == "seal-h"].sort_values(["length", "record"]).exact_match.to_numpy()
     y = rec[rec.method == "base"].sort_values(["length", "record"]).exact_match.to_numpy()
     from interp_seal.analysis.statistics import mcnemar_exact
 
     row = claims[claims.paper == "SEAL Table 1"].iloc[1]
-    assert "McNemar" in row.test and row.n == QUICK.n * acc.length.nunique()
+    assert "McNemar" in row.test and row.n == QUICK.confirm_n * acc.length.nunique()
     assert row.difference == pytest.approx(mcnemar_exact(x, y).difference, abs=1e-4)
     # fresh records: the confirm table's baseline and Fig. 2d's records (``FRESH_SEED``)
     confirm = tables(out, "seal_fig2b_quadrants")["confirm"]
