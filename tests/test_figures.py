@@ -645,6 +645,14 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     for r in sw.itertuples():
         assert per[(r.table, r.length)] == pytest.approx(r.value)
         assert per[("baseline", r.length)] == pytest.approx(r.baseline)
+    # its curves carry 95 % Wilson intervals over the confirm_n fresh records of each point
+    from interp_seal.analysis.statistics import wilson
+    from interp_seal.figures.registry import BY_NAME
+
+    base = BY_NAME["seal_fig2d_scaling"].draw(scaling).data[0]
+    for v, up, down in zip(base.y, base.error_y.array, base.error_y.arrayminus, strict=True):
+        lo, hi = wilson(v * QUICK.confirm_n, QUICK.confirm_n)
+        assert (v - down, v + up) == pytest.approx((lo, hi))
     qa = tables(out, "mudaf_table2_methods")
     per = qa["records"].groupby("method").exact_match.mean()
     for r in qa["accuracy"].itertuples():

@@ -86,3 +86,27 @@ def test_target_head_scores_bars_and_ranks():
     assert list(fig.data[1].text) == ["#1", "#4"]
     with pytest.raises(ValueError, match="no target heads"):
         target_head_scores(table.assign(target=False))
+
+
+def test_table4_and_head_count_curves_carry_wilson_intervals():
+    """SEAL Table 4's curves and MuDAF Fig. 7's exact match: 95 % Wilson bars from each row's
+    ``n`` (3 of 10 right: Wilson (0.1078, 0.6032) by hand, z = 1.96); the F1 lines, means over
+    heads, carry none."""
+    from interp_seal.viz import paper_figures as pv
+
+    curves = pd.DataFrame(
+        {"samples": 50, "epochs": 1, "length": [3, 7], "n": 10, "exact_match": [0.3, 0.3]}
+    )
+    grid = pd.DataFrame({"lr": [0.01], "samples": [50], "exact_match": [0.3]})
+    heads = pd.DataFrame(
+        {"k": [0, 1], "n": 10, "exact_match": [0.3, 0.3], "target_f1": [0.5, 0.6], "mean_f1": 0.1}
+    )
+    figs = {
+        "table4": pv.lr_samples(grid, curves).data[1],
+        "fig7": pv.head_count_curves(heads).data[0],
+    }
+    for trace in figs.values():
+        bars = trace.error_y
+        assert 0.3 - bars.arrayminus[0] == pytest.approx(0.10779, abs=1e-4)
+        assert 0.3 + bars.array[0] == pytest.approx(0.60322, abs=1e-4)
+    assert pv.head_count_curves(heads).data[1].error_y.array is None

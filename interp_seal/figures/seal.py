@@ -209,7 +209,12 @@ def fig2d_compute(run: FigureRun) -> Tables:
 
 
 def fig2d_draw(t: Tables):
-    return scale_table_curves(t["sweep"])
+    """The curves with 95 % Wilson intervals over the fresh records of each point."""
+    n = None
+    if "records" in t:
+        base = t["records"][t["records"].unit == "baseline"]
+        n = int(base.groupby("length").record.nunique().min())
+    return scale_table_curves(t["sweep"], n=n)
 
 
 def fig2d_read(t: Tables) -> str:

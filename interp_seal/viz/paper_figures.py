@@ -211,7 +211,8 @@ def niah_panels(grid: pd.DataFrame, heatmap: Callable[[pd.DataFrame], go.Figure]
 
 
 def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
-    """SEAL Table 4 as a heatmap (lr x samples) beside Fig. 7's curves (samples x epochs)."""
+    """SEAL Table 4 as a heatmap (lr x samples) beside Fig. 7's curves (samples x epochs),
+    with 95 % Wilson intervals where ``curves`` has ``n``."""
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -241,6 +242,7 @@ def lr_samples(grid: pd.DataFrame, curves: pd.DataFrame) -> go.Figure:
             go.Scatter(
                 x=rows.length,
                 y=rows.exact_match,
+                error_y=wilson_error_y(rows.exact_match, rows.n) if "n" in rows else None,
                 mode="lines+markers",
                 name=f"{n} samples x {e} epochs",
                 line=dict(color=PALETTE[(i + 1) % len(PALETTE)]),
@@ -432,12 +434,13 @@ HEAD_COUNT_NAMES = {
 def head_count_curves(heads: pd.DataFrame) -> go.Figure:
     """MuDAF Fig. 7: passage QA exact match and the target / mean retrieval F1 against the
     number of heads MuDAF trains (``k``; 0 is Vanilla SFT), one trace per column, named by
-    ``HEAD_COUNT_NAMES``."""
+    ``HEAD_COUNT_NAMES``; exact match with 95 % Wilson intervals (``n`` questions)."""
     fig = go.Figure(
         [
             go.Scatter(
                 x=heads.k,
                 y=heads[c],
+                error_y=wilson_error_y(heads[c], heads.n) if c == "exact_match" else None,
                 name=label,
                 mode="lines+markers",
                 hovertemplate=f"{label}<br>%{{x}} heads: %{{y:.3f}}<extra></extra>",
