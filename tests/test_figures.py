@@ -563,6 +563,23 @@ def test_table1_claims_read_the_confirmation_not_the_pilot():
     assert C.seal_h_parameters({"seal_table1_methods": t}).verdict == "not shown"
 
 
+def test_c_not_below_h_is_decided_by_non_inferiority_and_shows_its_p():
+    # 200 pairs: base right on none, SEAL-H on 100, SEAL-C on 96 of those 100 (C - H = -0.02,
+    # b = 0, c = 4: McNemar p = 0.125, not decided); within the 0.10 margin the one-sided test
+    # decides C >= H, and the row shows that test's p, not McNemar's.
+    from interp_seal.analysis.statistics import tost_paired
+
+    base, h, c = [0] * 200, [1] * 100 + [0] * 100, [1] * 96 + [0] * 104
+    t = paired_data(base, h, base)["seal_table1_methods"]
+    rec = t["records"]
+    rec.loc[rec.method == "seal-c", "exact_match"] = c
+    row = C.seal_raises({"seal_table1_methods": t})
+    p_ni = tost_paired(np.array(c), np.array(h), margin=C.MARGIN).p_lower
+    assert row.verdict == "supported" and p_ni < 0.05
+    assert row.p_value == pytest.approx(max(p_ni, 2 * 0.5**100))
+    assert "SEAL-C - SEAL-H -0.02" in row.measured
+
+
 def test_paired_claims_use_mcnemar_on_the_records():
     # SEAL-H right on 8 records the base misses, wrong on 2 it gets: b = 8, c = 2,
     # exact McNemar p = 2 * (1 + 10 + 45) / 1024 = 0.109375 -> not shown, n from Connor 1987

@@ -393,10 +393,12 @@ def seal_raises(d: Data) -> Check:
         x, y = (outcomes(t["records"], "method", m) for m in ("seal-c", "seal-h"))
         eq = tost_paired(x.to_numpy(), y.to_numpy(), margin=MARGIN)
         ch = paired(x.to_numpy(), y.to_numpy(), "SEAL-C - SEAL-H")
-        if ch.verdict == "not shown" and eq.p_lower < ALPHA:
-            ch = replace(ch, verdict="supported", n_needed="")
+        if ch.verdict == "not shown" and eq.p_lower < ALPHA:  # decided by non-inferiority
+            ch = replace(ch, verdict="supported", p_value=eq.p_lower, n_needed="")
         parts.append(ch)
     text = f"{where}: " + ", ".join(_pooled_rate(t, m, L) for m in SEAL_ARMS)
+    if "records" in t:
+        text += f"; SEAL-C - SEAL-H {ch.difference:+.2f} (non-inferiority p {eq.p_lower:.2g})"
     if L is None:
         top = int(t["accuracy"].length.max())
         text += f" (at {top} lines " + ", ".join(_pooled_rate(t, m, top) for m in SEAL_ARMS) + ")"
