@@ -397,11 +397,11 @@ def seal_raises(d: Data) -> Check:
             ch = replace(ch, verdict="supported", p_value=eq.p_lower, n_needed="")
         parts.append(ch)
     text = f"{where}: " + ", ".join(_pooled_rate(t, m, L) for m in SEAL_ARMS)
-    if "records" in t:
-        text += f"; SEAL-C - SEAL-H {ch.difference:+.2f} (non-inferiority p {eq.p_lower:.2g})"
     if L is None:
         top = int(t["accuracy"].length.max())
         text += f" (at {top} lines " + ", ".join(_pooled_rate(t, m, top) for m in SEAL_ARMS) + ")"
+    if "records" in t:
+        text += f"; SEAL-C - SEAL-H {ch.difference:+.2f} (non-inferiority p {eq.p_lower:.2g})"
     row = combine(parts, text)
     if "records" in t:
         row = replace(row, test=row.test + f"; C >= H: non-inferiority margin {MARGIN}")
