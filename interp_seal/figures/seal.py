@@ -10,8 +10,9 @@ every method, and tuning data uses another seed. Every record, needle and tuning
 from ``FigureRun.samples`` (the run's task format: line indices, chat template). Heads chosen
 from a sweep (the quadrants' Q1 / Q3, the best and worst single head) are measured again on
 ``confirm_n`` fresh records, seed ``FRESH_SEED``, so that what they are chosen on is not what
-they are reported on; so are SEAL Fig. 4's claim records. Where the claims table compares methods record by record (``figures.claims``),
-the figure also writes a tidy ``records`` table: one row per record with its 0/1 exact match.
+they are reported on; so are SEAL Fig. 4's claim records and Table 1's compared methods. Where
+the claims table compares methods record by record (``figures.claims``), the figure also
+writes a tidy ``records`` table: one row per record with its 0/1 exact match.
 """
 
 from __future__ import annotations

@@ -33,9 +33,10 @@ class FigureSizes:
         mid, long: the two lengths of the head quadrants (SEAL Fig. 2b); ``long`` is also the
             length of single-point comparisons.
         sweep_n: records per length in the head and channel sweeps.
-        confirm_n: fresh records (``figures.seal.FRESH_SEED``) on which what a sweep chose is
-            measured again: Fig. 2b's best and worst head at ``long``, Fig. 2d's scale tables
-            at every length. Picked by a power calculation on pilot runs (below).
+        confirm_n: fresh records (``figures.seal.FRESH_SEED``) on which the claims are
+            tested again: Fig. 2b's best and worst head at ``long``, Fig. 2d's scale tables
+            and Table 1's compared methods at every length, the records Fig. 4 draws its 30
+            wrong ones from. Picked by a power calculation on pilot runs (below).
         channel_heads: heads opened in the channel sweep (SEAL Fig. 2c), alternately the one
             whose pruning hurts most and the one whose pruning helps most at ``long``.
         tune_n, tune_lines: tuning samples (SEAL: 50; MuDAF and SFT use ``tune_n`` too, with
@@ -110,8 +111,8 @@ class FigureSizes:
         if self.mid >= self.long or min(self.n, self.sweep_n, self.confirm_n, self.tune_n) < 1:
             raise ValueError(
                 f"sizes need mid < long and at least one record per point (mid={self.mid}, "
-                f"long={self.long}, n={self.n}, sweep_n={self.sweep_n}, confirm_n={self.confirm_n}, "
-                f"tune_n={self.tune_n})"
+                f"long={self.long}, n={self.n}, sweep_n={self.sweep_n}, "
+                f"confirm_n={self.confirm_n}, tune_n={self.tune_n})"
             )
         for p in (self.retrieval_passages, self.heatmap_passages):
             PassagesConfig(num_passages=p)  # refuses a count outside 2..MAX_PASSAGES
@@ -137,8 +138,9 @@ class FigureSizes:
         """The sizes as ``run.json`` and the records' fingerprints hold them.
 
         The fields added after the organism gallery was first made (``LATER_FIELDS``) are
-        written only where they differ from their defaults, the organism's, so that the organism gallery's
-        ``run.json`` and stored records, made before those fields existed, stay valid.
+        written only where they differ from their defaults, the organism's, so that the
+        organism gallery's ``run.json`` and stored records, made before those fields existed,
+        stay valid.
         """
         d = asdict(self)
         defaults = {f.name: f.default for f in fields(self)}
