@@ -20,7 +20,7 @@ from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, te
 from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
 from interp_seal.figures.run import FigureRun
-from interp_seal.figures.seal import FRESH_SEED, extensions
+from interp_seal.figures.seal import FRESH_SEED, REPLICATE_SEED, extensions
 from interp_seal.figures.sizes import DEFAULT
 from interp_seal.models import extend_context, load_model
 from interp_seal.records import fingerprint
@@ -121,9 +121,9 @@ def test_head_sweep_and_quadrants_equal_a_fresh_sweep(gallery, organism):
     np.testing.assert_allclose(a.delta, b.delta, rtol=1e-5, atol=1e-6)
 
 
-def quick_questions(n: int):
+def quick_questions(n: int, seed: int = 0):
     """MuDAF's evaluation questions at the quick size, generated here (1 hop, seed 0)."""
-    return passages.generate(PassagesConfig(num_passages=QUICK.retrieval_passages), n, 0)
+    return passages.generate(PassagesConfig(num_passages=QUICK.retrieval_passages), n, seed)
 
 
 def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
@@ -164,6 +164,26 @@ def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
     assert all(len(s.passages) == QUICK.retrieval_passages and len(s.golden) == 1 for s in train)
     evaluation = {s.prompt for s in quick_questions(QUICK.retrieval_n)}
     assert not evaluation & {s.prompt for s in train}
+    # the claims' fresh questions (seed 2): none is a pilot's or a tuning question; unmasked,
+    # their outcomes are a plain run's, and the MuDAF / SFT arms' targets F1 average as stored
+    from interp_seal.figures.mudaf import FRESH_SEED as QUESTIONS_SEED
+
+    fresh = quick_questions(QUICK.confirm_questions, seed=QUESTIONS_SEED)
+    assert not {s.prompt for s in fresh} & (evaluation | {s.prompt for s in train})
+    confirm = tables(out, "mudaf_fig4_masking")["confirm"]
+    assert (confirm.questions_seed == QUESTIONS_SEED).all()
+    assert set(confirm.strategy) == {"none", "retrieval", "random"}
+    assert set(confirm["mode"]) == {"none", "zero"}
+    got = confirm[confirm.strategy == "none"].sort_values("record").exact_match.tolist()
+    assert got == [int(x.exact_match) for x in teacher_force(organism, fresh)]
+    q = f5["confirm"]
+    assert set(q.method) == {"mudaf", "sft"} and set(q.group) == {"mudaf"}
+    assert q.groupby("method").record.nunique().tolist() == [QUICK.confirm_questions] * 2
+    sft = FigureRun("organism", QUICK, out, progress=False).tuned_model("sft")
+    direct = passage_retrieval_scores(sft, fresh, progress=False).per_sample
+    direct = direct.set_index(["layer", "head"]).loc[heads].groupby("sample").f1.mean()
+    stored = q[q.method == "sft"].sort_values("record").f1.to_numpy()
+    np.testing.assert_allclose(stored, direct.to_numpy(), atol=1e-12)
 
 
 MUDAF_CASES = ["mudaf_fig10_heatmaps", "mudaf_table3_layers"]
@@ -368,6 +388,15 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
     data["mudaf_fig4_masking"]["records"] = records
     row = C.masking_hurts(data)
     assert row.p_value == pytest.approx(2 / 2**8) and row.verdict == "supported"
+    # fresh questions decide it alone: there draw 1 gets 3 of the 2 + 18 right (b = 1, c = 0)
+    fresh = records.assign(questions_seed=2)
+    fresh.loc[(fresh.seed == 1) & (fresh.record >= 3), "exact_match"] = 0
+    fresh.loc[(fresh.seed == 1) & (fresh.record < 3), "exact_match"] = 1
+    data["mudaf_fig4_masking"]["confirm"] = fresh
+    row = C.masking_hurts(data)
+    assert row.p_value == pytest.approx(1.0) and row.verdict == "not shown"
+    assert row.measured.startswith("on 20 fresh questions (seed 2)")
+    assert "random heads 0.42 (mean of 2 draws)" in row.measured  # (14 + 3) / 2 / 20
 
 
 def test_target_claim_is_a_signed_rank_test_per_question():
@@ -390,6 +419,15 @@ def test_target_claim_is_a_signed_rank_test_per_question():
     row = C.mudaf_targets(data)
     assert row.p_value == pytest.approx(2 / 256) and row.verdict == "supported"
     assert row.difference == pytest.approx(0.45) and row.test.startswith("Wilcoxon")
+    # fresh questions decide it alone: differences -1..-8 there, p = 2 / 2^8 the other way
+    fresh = q[q.method != "base"].assign(seed=2)
+    fresh.loc[fresh.method == "mudaf", "f1"] = 0.0
+    fresh.loc[fresh.method == "sft", "f1"] = np.arange(1, 9) / 10
+    data["mudaf_fig5_targets"]["confirm"] = fresh
+    row = C.mudaf_targets(data)
+    assert row.p_value == pytest.approx(2 / 256) and row.verdict == "contradicted"
+    assert row.difference == pytest.approx(-0.45) and row.n == 8
+    assert row.measured.startswith("on 8 fresh questions (seed 2), targets' mean F1: SFT 0.45")
 
 
 def test_fig6_needles_at_table2_lengths_equal_teacher_forcing(gallery, organism, tmp_path):
@@ -670,6 +708,24 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     for v, up, down in zip(base.y, base.error_y.array, base.error_y.arrayminus, strict=True):
         lo, hi = wilson(v * QUICK.confirm_n, QUICK.confirm_n)
         assert (v - down, v + up) == pytest.approx((lo, hi))
+    # the claimed scaling's replication: replicate_n records of REPLICATE_SEED at the long
+    # length, a plain evaluation's for the baseline; the claim is their McNemar test alone
+    rep = scaling["replicate"]
+    assert (rep.seed == REPLICATE_SEED).all() and set(rep.length) == {QUICK.long}
+    assert set(rep.unit) == {"baseline", "Q1 x 0.9 + Q3 x 1.1"}
+    assert rep.record.nunique() == QUICK.replicate_n
+    third = line_retrieval.generate(cfg, QUICK.replicate_n, REPLICATE_SEED)
+    direct = evaluate_lengths(organism, {QUICK.long: third}, progress=False)
+    assert rep[rep.unit == "baseline"].exact_match.mean() == pytest.approx(
+        direct.exact_match.iloc[0]
+    )
+    x, y = (
+        rep[rep.unit == u].sort_values("record").exact_match.to_numpy()
+        for u in ("Q1 x 0.9 + Q3 x 1.1", "baseline")
+    )
+    row = claims[claims.paper == "SEAL Fig. 2d"].iloc[0]
+    assert row.n == QUICK.replicate_n and row.p_value == pytest.approx(mcnemar_exact(x, y).p_value)
+    assert f"seed {REPLICATE_SEED}" in row.measured
     qa = tables(out, "mudaf_table2_methods")
     per = qa["records"].groupby("method").exact_match.mean()
     for r in qa["accuracy"].itertuples():

@@ -27,7 +27,13 @@ the pairs stay exact and the test gains the power of all lengths.
 Pilot, then confirmation: where a first run (the pilot) left a claim undecided, the number of
 fresh records ``confirm_n`` was chosen from the pilot's effects by the power calculation below,
 and the claim is tested on those fresh records alone (Fig. 2b's best and worst head, Fig. 2d,
-Fig. 4, Table 1's methods); the pilot's records are not reused.
+Fig. 4, Table 1's methods); the pilot's records are not reused. Fig. 2d's effect halved on
+its confirmation, which left it undecided; it is decided on a replication of
+``replicate_n`` records from a third seed (``figures.seal.REPLICATE_SEED``), sized from the
+confirmation's power calculation, and reused by nothing else. MuDAF's heads (the retrieval
+heads masked in Fig. 4, the targets of Fig. 5) are chosen on the ``retrieval_n`` pilot
+questions; those two claims are tested on ``confirm_questions`` fresh questions
+(``figures.mudaf.FRESH_SEED``).
 
 When the verdict is *not shown*, ``n_needed`` says how many records the test would need to
 decide it with 80 % power: Connor's (1987) McNemar sample size at the observed difference and
@@ -332,6 +338,9 @@ def pruning_both_ways(d: Data) -> Check:
 
 
 def scaling_beats_baseline(d: Data) -> Check:
+    """Fig. 2d at the long length. Where the figure kept a replication (``replicate``: the
+    claimed scaling on ``replicate_n`` records of another fresh seed), the claim is decided on
+    those records alone, and the confirmation's result is reported beside it."""
     t = d["seal_fig2d_scaling"]
     sw = t["sweep"][t["sweep"].metric == "exact_match"]
     L = int(d["_sizes"]["long"]) if (sw.length == d["_sizes"]["long"]).any() else sw.length.max()
@@ -346,6 +355,17 @@ def scaling_beats_baseline(d: Data) -> Check:
         c = unpaired(p, n, b, n, name, reason="per-record outcomes not on disk")
         where = "the sweep's records"
     text = f"{name} {p:.2f} vs baseline {b:.2f} at {L} lines (n={c.n}, {where})"
+    if "replicate" in t:
+        first = c
+        c = paired_from(t["replicate"], "unit", name, "baseline", name, length=L)
+        rep = t["replicate"]
+        seed = int(rep.seed.iloc[0])
+        text = (
+            f"replication on {c.n} fresh records at {L} lines (seed {seed}): {name} "
+            f"{rep[rep.unit == name].exact_match.mean():.2f} vs baseline "
+            f"{rep[rep.unit == 'baseline'].exact_match.mean():.2f}; before it, {text}, "
+            f"McNemar p {first.p_value:.3g}"
+        )
     if "seal_fig2b_quadrants" in d:
         from interp_seal.figures.seal import _quadrants
 
@@ -515,6 +535,14 @@ def mudaf_targets(d: Data) -> Check:
         n = float(d["_sizes"]["retrieval_n"])
         c = approximate(m, s, n, "MuDAF - SFT", reason="per-question scores not on disk")
     text = f"targets' mean F1: base {b:.2f}, SFT {s:.2f}, MuDAF {m:.2f} (n={int(n)} questions)"
+    if "confirm" in t:  # the targets were drawn on the pilot's questions: decide on fresh ones
+        q = t["confirm"][t["confirm"].group == "mudaf"]
+        x, y = (q[q.method == k].sort_values("record").f1.to_numpy() for k in ("mudaf", "sft"))
+        pilot, c = c, signed_rank(x, y, "MuDAF - SFT")
+        text = (
+            f"on {len(x)} fresh questions (seed {int(q.seed.iloc[0])}), targets' mean F1: SFT "
+            f"{y.mean():.2f}, MuDAF {x.mean():.2f}; pilot: {text}, p {pilot.p_value:.3g}"
+        )
     return replace(c, measured=text)
 
 
@@ -529,6 +557,15 @@ def masking_hurts(d: Data) -> Check:
         f"passage QA exact match, zeroing top retrieval heads {ret:.2f} vs random heads "
         f"{rnd.mean():.2f} (mean of {len(rnd)} draws, n={int(n)} questions)"
     )
+    if "confirm" in t:  # heads ranked on the pilot's questions: decide on fresh ones
+        r = t["confirm"]
+        rates = r[r["mode"] == "zero"].groupby(["strategy", "seed"]).exact_match.mean()
+        text = (
+            f"on {r.record.nunique()} fresh questions (seed {int(r.questions_seed.iloc[0])}), "
+            f"zeroing top retrieval heads {rates['retrieval'].mean():.2f} vs random heads "
+            f"{rates['random'].mean():.2f} (mean of {len(rates['random'])} draws); pilot: {text}"
+        )
+        t = {**t, "records": r}
     if "records" in t:  # every random draw against the retrieval heads, question by question
         r = t["records"][t["records"]["mode"] == "zero"]
         seeds = sorted(r[r.strategy == "random"].seed.unique())

@@ -5,8 +5,12 @@ Same shape as ``interp_seal.figures.seal``: ``compute(run)`` -> named tables, ``
 multi-document QA in LongBench's hotpotqa passage format, golden and distractor passages in
 random order, here the synthetic 1-hop questions of ``interp_seal.tasks.passages`` with the
 generator's golden passage, in the run's format (``FigureRun.samples``: the chat template of a
-chat model). Evaluation questions are seed ``EVAL_SEED`` (0), the same for every method; the MuDAF / SFT tuning data (``FigureRun.tuning_samples("passages")``) is another seed,
-so training and evaluation never share a question. The task score (MuDAF reports QA F1,
+chat model). Evaluation questions are seed ``EVAL_SEED`` (0), the same for every method; the
+MuDAF / SFT tuning data (``FigureRun.tuning_samples("passages")``) is another seed, so training
+and evaluation never share a question. The heads these figures choose (the retrieval heads, the
+targets) are chosen on the seed-0 questions, the pilot; the claims about them (Fig. 4, Fig. 5)
+are tested again on ``confirm_questions`` fresh questions, seed ``FRESH_SEED``, stored in
+chunks of ``CHUNK`` so that a killed run resumes. The task score (MuDAF reports QA F1,
 Table 2) is the teacher-forced exact match of the answer, one forward per question
 (``interp_seal.evaluation.teacher_force``).
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from interp_seal.analysis.masking import MaskingConfig, greedy_text, masking_experiment
 from interp_seal.analysis.retrieval_scores import (
@@ -35,6 +40,8 @@ from interp_seal.viz.tuning import target_head_scores
 Tables = dict[str, pd.DataFrame]
 WEAK = 0.1  # MuDAF Sec. 4.4: heads with R_h < 0.1 are weak
 EVAL_SEED = 0  # evaluation questions; tuning data uses figures.run.DATA_SEED
+FRESH_SEED = 2  # the claims' fresh questions (``sizes.confirm_questions``)
+CHUNK = 40  # fresh questions per stored result: a killed run loses at most one chunk
 
 
 def qa_samples(run: FigureRun, num_passages: int, n: int) -> list[Sample]:
@@ -45,6 +52,14 @@ def qa_samples(run: FigureRun, num_passages: int, n: int) -> list[Sample]:
 def eval_samples(run: FigureRun) -> list[Sample]:
     """The questions of every MuDAF figure but Fig. 10: ``retrieval_n`` x ``retrieval_passages``."""
     return qa_samples(run, run.sizes.retrieval_passages, run.sizes.retrieval_n)
+
+
+def fresh_chunks(run: FigureRun) -> list[list[Sample]]:
+    """``confirm_questions`` fresh questions (seed ``FRESH_SEED``) in chunks of ``CHUNK``."""
+    qs = run.samples(
+        "passages", run.sizes.confirm_questions, seed=FRESH_SEED, size=run.sizes.retrieval_passages
+    )
+    return [qs[i : i + CHUNK] for i in range(0, len(qs), CHUNK)]
 
 
 def qa_exact_match(handle: ModelHandle, samples: list[Sample]) -> dict[str, float]:
@@ -104,36 +119,72 @@ def fig3_read(t: Tables) -> str:
 
 
 # -- Fig. 5-6 and 9: target heads before / after MuDAF vs Vanilla SFT ------------------------
-def fig5_compute(run: FigureRun) -> Tables:
+def group_f1(handle: ModelHandle, samples: list[Sample], sets: dict[str, tuple]) -> dict:
+    """Each head group's mean retrieval F1 per question (paired across methods) over
+    ``samples``, and every head's score (``heads``)."""
+    res = passage_retrieval_scores(handle, samples, progress=False)
+    per = res.per_sample.set_index(["layer", "head"])
+    questions = {
+        g: per.loc[list(hs)].groupby("sample").f1.mean().tolist() for g, hs in sets.items() if hs
+    }
+    return {"heads": res.heads, "questions": questions}
+
+
+def _fig5_models(run: FigureRun) -> tuple[dict[str, tuple], dict[str, ModelHandle]]:
     sets = target_sets(run)
     handles = {"base": run.handle, "sft": run.tuned_model("sft")}
     handles |= {m: run.tuned_model("mudaf", heads=h) for m, h in sets.items() if h}
+    return sets, handles
+
+
+def _per_question(rows: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
+    """Stored ``questions`` ({group: [F1 per question]}) -> one row per method, group, record."""
+    return pd.DataFrame(
+        [
+            {"method": r.method, "group": g, "record": offset * r.chunk + i, "f1": v}
+            for r in rows.assign(chunk=rows.get("chunk", 0)).itertuples()
+            for g, vs in r.questions.items()
+            for i, v in enumerate(vs)
+        ]
+    )
+
+
+def fig5_pilot(run: FigureRun) -> Tables:
+    """Every head's retrieval score per method on the pilot (seed-0) questions (``scores``),
+    the target and weak heads (``targets``), each group's mean F1 per question
+    (``questions``)."""
+    sets, handles = _fig5_models(run)
     samples = eval_samples(run)
 
     def one(key):
-        res = passage_retrieval_scores(handles[key["method"]], samples, progress=False)
-        per = res.per_sample.set_index(["layer", "head"])
-        questions = {  # each question's mean F1 over a group's heads: paired across methods
-            g: per.loc[list(hs)].groupby("sample").f1.mean().tolist()
-            for g, hs in sets.items()
-            if hs
-        }
-        return {"heads": res.heads.to_dict("records"), "questions": questions}
+        res = group_f1(handles[key["method"]], samples, sets)
+        return {"heads": res["heads"].to_dict("records"), "questions": res["questions"]}
 
     rows = run.rows("mudaf_fig5_questions", [{"method": m} for m in handles], one)
     table = pd.DataFrame([dict(method=r.method, **h) for r in rows.itertuples() for h in r.heads])
     targets = pd.DataFrame(
         [{"group": g, "layer": a, "head": b} for g, hs in sets.items() for a, b in hs]
     )
-    questions = pd.DataFrame(
-        [
-            {"method": r.method, "group": g, "record": i, "f1": v}
-            for r in rows.itertuples()
-            for g, vs in r.questions.items()
-            for i, v in enumerate(vs)
-        ]
-    )
-    return {"scores": table, "targets": targets, "questions": questions}
+    return {"scores": table, "targets": targets, "questions": _per_question(rows)}
+
+
+def fig5_compute(run: FigureRun) -> Tables:
+    """``fig5_pilot``, and the claim's two arms, MuDAF and Vanilla SFT, on the fresh
+    questions (``confirm``: the MuDAF targets' mean F1 per question)."""
+    out = fig5_pilot(run)
+    sets, handles = _fig5_models(run)
+    if not sets["mudaf"]:
+        return out
+    chunks, claimed = fresh_chunks(run), {"mudaf": sets["mudaf"]}
+
+    def chunk(key):
+        res = group_f1(handles[key["method"]], chunks[key["chunk"]], claimed)
+        return {"questions": res["questions"]}
+
+    keys = [{"method": m, "chunk": c} for m in ("mudaf", "sft") for c in range(len(chunks))]
+    fresh = run.rows("mudaf_fig5_fresh", keys, chunk)
+    out["confirm"] = _per_question(fresh, CHUNK).assign(seed=FRESH_SEED)
+    return out
 
 
 def fig5_draw(t: Tables):
@@ -167,7 +218,7 @@ def fig5_read(t: Tables) -> str:
 
 
 def fig9_compute(run: FigureRun) -> Tables:
-    sc = fig5_compute(run)["scores"]
+    sc = fig5_pilot(run)["scores"]
     wide = sc.pivot_table(index=["layer", "head"], columns="method", values="f1").reset_index()
     wide["diff"] = wide["mudaf"] - wide["sft"]
     return {"diff": wide[["layer", "head", "mudaf", "sft", "diff"]]}
@@ -268,15 +319,50 @@ def fig4_compute(run: FigureRun) -> Tables:
         results=run.work("masking", "log.jsonl"),
         progress=run.progress,
     )
-    records = pd.DataFrame(
+    masking = frame.drop(columns="correct").assign(heads=frame.heads.astype(str))
+    return {
+        "masking": masking,
+        "niah": niah,
+        "records": masking_records(frame),
+        "confirm": masking_confirm(run),
+    }
+
+
+def masking_records(frame: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
+    """``masking_experiment``'s rows -> one row per condition and question (0/1 exact match)."""
+    return pd.DataFrame(
         [
-            {"strategy": r.strategy, "mode": r.mode, "seed": r.seed, "record": i, "exact_match": v}
+            {
+                "strategy": r.strategy,
+                "mode": r.mode,
+                "seed": r.seed,
+                "record": offset + i,
+                "exact_match": v,
+            }
             for r in frame.itertuples()
             for i, v in enumerate(r.correct)
         ]
     )
-    masking = frame.drop(columns="correct").assign(heads=frame.heads.astype(str))
-    return {"masking": masking, "niah": niah, "records": records}
+
+
+def masking_confirm(run: FigureRun) -> pd.DataFrame:
+    """The claim's conditions (no heads, the top ``mask_k`` retrieval heads, ``mask_seeds``
+    random draws; zeroed) on the fresh questions, the heads ranked on the pilot's."""
+    s = run.sizes
+    config = MaskingConfig(ks=(s.mask_k,), modes=("zero",), seeds=s.mask_seeds)
+    parts = []
+    chunks = fresh_chunks(run)
+    for c in tqdm(range(len(chunks)), desc="masking, fresh", disable=not run.progress):
+        frame = masking_experiment(
+            run.handle,
+            chunks[c],
+            base_scores(run),
+            config=config,
+            results=run.work("masking_fresh", f"chunk{c}.jsonl"),
+            progress=False,
+        )
+        parts.append(masking_records(frame, c * CHUNK))
+    return pd.concat(parts, ignore_index=True).assign(questions_seed=FRESH_SEED)
 
 
 def fig4_draw(t: Tables):

@@ -37,6 +37,10 @@ class FigureSizes:
             tested again: Fig. 2b's best and worst head at ``long``, Fig. 2d's scale tables
             and Table 1's compared methods at every length, the records Fig. 4 draws its 30
             wrong ones from. Picked by a power calculation on pilot runs (below).
+        replicate_n: fresh records (``figures.seal.REPLICATE_SEED``) at ``long`` on which
+            Fig. 2d's claimed scaling (Q1 x 0.9 + Q3 x 1.1) is tested once more: the
+            confirmation halved the pilot's effect, and its power calculation asked for more
+            records than ``confirm_n`` (below).
         channel_heads: heads opened in the channel sweep (SEAL Fig. 2c), alternately the one
             whose pruning hurts most and the one whose pruning helps most at ``long``.
         tune_n, tune_lines: tuning samples (SEAL: 50; MuDAF and SFT use ``tune_n`` too, with
@@ -49,6 +53,11 @@ class FigureSizes:
             as the organism v2 was trained to answer, or SEAL's whole sentence.
         retrieval_n, retrieval_passages: MuDAF's evaluation questions and their passages (one
             golden): retrieval scores (Sec. 3.1), task exact match, masking (Fig. 4).
+        confirm_questions: fresh questions (``figures.mudaf.FRESH_SEED``) on which MuDAF's
+            claims are tested again: the target heads' retrieval scores under MuDAF vs Vanilla
+            SFT (Fig. 5) and masking the retrieval heads vs random heads (Fig. 4), the heads
+            chosen on the ``retrieval_n`` questions (the pilot). Picked from the pilot's power
+            calculation (below).
         mudaf_k: target heads drawn for MuDAF; mudaf_lr: its learning rate (and SFT's).
         head_counts: MuDAF Table 4 / Fig. 7's numbers of selected heads.
         mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws.
@@ -79,6 +88,7 @@ class FigureSizes:
     long: int = 160
     sweep_n: int = 30
     confirm_n: int = 160
+    replicate_n: int = 600
     channel_heads: int = 2
     tune_n: int = 50
     tune_lines: int = 160
@@ -93,6 +103,7 @@ class FigureSizes:
     needle_answer: str = "key_phrase"
     retrieval_n: int = 50
     retrieval_passages: int = 10
+    confirm_questions: int = 440
     mudaf_k: int = 4
     mudaf_lr: float = 1e-4
     head_counts: tuple[int, ...] = (1, 2, 4, 8)
@@ -108,11 +119,14 @@ class FigureSizes:
     extension_tune_n: int | None = None
 
     def __post_init__(self):
-        if self.mid >= self.long or min(self.n, self.sweep_n, self.confirm_n, self.tune_n) < 1:
+        counts = (self.n, self.sweep_n, self.confirm_n, self.replicate_n, self.tune_n)
+        counts += (self.confirm_questions,)
+        if self.mid >= self.long or min(counts) < 1:
             raise ValueError(
                 f"sizes need mid < long and at least one record per point (mid={self.mid}, "
                 f"long={self.long}, n={self.n}, sweep_n={self.sweep_n}, "
-                f"confirm_n={self.confirm_n}, tune_n={self.tune_n})"
+                f"confirm_n={self.confirm_n}, replicate_n={self.replicate_n}, "
+                f"tune_n={self.tune_n}, confirm_questions={self.confirm_questions})"
             )
         for p in (self.retrieval_passages, self.heatmap_passages):
             PassagesConfig(num_passages=p)  # refuses a count outside 2..MAX_PASSAGES
@@ -157,6 +171,8 @@ LATER_FIELDS = (
     "extension_task",
     "extension_tune_n",
     "confirm_n",
+    "replicate_n",
+    "confirm_questions",
 )
 
 
@@ -168,6 +184,7 @@ QUICK = FigureSizes(
     long=12,
     sweep_n=3,
     confirm_n=3,
+    replicate_n=3,
     channel_heads=2,
     tune_n=4,
     tune_lines=12,
@@ -179,6 +196,7 @@ QUICK = FigureSizes(
     needle_depths=(0, 100),
     retrieval_n=3,
     retrieval_passages=4,
+    confirm_questions=3,
     mudaf_k=2,
     head_counts=(1, 2),
     mask_k=2,
@@ -207,6 +225,10 @@ QUICK = FigureSizes(
 #   (pruning the best head L17H7: +0.05), 50 (the worst, L16H0: -0.15) and 61 (Q1 x 0.9 + Q3 x
 #   1.1: +0.12); the organism's for 64 and 77. So 160, on seed 2 (``FRESH_SEED``), which no
 #   pilot saw: ~0.3 s per forward at 3-10 lines, ~40 CPU min for Fig. 2b and 2d together.
+# - the replication (``replicate_n``, every model): on the 160 fresh records Fig. 2d's effect
+#   halved (+0.06, discordant 0.15, McNemar p 0.064), and the power calculation asked for 300
+#   records at 80 %; 600 on seed 3 (``REPLICATE_SEED``) give 97 % power at that effect and 80 %
+#   at +0.045 (~6 CPU min at 7 lines). The claim is decided on those records alone.
 # - needles: a teacher-forced forward costs 2.7 / 6.5 / 17.7 / 33.3 / 52.6 s at 0.9K / 1.9K /
 #   3.9K / 5.9K / 7.9K tokens, so the grid goes to the window (1K-8K, 5 depths) with
 #   ``needle_n`` 2 needles a cell (~18 min per method).
@@ -216,6 +238,11 @@ QUICK = FigureSizes(
 #   (``extension_tune_n``; SEAL Table 4: 10-30 samples give most of the gain).
 # - passages: exact match 0.55 at 10 passages (822 tokens), 0.25 at 20 (1,552 tokens), n =
 #   20, so ``retrieval_passages`` 20: retrieving, with room both ways (masking, MuDAF).
+# - fresh questions (``confirm_questions``, every model): the pilot (``retrieval_n`` 40
+#   questions) asked, at 80 % power and its effects, for 433 questions (MuDAF - SFT on the
+#   targets' F1, -0.015) and 155-312 (each random draw over the retrieval heads, +0.05 to
+#   +0.10), so 440 on seed 2; a teacher-forced forward at 20 passages costs ~5 s, so the
+#   confirmation takes ~1.5 CPU h for Fig. 5 (MuDAF, SFT) and ~3 h for Fig. 4 (5 conditions).
 SMOLLM2 = FigureSizes(
     preset="smollm2",
     index_style="integers",
