@@ -124,9 +124,9 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "A row of several tests is supported only if all are. Heads a sweep chose, SEAL "
         "Fig. 4's records and Table 1's methods are tested on `confirm_n` fresh records (seed "
         "2), a number chosen by that power calculation on a pilot run (seed 0 or 1) whose "
-        "records the test does not reuse. SEAL Fig. 2d, undecided on those, is decided on a "
-        "replication: `replicate_n` records of a third seed (3), sized by the confirmation's "
-        "power calculation. MuDAF's masking and target claims are tested on "
+        "records the test does not reuse. SEAL Fig. 2d, undecided on those, is tested again, "
+        "alone, on a replication: `replicate_n` records of a third seed (3), sized by the "
+        "confirmation's power calculation. MuDAF's masking and target claims are tested on "
         "`confirm_questions` fresh questions (seed 2), their heads chosen on the pilot's.",
         "",
         "| claim | paper | measured | test | n | difference [95 % interval] | p | n needed "
