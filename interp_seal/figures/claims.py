@@ -504,9 +504,12 @@ def signed_rank(x: np.ndarray, y: np.ndarray, label: str) -> Check:
     needed = ""
     if verdict == "not shown":
         sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
-        effect = abs(float(diff.mean())) or MIN_EFFECT
+        observed = abs(float(diff.mean())) > 1e-12  # not rounding noise of equal scores
+        effect = abs(float(diff.mean())) if observed else MIN_EFFECT
         z = norm.ppf(1 - ALPHA / 2) + norm.ppf(0.8)  # paired t approximation, 80 % power
         needed = f"{label}: {math.ceil((z * max(sd, 1e-9) / effect) ** 2)} questions"
+        if not observed:
+            needed += f" (for a {MIN_EFFECT:.2f} effect; none observed)"
     return Check(
         measured=f"{label} {diff.mean():+.3f}",
         test="Wilcoxon signed-rank (paired per question)",
