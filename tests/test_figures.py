@@ -726,6 +726,12 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     row = claims[claims.paper == "SEAL Fig. 2d"].iloc[0]
     assert row.n == QUICK.replicate_n and row.p_value == pytest.approx(mcnemar_exact(x, y).p_value)
     assert f"seed {REPLICATE_SEED}" in row.measured
+    # drawn beside the curves: open markers at the replication's rates, their Wilson intervals
+    drawn = BY_NAME["seal_fig2d_scaling"].draw(scaling).data[-2:]
+    for trace, x_ in zip(drawn, (y, x), strict=True):
+        assert trace.y[0] == pytest.approx(x_.mean()) and "replication" in trace.name
+        lo, hi = wilson(float(x_.sum()), len(x_))
+        assert trace.y[0] - trace.error_y.arrayminus[0] == pytest.approx(lo)
     qa = tables(out, "mudaf_table2_methods")
     per = qa["records"].groupby("method").exact_match.mean()
     for r in qa["accuracy"].itertuples():

@@ -42,7 +42,12 @@ from interp_seal.tuning.counts import parameter_count
 from interp_seal.tuning.merge import merged_model
 from interp_seal.viz import niah_heatmap
 from interp_seal.viz import paper_figures as pv
-from interp_seal.viz.sweeps import channel_map, quadrant_scatter, scale_table_curves
+from interp_seal.viz.sweeps import (
+    channel_map,
+    quadrant_scatter,
+    replication_points,
+    scale_table_curves,
+)
 
 Tables = dict[str, pd.DataFrame]
 SEAL_METHODS = ("base", "seal-h", "seal-c", "seal-l", "seal-d")
@@ -227,7 +232,15 @@ def fig2d_draw(t: Tables):
     if "records" in t:
         base = t["records"][t["records"].unit == "baseline"]
         n = int(base.groupby("length").record.nunique().min())
-    return scale_table_curves(t["sweep"], n=n)
+    fig = scale_table_curves(t["sweep"], n=n)
+    if "replicate" in t:
+        rep = t["replicate"]
+        rates = rep.groupby("unit").exact_match.mean()
+        rates = {k: float(rates[k]) for k in ("baseline", CLAIMED_SCALING) if k in rates}
+        n_rep = int(rep.record.nunique())
+        label = f"replication ({n_rep} records, seed {int(rep.seed.iloc[0])})"
+        replication_points(fig, int(rep.length.iloc[0]), rates, n_rep, label)
+    return fig
 
 
 def fig2d_read(t: Tables) -> str:

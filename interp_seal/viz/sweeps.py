@@ -187,6 +187,35 @@ def scale_table_curves(
     return fig
 
 
+def replication_points(
+    fig: go.Figure, length: float, rates: dict[str, float], n: int, label: str
+) -> go.Figure:
+    """Mark a replication's exact match at ``length`` beside the curves of
+    ``scale_table_curves``: one open marker per curve named in ``rates``, in that curve's colour,
+    with its 95 % Wilson interval over the replication's ``n`` records; ``label`` says which
+    records they are."""
+    palette = fig.layout.template.layout.colorway  # plotly colours traces by their index
+    colors = {t.name: t.line.color or palette[k % len(palette)] for k, t in enumerate(fig.data)}
+    xs = [float(x) for t in fig.data for x in t.x]
+    beside = 0.02 * (max(xs) - min(xs))  # off the curves' own point at ``length``
+    for k, (name, value) in enumerate(rates.items(), 1):
+        fig.add_trace(
+            go.Scatter(
+                x=[length + k * beside],
+                y=[value],
+                error_y=wilson_error_y([value], [n]),
+                name=f"{name}, {label}",
+                mode="markers",
+                marker={
+                    "symbol": "diamond-open",
+                    "size": 10,
+                    "color": colors[name],
+                },
+            )
+        )
+    return fig
+
+
 def _rows(table: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows = table[table.metric == metric]
     if rows.empty:
