@@ -149,11 +149,11 @@ def _per_question(rows: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
     )
 
 
-def fig5_pilot(run: FigureRun) -> Tables:
+def fig5_pilot(run: FigureRun, models=None) -> Tables:
     """Every head's retrieval score per method on the pilot (seed-0) questions (``scores``),
     the target and weak heads (``targets``), each group's mean F1 per question
-    (``questions``)."""
-    sets, handles = _fig5_models(run)
+    (``questions``). ``models``: ``_fig5_models(run)`` where the caller has it."""
+    sets, handles = models or _fig5_models(run)
     samples = eval_samples(run)
 
     def one(key):
@@ -171,8 +171,8 @@ def fig5_pilot(run: FigureRun) -> Tables:
 def fig5_compute(run: FigureRun) -> Tables:
     """``fig5_pilot``, and the claim's two arms, MuDAF and Vanilla SFT, on the fresh
     questions (``confirm``: the MuDAF targets' mean F1 per question)."""
-    out = fig5_pilot(run)
-    sets, handles = _fig5_models(run)
+    sets, handles = models = _fig5_models(run)
+    out = fig5_pilot(run, models)
     if not sets["mudaf"]:
         return out
     chunks, claimed = fresh_chunks(run), {"mudaf": sets["mudaf"]}
@@ -350,13 +350,13 @@ def masking_confirm(run: FigureRun) -> pd.DataFrame:
     random draws; zeroed) on the fresh questions, the heads ranked on the pilot's."""
     s = run.sizes
     config = MaskingConfig(ks=(s.mask_k,), modes=("zero",), seeds=s.mask_seeds)
-    parts = []
+    parts, ranked = [], base_scores(run)
     chunks = fresh_chunks(run)
     for c in tqdm(range(len(chunks)), desc="masking, fresh", disable=not run.progress):
         frame = masking_experiment(
             run.handle,
             chunks[c],
-            base_scores(run),
+            ranked,
             config=config,
             results=run.work("masking_fresh", f"chunk{c}.jsonl"),
             progress=False,
