@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interp_seal.outputs import write_text
+from interp_seal.outputs import atomic_path, write_text
 from interp_seal.shards import Shard
 
 MANIFEST = "manifest.json"
@@ -69,8 +69,9 @@ def read_records(path: str | Path, *, repair: bool = True) -> list[dict]:
     data = path.read_bytes()
     if not data.endswith(b"\n"):  # interrupted write: keep the complete lines
         data = data[: data.rfind(b"\n") + 1]
-        if repair:
-            path.write_bytes(data)
+        if repair:  # atomically: another rank may be reading the file right now
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(data)
     records = []
     for lineno, raw in enumerate(data.splitlines(), 1):
         try:

@@ -64,6 +64,12 @@ def test_rank_files_are_read_together_and_merged(tmp_path):
         f.write('{"key": "c", "fing')  # rank 1 killed mid-line
     assert [r["key"] for r in rank0.load()] == ["a", "b"]
     assert rank1.own.read_text().endswith('"fing')  # not rank 0's file to repair
+    with rank1.own.open("rb") as reader:  # rank 0 reading while rank 1 repairs its own file
+        assert [r["key"] for r in rank1.load()] == ["a", "b"]
+        # the repair replaced the file whole: a reader never sees it truncated (the race that
+        # once gave two ranks different plans of a resumed sweep)
+        assert reader.read().endswith(b'"fing')
+    assert rank1.own.read_text().endswith('"v": 2}\n')
     assert rank0.get("b", "f")["v"] == 2
     with pytest.raises(ValueError, match="different input"):
         RecordStore(path, Shard(0, 2)).get("b", "other")
