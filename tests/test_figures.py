@@ -19,6 +19,7 @@ from interp_seal.cli import main
 from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, teacher_force
 from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
+from interp_seal.figures import mudaf as M
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import FRESH_SEED, REPLICATE_SEED, extensions
 from interp_seal.figures.sizes import DEFAULT
@@ -201,7 +202,6 @@ def mudaf_cases(tmp_path_factory):
 def test_mudaf_fig10_cases_equal_passage_scores_and_answers(mudaf_cases):
     from interp_seal.analysis.masking import greedy_text
     from interp_seal.evaluation import teacher_force
-    from interp_seal.figures import mudaf as M
     from interp_seal.figures.registry import BY_NAME
 
     out, run = mudaf_cases
@@ -264,7 +264,6 @@ def test_mudaf_fig10_cases_equal_passage_scores_and_answers(mudaf_cases):
 def test_mudaf_table3_layer_counts_equal_the_target_sets(mudaf_cases):
     from collections import Counter
 
-    from interp_seal.figures import mudaf as M
     from interp_seal.figures.registry import BY_NAME
 
     out, run = mudaf_cases
@@ -397,6 +396,15 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
     assert row.p_value == pytest.approx(1.0) and row.verdict == "not shown"
     assert row.measured.startswith("on 20 fresh questions (seed 2)")
     assert "random heads 0.42 (mean of 2 draws)" in row.measured  # (14 + 3) / 2 / 20
+    # the page's text under the figure reports the same fresh questions, each draw apart
+    none = [{"strategy": "none", "seed": -1, "record": i, "exact_match": 1} for i in range(20)]
+    table = data["mudaf_fig4_masking"] | {
+        "confirm": pd.concat([fresh, pd.DataFrame(none).assign(mode="zero", questions_seed=2)]),
+        "niah": pd.DataFrame({"layer": [0], "head": [0], "score": [0.5]}),
+    }
+    assert M.fig4_read(table).endswith(
+        "On 20 fresh questions (seed 2): no masking 1.00, retrieval 0.10, random draws 0.70 / 0.15."
+    )
 
 
 def test_target_claim_is_a_signed_rank_test_per_question():
@@ -428,6 +436,8 @@ def test_target_claim_is_a_signed_rank_test_per_question():
     assert row.p_value == pytest.approx(2 / 256) and row.verdict == "contradicted"
     assert row.difference == pytest.approx(-0.45) and row.n == 8
     assert row.measured.startswith("on 8 fresh questions (seed 2), targets' mean F1: SFT 0.45")
+    text = M.fig5_read(data["mudaf_fig5_targets"])
+    assert text.endswith("On 8 fresh questions (seed 2): SFT 0.45, MuDAF 0.00.")
 
 
 def test_fig6_needles_at_table2_lengths_equal_teacher_forcing(gallery, organism, tmp_path):

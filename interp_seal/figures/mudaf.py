@@ -210,11 +210,19 @@ def target_gain(t: Tables, group: str = "mudaf") -> dict[str, float]:
 
 def fig5_read(t: Tables) -> str:
     g, w = target_gain(t), target_gain(t, "mudaf-weak")
-    return (
+    text = (
         f"Mean F1 of MuDAF's targets: base {g.get('base', 0):.2f}, SFT {g.get('sft', 0):.2f}, "
         f"MuDAF {g.get('mudaf', 0):.2f}; weak heads: base {w.get('base', 0):.2f}, "
         f"MuDAF-weak {w.get('mudaf-weak', 0):.2f}."
     )
+    if "confirm" in t:  # the claim's test: the same targets on fresh questions
+        c = t["confirm"][t["confirm"].group == "mudaf"]
+        f1 = c.groupby("method").f1.mean()
+        text += (
+            f" On {c.record.nunique()} fresh questions (seed {c.seed.iloc[0]}): "
+            f"SFT {f1['sft']:.2f}, MuDAF {f1['mudaf']:.2f}."
+        )
+    return text
 
 
 def fig9_compute(run: FigureRun) -> Tables:
@@ -376,6 +384,15 @@ def fig4_read(t: Tables) -> str:
     text += ", ".join(f"{k} {v:.2f}" for k, v in z.items()) + "."
     if t["niah"].score.max() == 0:
         text += " No head has a copy-paste (NIAH) score on this model: its 'niah' set is tie order."
+    if "confirm" in t:  # the claim's test: the same heads on fresh questions
+        c = t["confirm"]
+        em = c.groupby(["strategy", "seed"]).exact_match.mean()
+        draws = " / ".join(f"{v:.2f}" for v in em["random"])
+        text += (
+            f" On {c.record.nunique()} fresh questions (seed {c.questions_seed.iloc[0]}): "
+            f"no masking {em['none'].iloc[0]:.2f}, retrieval {em['retrieval'].iloc[0]:.2f}, "
+            f"random draws {draws}."
+        )
     return text
 
 
