@@ -93,23 +93,50 @@ def eager_self_extend(q, k, v, group, window, base):
     return (scores.softmax(-1) @ v).transpose(1, 2)
 
 
-@pytest.mark.parametrize("T", [5, 23, 61])
-def test_self_extend_attention_matches_eager_reference(T):
+def self_extend_inputs(T, block, requires_grad=False):
+    """Random pre-RoPE q / k / v (GQA, 2 query heads per KV head) and the blocked function's
+    rotated inputs; returns ``(pre-RoPE tensors, rotated tensors, module)``."""
     torch.manual_seed(T)
     B, H, KV, D, G, W, base = 2, 4, 2, 8, 3, 6, 10000.0
-    q = torch.randn(B, H, T, D)
-    k = torch.randn(B, KV, T, D)
-    v = torch.randn(B, KV, T, D)
-    k_rep, v_rep = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
-    expected = eager_self_extend(q, k_rep, v_rep, G, W, base)
-    cfg = ContextExtension(group_size=G, window=W, block_size=7)
+    q = torch.randn(B, H, T, D, requires_grad=requires_grad)
+    k = torch.randn(B, KV, T, D, requires_grad=requires_grad)
+    v = torch.randn(B, KV, T, D, requires_grad=requires_grad)
+    cfg = ContextExtension(group_size=G, window=W, block_size=block)
     inv = rx.ntk_inv_freq(base, D, 1.0).float()
     module = SimpleNamespace(**{rx._CONFIG_ATTR: (cfg, inv)})
     pos = torch.arange(T).double()[:, None] * inv.double()
-    q_rot = rx.rotate(q, pos.float())
-    k_rot = rx.rotate(k, pos.float())
-    got, _ = rx.self_extend_attention(module, q_rot, k_rot, v, None, scaling=D**-0.5)
+    return (q, k, v), (rx.rotate(q, pos.float()), rx.rotate(k, pos.float()), v), module
+
+
+@pytest.mark.parametrize("T", [5, 23, 61])
+def test_self_extend_attention_matches_eager_reference(T):
+    (q, k, v), rotated, module = self_extend_inputs(T, block=7)
+    expected = eager_self_extend(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 3, 6, 1e4)
+    got, _ = rx.self_extend_attention(module, *rotated, None, scaling=8**-0.5)
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_self_extend_gradients_match_eager_reference_without_keeping_scores():
+    """Under autograd each block is recomputed in backward: the gradients of q, k and v equal
+    the T x T reference's, and nothing saved for backward has a key axis (no b x T scores)."""
+    T, D = 40, 8
+    (q, k, v), rotated, module = self_extend_inputs(T, block=7, requires_grad=True)
+    weights = torch.randn(2, T, 4, D)
+    saved = []
+
+    def pack(t):
+        saved.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        got, _ = rx.self_extend_attention(module, *rotated, None, scaling=D**-0.5)
+    got_grads = torch.autograd.grad((got * weights).sum(), (q, k, v))
+    expected = eager_self_extend(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 3, 6, 1e4)
+    want_grads = torch.autograd.grad((expected * weights).sum(), (q, k, v))
+    for g, w in zip(got_grads, want_grads, strict=True):
+        assert w.abs().max() > 1e-2
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=2e-5)
+    assert saved and all(shape[-1] <= D for shape in saved), sorted(set(saved))
 
 
 def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):

@@ -26,7 +26,9 @@ positions; RoPE rotations compose (``R(a) R(b) = R(a + b)``), so rotating them f
 ``group(pos) - pos`` gives them exactly at their grouped positions. Queries are processed in
 blocks: a block of ``b`` queries scores all its keys twice (true and grouped positions), keeps
 each entry from the regime its distance falls in, and takes one softmax. Memory is
-``O(b * T)`` per head, never ``T x T``. Padding masks are not supported (right-padded batches
+``O(b * T)`` per head, never ``T x T``, in training too: under autograd each block is
+recomputed in the backward pass (``torch.utils.checkpoint``) instead of keeping its ``b x T``
+scores, so tuning SEAL scales through Self-Extend at 9K tokens stores only the blocks' outputs. Padding masks are not supported (right-padded batches
 are fine under causal attention; left padding is refused by the models' own mask, which this
 function does not receive).
 
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface
 
 from interp_seal.models.handle import ModelHandle
@@ -144,6 +147,28 @@ def grouped_positions(
     return q_pos // group + window - window // group, k_pos // group
 
 
+def _block(
+    q: Tensor,
+    q_g: Tensor,
+    key: Tensor,
+    key_g: Tensor,
+    value: Tensor,
+    first: int,
+    window: int,
+    scaling: float,
+) -> Float[Tensor, "batch head b d"]:
+    """One block of queries, the first at position ``first``: scores at true and grouped
+    positions, each entry from its distance's regime, one softmax, values."""
+    q_pos = torch.arange(first, first + q.shape[-2], device=q.device)
+    dist = q_pos[:, None] - torch.arange(key.shape[-2], device=q.device)[None, :]  # (b, n_keys)
+    normal = q @ key.transpose(-1, -2)  # (B, H, b, n_keys)
+    grouped = q_g @ key_g.transpose(-1, -2)
+    scores = torch.where(dist < window, normal, grouped) * scaling
+    scores = scores.masked_fill(dist < 0, float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(value.dtype)
+    return probs @ value
+
+
 def self_extend_attention(
     module: torch.nn.Module,
     query: Float[Tensor, "batch head q d"],
@@ -173,19 +198,20 @@ def self_extend_attention(
     gq, gk = grouped_positions(q_pos, k_pos, cfg.group_size, cfg.window)
     freq = inv_freq.to(query.device, torch.float64)
     key_g = rotate(key, ((gk - k_pos)[:, None] * freq).float())
-    out = torch.empty(B, Tq, H, D, dtype=query.dtype, device=query.device)
+    recompute = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    blocks = []
     for s in range(0, Tq, cfg.block_size):
         e = min(s + cfg.block_size, Tq)
         n_keys = int(q_pos[e - 1]) + 1  # causal: later keys are never attended
         q = query[:, :, s:e]
         q_g = rotate(q, ((gq[s:e] - q_pos[s:e])[:, None] * freq).float())
-        normal = q @ key[:, :, :n_keys].transpose(-1, -2)  # (B, H, b, n_keys)
-        grouped = q_g @ key_g[:, :, :n_keys].transpose(-1, -2)
-        dist = q_pos[s:e, None] - k_pos[None, :n_keys]  # (b, n_keys)
-        scores = torch.where(dist < cfg.window, normal, grouped) * scaling
-        scores = scores.masked_fill(dist < 0, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).to(value.dtype)
-        out[:, s:e] = (probs @ value[:, :, :n_keys]).transpose(1, 2)
+        first = int(q_pos[s])
+        args = (q, q_g, key[:, :, :n_keys], key_g[:, :, :n_keys], value[:, :, :n_keys], first)
+        if recompute:  # recompute in backward: keep only inputs, never b x T
+            blocks.append(checkpoint(_block, *args, cfg.window, scaling, use_reentrant=False))
+        else:
+            blocks.append(_block(*args, cfg.window, scaling))
+    out = torch.cat(blocks, dim=2).transpose(1, 2)
     return out, None
 
 
