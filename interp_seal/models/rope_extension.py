@@ -24,8 +24,9 @@ The implementation is an attention function registered with transformers'
 ``AttentionInterface``. It receives the layer's queries and keys already rotated at their true
 positions; RoPE rotations compose (``R(a) R(b) = R(a + b)``), so rotating them further by
 ``group(pos) - pos`` gives them exactly at their grouped positions. Queries are processed in
-blocks: a block of ``b`` queries scores all its keys twice (true and grouped positions), keeps
-each entry from the regime its distance falls in, and takes one softmax. Memory is
+blocks: a block of ``b`` queries scores its keys at grouped positions, and the band of keys
+within ``W + b`` of it at true positions too, keeps each entry from the regime its distance
+falls in, and takes one softmax. Memory is
 ``O(b * T)`` per head, never ``T x T``, in training too: under autograd each block is
 recomputed in the backward pass (``torch.utils.checkpoint``) instead of keeping its ``b x T``
 scores, so tuning SEAL scales through Self-Extend at 9K tokens stores only the blocks' outputs. Padding masks are not supported (right-padded batches
@@ -157,14 +158,20 @@ def _block(
     window: int,
     scaling: float,
 ) -> Float[Tensor, "batch head b d"]:
-    """One block of queries, the first at position ``first``: scores at true and grouped
-    positions, each entry from its distance's regime, one softmax, values."""
+    """One block of queries, the first at position ``first``, over its ``n`` causal keys.
+
+    Keys before ``first - window + 1`` are at least ``window`` away from every query of the
+    block, so they are scored at grouped positions only; the band after them (at most
+    ``b + window`` keys) is also scored at true positions and each entry taken from its
+    distance's regime, then masked causally. One softmax over all keys, then the values.
+    """
+    near = max(0, first - window + 1)
+    scores = (q_g * scaling) @ key_g.transpose(-1, -2)  # (B, H, b, n) grouped
     q_pos = torch.arange(first, first + q.shape[-2], device=q.device)
-    dist = q_pos[:, None] - torch.arange(key.shape[-2], device=q.device)[None, :]  # (b, n_keys)
-    normal = q @ key.transpose(-1, -2)  # (B, H, b, n_keys)
-    grouped = q_g @ key_g.transpose(-1, -2)
-    scores = torch.where(dist < window, normal, grouped) * scaling
-    scores = scores.masked_fill(dist < 0, float("-inf"))
+    dist = q_pos[:, None] - torch.arange(near, key.shape[-2], device=q.device)[None, :]
+    normal = (q * scaling) @ key[:, :, near:].transpose(-1, -2)  # (B, H, b, band)
+    band = torch.where(dist < window, normal, scores[..., near:])
+    scores[..., near:] = band.masked_fill(dist < 0, float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(value.dtype)
     return probs @ value
 
