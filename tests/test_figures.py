@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, te
 from interp_seal.figures import FIGURES, QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
 from interp_seal.figures import mudaf as M
+from interp_seal.figures import run as run_module
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import FRESH_SEED, REPLICATE_SEED, extensions
 from interp_seal.figures.sizes import DEFAULT
@@ -761,7 +763,6 @@ def test_kill_9_then_rerun_gives_the_same_gallery(gallery, tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     out = tmp_path / "killed"
     cmd = [
@@ -812,6 +813,64 @@ def test_compute_time_counts_the_records_of_interrupted_runs(tmp_path):
     other = FigureRun("organism", DEFAULT, tmp_path, progress=False)
     with pytest.raises(ValueError, match="computed on a different input or setting"):
         other.rows("points", [{"x": 1}], lambda key: {"y": 0})
+
+
+def test_compute_time_counts_the_timed_stores_of_earlier_runs(tmp_path, monkeypatch):
+    """A store built in ``FigureRun.timed`` (a sweep, a training) books its own time beside it,
+    while it runs and when it ends; nested rows and stores book only theirs (a hand-driven
+    clock gives exact seconds); a later run that reuses them counts each booking once, and a
+    reused row counts the stores it built."""
+
+    class Clock:  # CPU seconds t, wall seconds 2 t
+        t = 0.0
+
+        def process_time(self):
+            return self.t
+
+        def perf_counter(self):
+            return 2 * self.t
+
+    clock = Clock()
+    monkeypatch.setattr(run_module, "time", clock)
+    monkeypatch.setattr(run_module, "BOOK_EVERY", 0.02)
+    work = tmp_path / "work"
+    first = FigureRun("organism", QUICK, tmp_path, progress=False)
+
+    def row(key):
+        clock.t += 2
+        with first.timed("scales"):
+            clock.t += 4
+        clock.t += 1
+        return {"y": 1}
+
+    with first.timed("sweep") as folder:
+        assert folder == work / "sweep"
+        clock.t = 1
+        deadline = time.time() + 10
+        while not (folder / run_module.LEDGER).exists() and time.time() < deadline:
+            time.sleep(0.01)  # booked while it runs
+        first.rows("points", [{"x": 1}], row)
+        clock.t = 10
+
+    def booked(name):
+        lines = (work / name / run_module.LEDGER).read_text().splitlines()
+        entries = [json.loads(line) for line in lines]
+        assert len({e["key"] for e in entries}) == 1
+        return entries[-1]["cpu_seconds"], entries[-1]["wall_seconds"]
+
+    assert booked("sweep") == (10 - 7, 20 - 14)  # less the row's gross 7 s
+    assert booked("scales") == (4, 8)
+    (point,) = [json.loads(x) for x in (work / "points" / "records.jsonl").read_text().splitlines()]
+    assert (point["cpu_seconds"], point["wall_seconds"], point["stores"]) == (3, 6, ["scales"])
+    assert (first.earlier.cpu, first.earlier.wall) == (0, 0)  # its own: in the driver's clock
+
+    later = FigureRun("organism", QUICK, tmp_path, progress=False)
+    later.rows("points", [{"x": 1}], lambda key: 1 / 0)  # reused, with the scales it tuned
+    assert (later.earlier.cpu, later.earlier.wall) == (3 + 4, 6 + 8)
+    with later.timed("sweep"), later.timed("scales"):
+        pass
+    later.rows("points", [{"x": 1}], lambda key: 1 / 0)
+    assert (later.earlier.cpu, later.earlier.wall) == (3 + 4 + 3, 6 + 8 + 6)  # each once
 
 
 # -- SmolLM2: the real-model gallery in --quick form -----------------------------------------

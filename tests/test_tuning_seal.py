@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from safetensors.torch import save_file
 
 from interp_seal.engine import pad_id_of
 from interp_seal.interventions.hf import hf_logits
-from interp_seal.models import load_model
+from interp_seal.models import ContextExtension, extend_context, load_model
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.data import answer_loss, collate, encode_examples
 from interp_seal.tuning.loop import TrainConfig, train
@@ -91,19 +92,27 @@ def test_scale_gradient_matches_the_merged_weight_gradient(llama_checkpoint, gra
     torch.testing.assert_close(tuner.scales.grad, expected, rtol=1e-4, atol=1e-6)
 
 
-def test_gradient_checkpointing_gives_the_same_gradient(llama_checkpoint):
+@pytest.mark.parametrize(
+    "extension", [None, ContextExtension(group_size=2, window=8, block_size=4)], ids=str
+)
+def test_gradient_checkpointing_gives_the_same_gradient(llama_checkpoint, extension):
+    """Layer recompute (and, under Self-Extend, its per-block recompute inside) leaves the
+    scales' gradient unchanged."""
     handle = load_model(llama_checkpoint)
     tuner = SealTuner(handle, "channel")
-    batch = collate(_examples(handle, n=2), pad_id_of(handle.tokenizer))
+    n = 1 if extension else 2  # Self-Extend takes no padding mask
+    batch = collate(_examples(handle, n=n), pad_id_of(handle.tokenizer))
     grads = []
-    for checkpointing in (False, True):
-        if checkpointing:
-            tuner.enable_gradient_checkpointing()
-        tuner.train()
-        tuner.scales.grad = None
-        with tuner.step_context():
-            tuner(batch)["loss"].backward()
-        grads.append(tuner.scales.grad.clone())
+    with extend_context(handle, extension) if extension else nullcontext():
+        for checkpointing in (False, True):
+            if checkpointing:
+                tuner.enable_gradient_checkpointing()
+            tuner.train()
+            tuner.scales.grad = None
+            with tuner.step_context():
+                tuner(batch)["loss"].backward()
+            grads.append(tuner.scales.grad.clone())
+    assert grads[0].abs().max() > 1e-4
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-6, atol=1e-8)
 
 

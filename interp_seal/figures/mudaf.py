@@ -77,13 +77,14 @@ def qa_outcomes(handle: ModelHandle, samples: list[Sample]) -> dict:
 
 def base_scores(run: FigureRun) -> pd.DataFrame:
     """Every head's MuDAF retrieval score (F1, EM, rank; Sec. 3.1) on the base model (resumable)."""
-    return passage_retrieval_scores(
-        run.handle,
-        eval_samples(run),
-        PassageScoreConfig(),
-        results=run.work("retrieval_base", "log.jsonl"),
-        progress=run.progress,
-    ).heads
+    with run.timed("retrieval_base") as out:
+        return passage_retrieval_scores(
+            run.handle,
+            eval_samples(run),
+            PassageScoreConfig(),
+            results=out / "log.jsonl",
+            progress=run.progress,
+        ).heads
 
 
 def target_sets(run: FigureRun) -> dict[str, tuple]:
@@ -310,23 +311,25 @@ def table2_read(t: Tables) -> str:
 # -- Fig. 4: masking retrieval heads vs random vs NIAH heads ---------------------------------
 def fig4_compute(run: FigureRun) -> Tables:
     s = run.sizes
-    niah = needle_retrieval_scores(
-        run.handle,
-        run.samples("needle", 1, seed=0),
-        results=run.work("needle_scores", "log.jsonl"),
-        progress=run.progress,
-    ).heads
-    samples = eval_samples(run)
+    with run.timed("needle_scores") as out:
+        niah = needle_retrieval_scores(
+            run.handle,
+            run.samples("needle", 1, seed=0),
+            results=out / "log.jsonl",
+            progress=run.progress,
+        ).heads
+    samples, ranked = eval_samples(run), base_scores(run)
     mcfg = MaskingConfig(ks=(s.mask_k,), modes=("zero", "uniform"), seeds=s.mask_seeds)
-    frame = masking_experiment(
-        run.handle,
-        samples,
-        base_scores(run),
-        niah=niah,
-        config=mcfg,
-        results=run.work("masking", "log.jsonl"),
-        progress=run.progress,
-    )
+    with run.timed("masking") as out:
+        frame = masking_experiment(
+            run.handle,
+            samples,
+            ranked,
+            niah=niah,
+            config=mcfg,
+            results=out / "log.jsonl",
+            progress=run.progress,
+        )
     masking = frame.drop(columns="correct").assign(heads=frame.heads.astype(str))
     return {
         "masking": masking,
@@ -360,16 +363,17 @@ def masking_confirm(run: FigureRun) -> pd.DataFrame:
     config = MaskingConfig(ks=(s.mask_k,), modes=("zero",), seeds=s.mask_seeds)
     parts, ranked = [], base_scores(run)
     chunks = fresh_chunks(run)
-    for c in tqdm(range(len(chunks)), desc="masking, fresh", disable=not run.progress):
-        frame = masking_experiment(
-            run.handle,
-            chunks[c],
-            ranked,
-            config=config,
-            results=run.work("masking_fresh", f"chunk{c}.jsonl"),
-            progress=False,
-        )
-        parts.append(masking_records(frame, c * CHUNK))
+    with run.timed("masking_fresh") as out:
+        for c in tqdm(range(len(chunks)), desc="masking, fresh", disable=not run.progress):
+            frame = masking_experiment(
+                run.handle,
+                chunks[c],
+                ranked,
+                config=config,
+                results=out / f"chunk{c}.jsonl",
+                progress=False,
+            )
+            parts.append(masking_records(frame, c * CHUNK))
     return pd.concat(parts, ignore_index=True).assign(questions_seed=FRESH_SEED)
 
 

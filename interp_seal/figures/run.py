@@ -11,7 +11,10 @@ directory and is kept under ``<out>/work/``:
   is refused, not reused) is appended to a ``records.jsonl`` and reused on restart, with the
   CPU and wall time it took, so a figure's compute time counts the interrupted runs too
   (``FigureRun.earlier``);
-- sweeps use the sweep engine's own store (``SweepOptions(out=..., resume=True)``).
+- sweeps, score logs and trainings use their own resumable stores, each in a folder that
+  ``FigureRun.timed`` hands out: the time spent building it is booked beside it
+  (``compute.jsonl``), so a figure that reuses a sweep or a tuned model an earlier run made
+  counts that run's time as well.
 
 The task format lives here, in one place: ``FigureRun.samples`` makes every prompt of the run
 (line records, needles, passage questions; evaluation, sweeps, DLA, retrieval scores and
@@ -23,9 +26,10 @@ themselves, so a model evaluated in its chat template is also swept, attributed 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +63,31 @@ class RunTime:
 
     cpu: float = 0.0
     wall: float = 0.0
+
+
+class Stopwatch:
+    """CPU and wall seconds since it started, less those of the stopwatches nested in it (a
+    row that tunes scales, a sweep that ranks heads): each stored result books only its own
+    work, and what an inner store booked is not booked again by the outer one."""
+
+    def __init__(self):
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+        self.inner = RunTime()
+        self.stores: list[str] = []  # the timed stores entered inside it
+
+    def gross(self) -> RunTime:
+        return RunTime(time.process_time() - self.cpu, time.perf_counter() - self.wall)
+
+    def own(self) -> dict[str, float]:
+        g = self.gross()
+        return {"cpu_seconds": g.cpu - self.inner.cpu, "wall_seconds": g.wall - self.inner.wall}
+
+
+LEDGER = "compute.jsonl"  # a timed store's build time, one key per block that worked on it
+BOOK_EVERY = 60.0  # seconds between bookings of a running block's time
+# tuning samples longer than this (tokens) recompute each layer in backward: SEAL-C through
+# Self-Extend on SmolLM2 at 9K tokens holds ~21 GB of activations without it (measured)
+RECOMPUTE_ABOVE = 4096
 
 
 @contextmanager
@@ -97,6 +126,7 @@ class FigureRun:
         self.earlier = RunTime()
         self.run_id = uuid.uuid4().hex
         self._counted: set[tuple[str, str]] = set()
+        self._clocks: list[Stopwatch] = []  # the rows and timed blocks being computed
         self.load_options = load_options or {}
         self.handle = load_model(model, **self.load_options)
         self._memo: dict[str, object] = {}
@@ -124,20 +154,71 @@ class FigureRun:
             record = store.get(tag, print_)
             if record is not None:
                 self._count_earlier(name, tag, record)
+                for used in record.get("stores", ()):  # what it tuned or swept on the way
+                    self._count_ledger(used)
             else:
-                cpu, wall = time.process_time(), time.perf_counter()
-                values = dict(compute(key))
-                record = {
-                    "key": tag,
-                    "fingerprint": print_,
-                    "values": values,
-                    "cpu_seconds": time.process_time() - cpu,
-                    "wall_seconds": time.perf_counter() - wall,
-                    "run": self.run_id,
-                }
+                with self._stopwatch() as clock:
+                    values = dict(compute(key))
+                record = {"key": tag, "fingerprint": print_, "values": values}
+                record |= clock.own() | {"run": self.run_id, "stores": clock.stores}
                 store.add(record)
             rows.append({**key, **record["values"]})
         return pd.DataFrame(rows)
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[Path]:
+        """The folder ``work/name`` for a resumable store that is not a ``rows`` table (a
+        sweep, a score log, a training), with its build time booked in ``compute.jsonl``.
+
+        The entries of earlier runs count into ``earlier`` (once per run, like reused rows).
+        This process's CPU and wall seconds inside the block (less those of rows and blocks
+        nested in it, ``Stopwatch``) are booked every ``BOOK_EVERY`` seconds and when it ends,
+        normally or by an error, under one key (the last entry of a key counts), so a
+        ``kill -9`` loses at most a minute of the count and none of the work.
+        """
+        folder = self.work(name, LEDGER).parent
+        ledger = self._count_ledger(name)
+        for outer in self._clocks:  # a stored row reused later counts this store too
+            outer.stores.append(name)
+        key, stop = uuid.uuid4().hex, threading.Event()
+        with self._stopwatch() as clock:
+
+            def book():
+                ledger.add({"key": key, "fingerprint": "", "run": self.run_id} | clock.own())
+
+            def keep_booking():
+                while not stop.wait(BOOK_EVERY):
+                    book()
+
+            booker = threading.Thread(target=keep_booking, daemon=True)
+            booker.start()
+            try:
+                yield folder
+            finally:
+                stop.set()
+                booker.join()
+                book()
+
+    @contextmanager
+    def _stopwatch(self) -> Iterator[Stopwatch]:
+        """A ``Stopwatch`` for a row or timed block; its gross time is excluded from the one it
+        is nested in."""
+        clock = Stopwatch()
+        self._clocks.append(clock)
+        try:
+            yield clock
+        finally:
+            self._clocks.pop()
+            if self._clocks:
+                g, outer = clock.gross(), self._clocks[-1].inner
+                outer.cpu, outer.wall = outer.cpu + g.cpu, outer.wall + g.wall
+
+    def _count_ledger(self, name: str) -> RecordStore:
+        """Count the bookings of ``work/name``'s earlier runs (the last entry of each key)."""
+        ledger = RecordStore(self.work(name, LEDGER))
+        for entry in {e["key"]: e for e in ledger.load()}.values():
+            self._count_earlier(name, entry["key"], entry)
+        return ledger
 
     def _count_earlier(self, name: str, tag: str, record: Mapping) -> None:
         """Add the time of a record an earlier run computed, once per run (records computed by
@@ -226,20 +307,23 @@ class FigureRun:
             return self.samples(task, 1, seed=DATA_SEED, size=tokens, depths=depths)
         raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
 
-    def _train(self, tuner, samples, name: str, *, lr: float, epochs: int = 1, ctx=None) -> None:
+    def _train(self, tuner, samples, folder: Path, *, lr: float, epochs: int = 1, ctx=None) -> None:
         from interp_seal.engine import pad_id_of
         from interp_seal.tuning.data import encode_examples
         from interp_seal.tuning.loop import TrainConfig, train
 
-        cfg = TrainConfig(lr=lr, epochs=epochs, checkpoint_every=10, cpu=True)
         examples = encode_examples(samples, self.handle.tokenizer)
+        long = max(len(x.encoded) for x in examples) > RECOMPUTE_ABOVE
+        cfg = TrainConfig(
+            lr=lr, epochs=epochs, checkpoint_every=10, cpu=True, gradient_checkpointing=long
+        )
         with ctx or nullcontext():
             train(
                 tuner,
                 examples,
                 cfg,
                 pad_id=pad_id_of(self.handle.tokenizer),
-                out_dir=self.work(name, "train"),
+                out_dir=folder / "train",
             )
 
     def seal_scales(
@@ -282,28 +366,29 @@ class FigureRun:
         else:
             data, what = f"lines{lines}", {"num_lines": lines}
         name = f"{method}_lr{lr:g}_n{n}_e{epochs}_{data}_ext{ext}"
-        path = self.work(name, "scales.safetensors")
-        if not path.exists():
-            tuner = SealTuner(self.handle, granularity)
-            samples = self.tuning_samples(task, n=n, lines=lines, tokens=needle_tokens)
-            ctx = ExitStack()
-            if extension:  # SEAL Table 2 tunes past the trained window on purpose
-                ctx.enter_context(extend_context(self.handle, extension))
-                longest = max(len(x.encode(self.handle.tokenizer)) for x in samples)
-                ctx.enter_context(declared_window(self.handle, longest))
-            self._train(tuner, samples, name, lr=lr, epochs=epochs, ctx=ctx)
-            hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext} | what
-            save_scales(
-                path,
-                ScaleFile(
-                    scales=tuner.scales.detach().cpu(),
-                    spec=self.handle.spec,
-                    model=self.handle.name_or_path,
-                    granularity=granularity,
-                    task=task,
-                    hyperparameters=hyper,
-                ),
-            )
+        with self.timed(name) as folder:
+            path = folder / "scales.safetensors"
+            if not path.exists():
+                tuner = SealTuner(self.handle, granularity)
+                samples = self.tuning_samples(task, n=n, lines=lines, tokens=needle_tokens)
+                ctx = ExitStack()
+                if extension:  # SEAL Table 2 tunes past the trained window on purpose
+                    ctx.enter_context(extend_context(self.handle, extension))
+                    longest = max(len(x.encode(self.handle.tokenizer)) for x in samples)
+                    ctx.enter_context(declared_window(self.handle, longest))
+                self._train(tuner, samples, folder, lr=lr, epochs=epochs, ctx=ctx)
+                hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext} | what
+                save_scales(
+                    path,
+                    ScaleFile(
+                        scales=tuner.scales.detach().cpu(),
+                        spec=self.handle.spec,
+                        model=self.handle.name_or_path,
+                        granularity=granularity,
+                        task=task,
+                        hyperparameters=hyper,
+                    ),
+                )
         scales = load_scales(path, self.handle.spec).scales
         return HeadIntervention.from_scales(self.handle.spec, scales)
 
@@ -328,28 +413,29 @@ class FigureRun:
             tag += f"_needle{needle_tokens}_n{n or self.sizes.tune_n}"
         if tag in self._memo:
             return self._memo[tag]
-        ckpt = self.work(tag, "model")
-        if not (ckpt / "config.json").exists():
-            handle = self.fresh_handle()
-            if method in ("seal-l", "seal-d"):
-                from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
+        with self.timed(tag) as folder:
+            ckpt = folder / "model"
+            if not (ckpt / "config.json").exists():
+                handle = self.fresh_handle()
+                if method in ("seal-l", "seal-d"):
+                    from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
 
-                tuner = PeftTuner(handle, PeftBaselineConfig(dora=method == "seal-d"))
-                samples = (
-                    self.tuning_samples("needle", n=n, tokens=needle_tokens)
-                    if needle_tokens
-                    else self.tuning_samples()
-                )
-                self._train(tuner, samples, tag, lr=METHODS[method].lr)
-                model = tuner.merge_and_unload()
-            else:
-                from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
+                    tuner = PeftTuner(handle, PeftBaselineConfig(dora=method == "seal-d"))
+                    samples = (
+                        self.tuning_samples("needle", n=n, tokens=needle_tokens)
+                        if needle_tokens
+                        else self.tuning_samples()
+                    )
+                    self._train(tuner, samples, folder, lr=METHODS[method].lr)
+                    model = tuner.merge_and_unload()
+                else:
+                    from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
 
-                cfg = MudafConfig(heads=heads, alpha=alpha if heads else 0.0)
-                tuner = MudafTuner(handle, cfg)
-                samples = self.tuning_samples("passages")
-                self._train(tuner, samples, tag, lr=self.sizes.mudaf_lr)
-                model = tuner.model
-            save_checkpoint(model, handle.tokenizer, ckpt)
+                    cfg = MudafConfig(heads=heads, alpha=alpha if heads else 0.0)
+                    tuner = MudafTuner(handle, cfg)
+                    samples = self.tuning_samples("passages")
+                    self._train(tuner, samples, folder, lr=self.sizes.mudaf_lr)
+                    model = tuner.model
+                save_checkpoint(model, handle.tokenizer, ckpt)
         self._memo[tag] = load_model(ckpt, **self.load_options)
         return self._memo[tag]

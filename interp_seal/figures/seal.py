@@ -86,17 +86,18 @@ def split_records(rows: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, pd
     return rows.drop(columns="correct"), pd.DataFrame(tidy)
 
 
-def _sweep_options(run: FigureRun, name: str) -> SweepOptions:
-    return SweepOptions(out=run.work(name, "x").parent, resume=True, progress=run.progress)
+def _sweep_options(run: FigureRun, out: Path) -> SweepOptions:
+    return SweepOptions(out=out, resume=True, progress=run.progress)
 
 
 def head_sweep_table(run: FigureRun) -> pd.DataFrame:
     s = run.sizes
-    return head_sweep(
-        run.handle,
-        run.line_records((s.mid, s.long), s.sweep_n),
-        options=_sweep_options(run, "head_sweep"),
-    )
+    with run.timed("head_sweep") as out:
+        return head_sweep(
+            run.handle,
+            run.line_records((s.mid, s.long), s.sweep_n),
+            options=_sweep_options(run, out),
+        )
 
 
 def _quadrants(table: pd.DataFrame):
@@ -115,13 +116,14 @@ def fig2b_compute(run: FigureRun) -> Tables:
     chosen = {"worst": at.iloc[0], "best": at.iloc[-1]}
     heads = [(int(r.layer), int(r["head"])) for r in chosen.values()]
     s = run.sizes
-    options = _sweep_options(run, "head_confirm")
-    head_sweep(
-        run.handle,
-        run.line_records((s.long,), s.confirm_n, seed=FRESH_SEED),
-        heads=heads,
-        options=options,
-    )
+    with run.timed("head_confirm") as out:
+        options = _sweep_options(run, out)
+        head_sweep(
+            run.handle,
+            run.line_records((s.long,), s.confirm_n, seed=FRESH_SEED),
+            heads=heads,
+            options=options,
+        )
     labels = [
         {"unit": role, "layer": a, "head": b} for role, (a, b) in zip(chosen, heads, strict=True)
     ]
@@ -157,12 +159,13 @@ def fig2c_heads(run: FigureRun) -> list[tuple[int, int]]:
 def fig2c_compute(run: FigureRun) -> Tables:
     s = run.sizes
     heads = fig2c_heads(run)
-    table = channel_sweep(
-        run.handle,
-        run.line_records((s.long,), s.sweep_n),
-        heads=heads,
-        options=_sweep_options(run, "channel_sweep"),
-    )
+    with run.timed("channel_sweep") as out:
+        table = channel_sweep(
+            run.handle,
+            run.line_records((s.long,), s.sweep_n),
+            heads=heads,
+            options=_sweep_options(run, out),
+        )
     roles = {
         h: ("pruning it hurts most", "pruning it helps most")[i % 2] for i, h in enumerate(heads)
     }
@@ -210,10 +213,11 @@ def fig2d_compute(run: FigureRun) -> Tables:
     tables = {k: v for k, v in tables.items() if v}
 
     def measured(name: str, lengths, n: int, seed: int, edits: dict):
-        options = _sweep_options(run, name)
-        table = scale_table_sweep(
-            run.handle, run.line_records(lengths, n, seed=seed), edits, options=options
-        )
+        with run.timed(name) as out:
+            options = _sweep_options(run, out)
+            table = scale_table_sweep(
+                run.handle, run.line_records(lengths, n, seed=seed), edits, options=options
+            )
         return table, sweep_records(options.out, [{"unit": k} for k in edits]).assign(seed=seed)
 
     sweep, records = measured("scale_sweep_fresh", s.lengths, s.confirm_n, FRESH_SEED, tables)
