@@ -30,7 +30,10 @@ SMOLLM2_NOTE = (
     "LongEval records with integer line indices, every prompt inside its own chat template, "
     "needles and passage questions with their answer's lead-in forced (`lead_in`); SEAL Table 2 "
     "runs on needles past the window. How each size was picked, from measurements: "
-    "`figures/README.md` (section on this gallery) and `interp_seal/figures/sizes.py`."
+    "`figures/README.md` (section on this gallery) and `interp_seal/figures/sizes.py`. The "
+    "compute total above is a lower bound: about 270 CPU min of shared steps (the head sweep, "
+    "a confirmation, a training, masking conditions) were computed before sweeps and trainings "
+    "booked their own time; `figures/README.md` itemises them."
 )
 NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}
 

@@ -128,7 +128,10 @@ def answer_loss(model: nn.Module, batch: TrainingBatch) -> Tensor:
     T = batch.input_ids.shape[1]
     keep = T - int(batch.answer_start.min()) + 1
     logits = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        logits_to_keep=keep,
+        use_cache=False,  # training never decodes; layer recompute refuses a cache
     ).logits  # (B, keep, V): positions T-keep .. T-1
     first = T - keep
     targets = batch.input_ids[:, first + 1 :]  # token at t+1 for logits at t
