@@ -600,6 +600,38 @@ def test_table1_claims_pool_the_lengths_pair_by_pair():
     assert C.compare(t, "seal-h", "base", 200, "x").p_value == pytest.approx(1 / 16)
 
 
+def test_table2_claim_pools_the_lengths_past_the_window():
+    # 10 needles at each of 9000 and 12000 tokens. NTK + SEAL-C finds 3 + 4 needles NTK misses
+    # (b = 7, c = 0 over the 20 pairs): exact McNemar p = 2 * 0.5^7 = 1/64; Self-Extend + SEAL-C
+    # finds 4 + 4 (p = 2 * 0.5^8 = 1/128). At 12000 alone (b = 4) p = 1/8: pooling decides it.
+    rows = []
+    for length, ntk_wins, se_wins in ((9000, 3, 4), (12000, 4, 4)):
+        arms = {
+            "NTK": [0] * 10,
+            "NTK + SEAL-C": [1] * ntk_wins + [0] * (10 - ntk_wins),
+            "Self-Extend": [0] * 10,
+            "Self-Extend + SEAL-C": [1] * se_wins + [0] * (10 - se_wins),
+        }
+        rows += [
+            {"method": m, "length": length, "record": i, "exact_match": v}
+            for m, xs in arms.items()
+            for i, v in enumerate(xs)
+        ]
+    records = pd.DataFrame(rows)
+    acc = records.groupby(["method", "length"], as_index=False).exact_match.mean().assign(n=10)
+    data = {
+        "seal_table2_extension": {"accuracy": acc, "records": records},
+        "_sizes": {"extension_task": "needle"},
+    }
+    row = C.extension_recovers(data)
+    assert row.verdict == "supported" and row.n == 20
+    assert row.p_value == pytest.approx(1 / 64)  # the larger of the two (both must hold)
+    assert "over 9000, 12000 tokens (needles) pooled" in row.measured
+    assert "NTK + SEAL-C 0.35" in row.measured and "Self-Extend + SEAL-C 0.40" in row.measured
+    at_long = C.compare(data["seal_table2_extension"], "NTK + SEAL-C", "NTK", 12000, "x")
+    assert at_long.p_value == pytest.approx(1 / 8) and at_long.verdict == "not shown"
+
+
 def test_table1_claims_read_the_confirmation_not_the_pilot():
     # pilot (seed 0): nothing moved; confirmation (fresh records): both arms 20 -> 45 of 50,
     # the hand case above (TOST p = 9.9644e-8). The claim reads the confirmation alone.
@@ -1001,7 +1033,7 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
     assert got.tolist() == direct
     claims = pd.read_csv(out / "claims.csv", keep_default_na=False, na_values=[""])
     row = claims[claims.paper == "SEAL Table 2"].iloc[0]
-    assert f"at {L} tokens (needles)" in row.measured
+    assert f"over {L} tokens (needles) pooled" in row.measured
     # MuDAF: passage questions restated as their answer's start, in the template
     questions = smollm2_questions(tok)
     scores = teacher_force(smollm2, questions)
