@@ -315,7 +315,11 @@ class FigureRun:
         examples = encode_examples(samples, self.handle.tokenizer)
         long = max(len(x.encoded) for x in examples) > RECOMPUTE_ABOVE
         cfg = TrainConfig(
-            lr=lr, epochs=epochs, checkpoint_every=10, cpu=True, gradient_checkpointing=long
+            lr=lr,
+            epochs=epochs,
+            checkpoint_every=1 if long else 10,  # a long step costs minutes: keep every one
+            cpu=True,
+            gradient_checkpointing=long,
         )
         with ctx or nullcontext():
             train(
