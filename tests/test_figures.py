@@ -4,6 +4,7 @@ through kaleido (or a clear message without a browser), claims computed from the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -24,7 +25,7 @@ from interp_seal.figures import mudaf as M
 from interp_seal.figures import run as run_module
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import FRESH_SEED, REPLICATE_SEED, extensions
-from interp_seal.figures.sizes import DEFAULT
+from interp_seal.figures.sizes import DEFAULT, QUESTION_CHUNK
 from interp_seal.models import extend_context, load_model
 from interp_seal.records import fingerprint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
@@ -535,6 +536,27 @@ def test_no_browser_still_writes_html_and_data(gallery, tmp_path, monkeypatch, c
     assert not result.png and "apt-get install chromium" in capsys.readouterr().err
     assert (copy / "mudaf_fig3_scores.html").exists() and not list(copy.glob("*.png"))
     assert "PNG images were not written" in (copy / "README.md").read_text()
+
+
+def test_more_fresh_questions_add_chunks_and_keep_the_stored_ones(tmp_path):
+    """``more_questions`` appends whole chunks of fresh questions: the first chunks are the same
+    questions as without it (the generator is prefix-stable), the run's identity does not
+    change, so nothing stored is refused; partial chunks are refused before any work."""
+    base = dataclasses.replace(DEFAULT, confirm_questions=80, retrieval_passages=4)
+    grown = dataclasses.replace(base, more_questions=2 * QUESTION_CHUNK)
+    assert grown.as_dict() == base.as_dict() and grown.fresh_questions == 160
+    before = M.fresh_chunks(FigureRun("organism", base, tmp_path / "a", progress=False))
+    after = M.fresh_chunks(FigureRun("organism", grown, tmp_path / "b", progress=False))
+    assert [len(c) for c in before] == [40, 40] and [len(c) for c in after] == [40] * 4
+
+    def texts(chunks):
+        return [(x.prompt, x.answer) for c in chunks for x in c]
+
+    assert texts(after[:2]) == texts(before)
+    assert set(texts(after[2:])).isdisjoint(texts(before))
+    for bad in ({"more_questions": 30}, {"confirm_questions": 90, "more_questions": 40}):
+        with pytest.raises(ValueError, match="whole chunks of 40"):
+            dataclasses.replace(base, **bad)
 
 
 def test_other_sizes_and_unknown_figures_are_refused_before_work(gallery, capsys):

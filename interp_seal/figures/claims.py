@@ -32,7 +32,7 @@ its confirmation, which left it undecided; it is decided on a replication of
 ``replicate_n`` records from a third seed (``figures.seal.REPLICATE_SEED``), sized from the
 confirmation's power calculation, and reused by nothing else. MuDAF's heads (the retrieval
 heads masked in Fig. 4, the targets of Fig. 5) are chosen on the ``retrieval_n`` pilot
-questions; those two claims are tested on ``confirm_questions`` fresh questions
+questions; those two claims are tested on ``fresh_questions`` fresh questions
 (``figures.mudaf.FRESH_SEED``).
 
 When the verdict is *not shown*, ``n_needed`` says how many records the test would need to

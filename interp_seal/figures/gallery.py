@@ -130,7 +130,8 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "records the test does not reuse. SEAL Fig. 2d, undecided on those, is tested again, "
         "alone, on a replication: `replicate_n` records of a third seed (3), sized by the "
         "confirmation's power calculation. MuDAF's masking and target claims are tested on "
-        "`confirm_questions` fresh questions (seed 2), their heads chosen on the pilot's.",
+        "fresh questions (seed 2; `confirm_questions` + `more_questions`), their heads chosen "
+        "on the pilot's.",
         "",
         "| claim | paper | measured | test | n | difference [95 % interval] | p | n needed "
         "| verdict |",

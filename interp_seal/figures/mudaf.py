@@ -9,8 +9,8 @@ chat model). Evaluation questions are seed ``EVAL_SEED`` (0), the same for every
 MuDAF / SFT tuning data (``FigureRun.tuning_samples("passages")``) is another seed, so training
 and evaluation never share a question. The heads these figures choose (the retrieval heads, the
 targets) are chosen on the seed-0 questions, the pilot; the claims about them (Fig. 4, Fig. 5)
-are tested again on ``confirm_questions`` fresh questions, seed ``FRESH_SEED``, stored in
-chunks of ``CHUNK`` so that a killed run resumes. The task score (MuDAF reports QA F1,
+are tested again on ``fresh_questions`` fresh questions, seed ``FRESH_SEED``, stored in
+chunks of ``QUESTION_CHUNK`` so that a killed run resumes. The task score (MuDAF reports QA F1,
 Table 2) is the teacher-forced exact match of the answer, one forward per question
 (``interp_seal.evaluation.teacher_force``).
 """
@@ -29,6 +29,7 @@ from interp_seal.analysis.retrieval_scores import (
 )
 from interp_seal.evaluation import summarize, teacher_force
 from interp_seal.figures.run import FigureRun
+from interp_seal.figures.sizes import QUESTION_CHUNK
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.evaluate import retrieval_by_method
@@ -40,8 +41,7 @@ from interp_seal.viz.tuning import target_head_scores
 Tables = dict[str, pd.DataFrame]
 WEAK = 0.1  # MuDAF Sec. 4.4: heads with R_h < 0.1 are weak
 EVAL_SEED = 0  # evaluation questions; tuning data uses figures.run.DATA_SEED
-FRESH_SEED = 2  # the claims' fresh questions (``sizes.confirm_questions``)
-CHUNK = 40  # fresh questions per stored result: a killed run loses at most one chunk
+FRESH_SEED = 2  # the claims' fresh questions (``sizes.fresh_questions``)
 
 
 def qa_samples(run: FigureRun, num_passages: int, n: int) -> list[Sample]:
@@ -55,11 +55,11 @@ def eval_samples(run: FigureRun) -> list[Sample]:
 
 
 def fresh_chunks(run: FigureRun) -> list[list[Sample]]:
-    """``confirm_questions`` fresh questions (seed ``FRESH_SEED``) in chunks of ``CHUNK``."""
-    qs = run.samples(
-        "passages", run.sizes.confirm_questions, seed=FRESH_SEED, size=run.sizes.retrieval_passages
-    )
-    return [qs[i : i + CHUNK] for i in range(0, len(qs), CHUNK)]
+    """``fresh_questions`` fresh questions (seed ``FRESH_SEED``) in chunks of
+    ``QUESTION_CHUNK``."""
+    s = run.sizes
+    qs = run.samples("passages", s.fresh_questions, seed=FRESH_SEED, size=s.retrieval_passages)
+    return [qs[i : i + QUESTION_CHUNK] for i in range(0, len(qs), QUESTION_CHUNK)]
 
 
 def qa_exact_match(handle: ModelHandle, samples: list[Sample]) -> dict[str, float]:
@@ -184,7 +184,7 @@ def fig5_compute(run: FigureRun) -> Tables:
 
     keys = [{"method": m, "chunk": c} for m in ("mudaf", "sft") for c in range(len(chunks))]
     fresh = run.rows("mudaf_fig5_fresh", keys, chunk)
-    out["confirm"] = _per_question(fresh, CHUNK).assign(seed=FRESH_SEED)
+    out["confirm"] = _per_question(fresh, QUESTION_CHUNK).assign(seed=FRESH_SEED)
     return out
 
 
@@ -373,7 +373,7 @@ def masking_confirm(run: FigureRun) -> pd.DataFrame:
                 results=out / f"chunk{c}.jsonl",
                 progress=False,
             )
-            parts.append(masking_records(frame, c * CHUNK))
+            parts.append(masking_records(frame, c * QUESTION_CHUNK))
     return pd.concat(parts, ignore_index=True).assign(questions_seed=FRESH_SEED)
 
 

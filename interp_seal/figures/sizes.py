@@ -58,6 +58,12 @@ class FigureSizes:
             SFT (Fig. 5) and masking the retrieval heads vs random heads (Fig. 4), the heads
             chosen on the ``retrieval_n`` questions (the pilot). Picked from the pilot's power
             calculation (below).
+        more_questions: fresh questions added after the first confirmation, in whole chunks of
+            ``QUESTION_CHUNK``, when a power calculation on it asks for more (the claims read
+            ``fresh_questions``, the sum). Not part of the run's identity (``as_dict``): the
+            passage generator is prefix-stable and each chunk is stored under its index, so
+            adding chunks leaves every stored result valid; a figure already on disk is
+            recomputed by deleting its ``data/<name>.json``.
         mudaf_k: target heads drawn for MuDAF; mudaf_lr: its learning rate (and SFT's).
         head_counts: MuDAF Table 4 / Fig. 7's numbers of selected heads.
         mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws.
@@ -117,6 +123,7 @@ class FigureSizes:
     needle_n: int = 1
     extension_task: str = "line_retrieval"
     extension_tune_n: int | None = None
+    more_questions: int = 0
 
     def __post_init__(self):
         counts = (self.n, self.sweep_n, self.confirm_n, self.replicate_n, self.tune_n)
@@ -143,6 +150,16 @@ class FigureSizes:
             raise ValueError(f"needle_answer must be one of {ANSWERS}, got {self.needle_answer!r}")
         if self.needle_n < 1:
             raise ValueError(f"needle_n must be >= 1, got {self.needle_n}")
+        if self.more_questions and (
+            self.more_questions < 0
+            or (self.more_questions % QUESTION_CHUNK)
+            or (self.confirm_questions % QUESTION_CHUNK)
+        ):
+            raise ValueError(
+                f"more_questions={self.more_questions} adds whole chunks of {QUESTION_CHUNK} "
+                f"fresh questions to confirm_questions={self.confirm_questions}: both must be "
+                f"multiples of {QUESTION_CHUNK} (a partial chunk would change under its index)"
+            )
         if self.extension_task not in EXTENSION_TASKS:
             raise ValueError(
                 f"extension_task must be one of {EXTENSION_TASKS}, got {self.extension_task!r}"
@@ -156,12 +173,18 @@ class FigureSizes:
         organism gallery's ``run.json`` and stored records, made before those fields existed,
         stay valid.
         """
-        d = asdict(self)
+        d = {k: v for k, v in asdict(self).items() if k != "more_questions"}
         defaults = {f.name: f.default for f in fields(self)}
         return {k: v for k, v in d.items() if k not in LATER_FIELDS or v != defaults[k]}
 
+    @property
+    def fresh_questions(self) -> int:
+        """MuDAF's fresh questions: ``confirm_questions + more_questions``."""
+        return self.confirm_questions + self.more_questions
+
 
 EXTENSION_TASKS = ("line_retrieval", "needle")
+QUESTION_CHUNK = 40  # fresh questions per stored result: a killed run loses at most one chunk
 LATER_FIELDS = (
     "preset",
     "index_style",
@@ -243,6 +266,10 @@ QUICK = FigureSizes(
 #   targets' F1, -0.015) and 155-312 (each random draw over the retrieval heads, +0.05 to
 #   +0.10), so 440 on seed 2; a teacher-forced forward at 20 passages costs ~5 s, so the
 #   confirmation takes ~1.5 CPU h for Fig. 5 (MuDAF, SFT) and ~3 h for Fig. 4 (5 conditions).
+# - more fresh questions (``more_questions``): on the 440, Fig. 4's weakest comparison (random
+#   draw 1 vs the retrieval heads: +0.03, discordant 0.18) asks for 1,869 questions at 80 %
+#   power, so 1,440 more (1,880, 47 chunks): ~10 CPU h for Fig. 4's 5 conditions (and ~4 h for
+#   Fig. 5's two models when it is recomputed; its own test asks for 2,577).
 SMOLLM2 = FigureSizes(
     preset="smollm2",
     index_style="integers",
@@ -269,6 +296,7 @@ SMOLLM2 = FigureSizes(
     needle_n=2,
     retrieval_n=40,
     retrieval_passages=20,
+    more_questions=1440,
     mudaf_k=4,
     head_counts=(1, 2, 4, 8),
     mask_k=4,
