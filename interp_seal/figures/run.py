@@ -176,8 +176,8 @@ class FigureRun:
         normally or by an error, under one key (the last entry of a key counts), so a
         ``kill -9`` loses at most a minute of the count and none of the work.
         """
-        folder = self.work(name, LEDGER).parent
         ledger = self._count_ledger(name)
+        folder = ledger.path.parent
         for outer in self._clocks:  # a stored row reused later counts this store too
             outer.stores.append(name)
         key, stop = uuid.uuid4().hex, threading.Event()
