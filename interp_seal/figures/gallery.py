@@ -114,7 +114,7 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
     if claims.empty:
         return "(no claim has its figures in this directory)"
     rows = [
-        "Verdicts are computed (`interp_seal/figures/claims.py`, tests in "
+        "Verdicts are computed (`interp_seal/figures/claims.py`; the statistical tests are in "
         "`interp_seal/analysis/statistics.py`) at level 0.05: methods scored on the same records "
         "are compared record by record (exact McNemar test, paired bootstrap 95 % interval; "
         "SEAL Table 1's method claims pool the records of every length, the paper's Avg. "
