@@ -20,11 +20,11 @@ each storage once): it is exact and does not depend on the allocator or on what 
 Time is forward + backward on the ``Clock`` (CPU seconds of this process on the CPU). The two
 ways' outputs and gradients must agree (float32: within 1e-4, they sum in different orders).
 
-Measured on the 2-core development machine, one thread, shared (the gallery's tuning and the
-test suite beside it; CPU seconds): saved for backward naive 50 / 177 / 657 MiB, ours 12 / 25 /
-49 MiB at 1K / 2K / 4K tokens (4.1x / 7.2x / 13.4x: ours grows linearly, naive quadratically);
-forward + backward naive 0.43 / 1.62 / 8.09 s, ours 0.24 / 0.79 / 2.62 s (the recompute costs
-less than the naive way's T x T passes). Final line::
+Measured on the 2-core development machine, one thread, alone (the gallery's runs paused;
+CPU seconds): saved for backward naive 50 / 177 / 657 MiB, ours 12 / 25 / 49 MiB at 1K / 2K /
+4K tokens (4.1x / 7.2x / 13.4x: ours grows linearly, naive quadratically); forward + backward
+naive 0.44 / 1.60 / 7.84 s, ours 0.26 / 0.83 / 2.56 s (1.69x / 1.93x / 3.07x: the recompute
+costs less than the naive way's T x T passes). Final line::
 
     RESULT self_extend saved_ratio=<naive / ours at the longest length> time_ratio=<naive /
         ours there> device=<device> dtype=<dtype> clock=<cpu_s or wall_s>
