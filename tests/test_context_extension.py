@@ -3,10 +3,13 @@
 - NTK: the scaled inverse frequencies by the formula (and its two fixed points: the highest
   frequency unchanged, the lowest divided by the factor), and the whole model equal to the same
   checkpoint saved with the raised RoPE base.
-- Self-Extend: the blocked attention function against an eager T x T reference that rotates
-  the pre-RoPE queries and keys at their grouped positions directly, at several lengths; the
-  model with a window covering the sequence equals the plain model; cached decoding equals the
-  full forward; no score tensor is ever T x T.
+- Self-Extend: the blocked attention function, forward and backward, with the CPU's fused
+  kernel and with the plain-algebra kernel other devices run, against an eager T x T reference
+  that rotates the pre-RoPE queries and keys at their grouped positions directly, at several
+  lengths; its parts cover every causal (query, key) pair once, in the right regime; the model
+  with a window covering the sequence equals the plain model; cached decoding equals the full
+  forward; no kernel call sees more than a block of queries or a mask beyond block x (block +
+  window).
 """
 
 from __future__ import annotations
@@ -108,17 +111,27 @@ def self_extend_inputs(T, block, requires_grad=False):
     return (q, k, v), (rx.rotate(q, pos.float()), rx.rotate(k, pos.float()), v), module
 
 
+@pytest.fixture(params=["fused", "algebra"])
+def kernel(request, monkeypatch):
+    """Both kernels on this CPU: the fused flash kernel, and the tensor algebra other devices
+    run (``rx.fused`` says which a tensor gets)."""
+    if request.param == "algebra":
+        monkeypatch.setattr(rx, "fused", lambda t: False)
+    return request.param
+
+
 @pytest.mark.parametrize("T", [5, 23, 61])
-def test_self_extend_attention_matches_eager_reference(T):
+def test_self_extend_attention_matches_eager_reference(T, kernel):
     (q, k, v), rotated, module = self_extend_inputs(T, block=7)
     expected = eager_self_extend(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 3, 6, 1e4)
     got, _ = rx.self_extend_attention(module, *rotated, None, scaling=8**-0.5)
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
-def test_self_extend_gradients_match_eager_reference_without_keeping_scores():
-    """Under autograd each block is recomputed in backward: the gradients of q, k and v equal
-    the T x T reference's, and nothing saved for backward has a key axis (no b x T scores)."""
+def test_self_extend_gradients_match_eager_reference_without_keeping_scores(kernel):
+    """The backward pass runs each part's attention backward with the merged output and
+    log-sum-exp: the gradients of q, k and v equal the T x T reference's, and autograd keeps
+    only tensors with a head axis (inputs, output) and one log-sum-exp per query: no scores."""
     T, D = 40, 8
     (q, k, v), rotated, module = self_extend_inputs(T, block=7, requires_grad=True)
     weights = torch.randn(2, T, 4, D)
@@ -136,7 +149,34 @@ def test_self_extend_gradients_match_eager_reference_without_keeping_scores():
     for g, w in zip(got_grads, want_grads, strict=True):
         assert w.abs().max() > 1e-2
         torch.testing.assert_close(g, w, atol=2e-5, rtol=2e-5)
-    assert saved and all(shape[-1] <= D for shape in saved), sorted(set(saved))
+    assert (2, 4, T) in saved
+    assert all(shape[-1] <= D or shape == (2, 4, T) for shape in saved), sorted(set(saved))
+
+
+@pytest.mark.parametrize(
+    ("Tq", "Tk", "block", "window"),
+    [(40, 40, 7, 6), (13, 40, 4, 9), (1, 30, 8, 5), (25, 25, 5, 30)],
+)
+def test_parts_cover_each_causal_pair_once_in_its_regime(Tq, Tk, block, window):
+    """Counted pair by pair: every key at or before a query's position is in exactly one part,
+    grouped exactly when it is ``window`` or more before the query; no later key is in any."""
+    offset = Tk - Tq
+    count = torch.zeros(Tq, Tk, dtype=torch.int64)
+    grouped = torch.zeros(Tq, Tk, dtype=torch.bool)
+    for s in range(0, Tq, block):
+        for part in rx.block_parts(s, min(s + block, Tq), offset, window):
+            for r in range(part.rows.start, part.rows.stop):
+                for j in range(part.keys.start, part.keys.stop):
+                    i = offset + r
+                    visible = {"all": True, "causal": j - part.keys.start <= r - part.rows.start}
+                    visible["band"] = 0 <= i - j < window
+                    if visible[part.mask]:
+                        count[r, j] += 1
+                        grouped[r, j] = part.grouped
+    pos = torch.arange(Tq)[:, None] + offset
+    keys = torch.arange(Tk)[None, :]
+    assert torch.equal(count, (keys <= pos).long())
+    assert torch.equal(grouped, (pos - keys >= window) & (keys <= pos))
 
 
 def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):
@@ -156,23 +196,30 @@ def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):
     assert handle.model.config._attn_implementation == "sdpa"  # restored
 
 
-def test_self_extend_never_builds_t_by_t(handle, monkeypatch):
-    sizes = []
-    softmax = torch.softmax
+def test_self_extend_never_builds_t_by_t(handle, monkeypatch, kernel):
+    """Each kernel call gets one block of queries; the only mask is a band's, block x (block +
+    window - 1), and the plain-algebra kernel's scores are at most block x T."""
+    calls = []
+    attend = rx._attend
 
-    def recording(x, *args, **kwargs):
-        sizes.append(tuple(x.shape))
-        return softmax(x, *args, **kwargs)
+    def recording(q, k, v, causal, mask, scale):
+        calls.append((q.shape[-2], k.shape[-2], None if mask is None else tuple(mask.shape)))
+        return attend(q, k, v, causal, mask, scale)
 
-    monkeypatch.setattr(torch, "softmax", recording)
-    T, block = 200, 16
+    monkeypatch.setattr(rx, "_attend", recording)
+    T, block, window = 200, 16, 8
     ids = torch.randint(5, len(handle.tokenizer), (1, T))
     with (
         torch.no_grad(),
-        extend_context(handle, ContextExtension(group_size=4, window=8, block_size=block)),
+        extend_context(handle, ContextExtension(group_size=4, window=window, block_size=block)),
     ):
         handle.model(ids)
-    assert sizes and all(s[-2] <= block for s in sizes)
+    blocks = -(-T // block)  # the first has no keys W before it, only its triangle
+    assert len(calls) == handle.spec.n_layers * (3 * blocks - 1)  # band, far, triangle
+    assert all(rows <= block for rows, _, _ in calls)
+    masks = [m for _, _, m in calls if m is not None]
+    assert len(masks) == handle.spec.n_layers * blocks
+    assert max(m[0] for m in masks) == block and max(m[1] for m in masks) == block + window - 1
 
 
 def test_combines_with_head_intervention(handle):

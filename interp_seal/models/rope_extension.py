@@ -24,14 +24,22 @@ The implementation is an attention function registered with transformers'
 ``AttentionInterface``. It receives the layer's queries and keys already rotated at their true
 positions; RoPE rotations compose (``R(a) R(b) = R(a + b)``), so rotating them further by
 ``group(pos) - pos`` gives them exactly at their grouped positions. Queries are processed in
-blocks: a block of ``b`` queries scores its keys at grouped positions, and the band of keys
-within ``W + b`` of it at true positions too, keeps each entry from the regime its distance
-falls in, and takes one softmax. Memory is
-``O(b * T)`` per head, never ``T x T``, in training too: under autograd each block is
-recomputed in the backward pass (``torch.utils.checkpoint``) instead of keeping its ``b x T``
-scores, so tuning SEAL scales through Self-Extend at 9K tokens stores only the blocks' outputs. Padding masks are not supported (right-padded batches
-are fine under causal attention; left padding is refused by the models' own mask, which this
-function does not receive).
+blocks of ``b``, and each block's keys split into parts that are each plain attention: the band
+of keys within ``W`` of some query of the block, scored at true positions under a band mask
+(``0 <= i - j < W``); the keys ``W`` or more before every query, at grouped positions with no
+mask; and the ``b`` keys between, at grouped positions under a causal triangle. Each part gives
+its output and log-sum-exp, and the parts merge exactly as one softmax over all the keys would
+(``lse = logaddexp(lse_1, lse_2)``, outputs weighted by ``exp(lse_k - lse)``), the way
+FlashAttention merges key blocks. The backward pass needs no stored scores either: a part's
+gradients are the attention backward of that part alone, given the merged output and
+log-sum-exp (the row normalisation of the whole softmax), which is how ring attention splits
+its backward. On the CPU each part runs PyTorch's fused flash-attention kernel, forward and
+backward; on other devices the same parts run as plain tensor algebra. Memory is the inputs,
+the output and one log-sum-exp per query, plus at most ``b x (b + W)`` scores at a time:
+never ``T x T``, in training too, so tuning SEAL scales through Self-Extend at 9K tokens keeps
+nothing quadratic. Padding masks are not supported (right-padded batches are fine under causal
+attention; left padding is refused by the models' own mask, which this function does not
+receive).
 
 The TransformerLens bridge computes its own eager attention and ignores both options; the
 HF model and the nnsight wrapper (same module objects) see them.
@@ -46,7 +54,6 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface
 
 from interp_seal.models.handle import ModelHandle
@@ -65,8 +72,8 @@ class ContextExtension:
         group_size: Self-Extend group size ``G`` (1: off).
         window: Self-Extend neighbour window ``W`` in tokens (keys closer than ``W`` keep their
             true relative position); required when ``group_size > 1``.
-        block_size: queries per block in the Self-Extend attention (memory ``block * T`` per
-            head; results do not depend on it).
+        block_size: queries per block in the Self-Extend attention (scores ``block x (block +
+            window)`` per head at a time; results do not depend on it).
     """
 
     ntk_factor: float = 1.0
@@ -148,32 +155,153 @@ def grouped_positions(
     return q_pos // group + window - window // group, k_pos // group
 
 
-def _block(
-    q: Tensor,
-    q_g: Tensor,
-    key: Tensor,
-    key_g: Tensor,
-    value: Tensor,
-    first: int,
-    window: int,
-    scaling: float,
-) -> Float[Tensor, "batch head b d"]:
-    """One block of queries, the first at position ``first``, over its ``n`` causal keys.
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
-    Keys before ``first - window + 1`` are at least ``window`` away from every query of the
-    block, so they are scored at grouped positions only; the band after them (at most
-    ``b + window`` keys) is also scored at true positions and each entry taken from its
-    distance's regime, then masked causally. One softmax over all keys, then the values.
+
+@dataclass(frozen=True)
+class Part:
+    """Plain attention of the query ``rows`` over the ``keys`` (index ranges of the block's
+    layer inputs): at grouped positions or true ones, under no mask (``"all"``), a top-left
+    causal triangle (``"causal"``) or the band ``0 <= i - j < W`` (``"band"``)."""
+
+    rows: slice
+    keys: slice
+    grouped: bool
+    mask: str
+
+
+def block_parts(start: int, stop: int, offset: int, window: int) -> list[Part]:
+    """The parts of the query rows ``start:stop`` (query ``r`` at position ``offset + r``).
+
+    Every key ``j`` of a query at ``i`` is in exactly one part: the band when ``i - j < W``,
+    else (``j <= i - W``) the grouped keys before the block's first far key's row position
+    ``p0 - W``, or the triangle ``p0 - W .. last - W`` (key ``p0 - W + t`` is far for row
+    ``t`` and later: causal). Rows whose position is below ``W`` have no far key.
     """
-    near = max(0, first - window + 1)
-    scores = (q_g * scaling) @ key_g.transpose(-1, -2)  # (B, H, b, n) grouped
-    q_pos = torch.arange(first, first + q.shape[-2], device=q.device)
-    dist = q_pos[:, None] - torch.arange(near, key.shape[-2], device=q.device)[None, :]
-    normal = (q * scaling) @ key[:, :, near:].transpose(-1, -2)  # (B, H, b, band)
-    band = torch.where(dist < window, normal, scores[..., near:])
-    scores[..., near:] = band.masked_fill(dist < 0, float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(value.dtype)
-    return probs @ value
+    first, last = offset + start, offset + stop - 1
+    parts = [Part(slice(start, stop), slice(max(0, first - window + 1), last + 1), False, "band")]
+    far = max(start, window - offset)  # first row with a far key (position >= W)
+    if far < stop:
+        p0 = offset + far
+        if p0 > window:
+            parts.append(Part(slice(far, stop), slice(0, p0 - window), True, "all"))
+        parts.append(Part(slice(far, stop), slice(p0 - window, last - window + 1), True, "causal"))
+    return parts
+
+
+def _band_mask(part: Part, offset: int, window: int, like: Tensor) -> Tensor:
+    """Additive mask of ``part``: 0 where ``0 <= i - j < window``, -inf elsewhere."""
+    rows = torch.arange(part.rows.start, part.rows.stop, device=like.device) + offset
+    dist = rows[:, None] - torch.arange(part.keys.start, part.keys.stop, device=like.device)
+    keep = (dist >= 0) & (dist < window)
+    return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(
+        ~keep, float("-inf")
+    )
+
+
+def _scores(q: Tensor, k: Tensor, causal: bool, mask: Tensor | None, scale: float) -> Tensor:
+    s = (q @ k.transpose(-1, -2)).float() * scale
+    if mask is not None:
+        s = s + mask
+    if causal:
+        upper = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(upper, float("-inf"))
+    return s
+
+
+def fused(t: Tensor) -> bool:
+    """Whether ``t``'s device runs the parts with PyTorch's fused flash kernel (the CPU)."""
+    return t.device.type == "cpu"
+
+
+def _attend(q, k, v, causal, mask, scale) -> tuple[Tensor, Tensor]:
+    """One part's output and log-sum-exp (float32)."""
+    if fused(q):
+        return FLASH(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+    s = _scores(q, k, causal, mask, scale)
+    lse = torch.logsumexp(s, -1)
+    return torch.exp(s - lse[..., None]).to(v.dtype) @ v, lse
+
+
+def _attend_backward(grad, q, k, v, out, lse, causal, mask, scale) -> tuple[Tensor, ...]:
+    """One part's ``(dq, dk, dv)`` given the merged ``out`` and ``lse`` of its rows."""
+    if fused(q):
+        return FLASH_BACKWARD(grad, q, k, v, out, lse, 0.0, causal, attn_mask=mask, scale=scale)
+    p = torch.exp(_scores(q, k, causal, mask, scale) - lse[..., None])
+    dv = p.to(grad.dtype).transpose(-1, -2) @ grad
+    dp = (grad @ v.transpose(-1, -2)).float()
+    row = (grad.float() * out.float()).sum(-1, keepdim=True)
+    ds = (p * (dp - row) * scale).to(q.dtype)
+    return ds @ k, ds.transpose(-1, -2) @ q, dv
+
+
+class _SelfExtend(torch.autograd.Function):
+    """Self-Extend attention of ``(B, H, Tq, D)`` queries over ``Tk`` keys (the queries are
+    the last ``Tq`` positions), by merged parts (``block_parts``), forward and backward."""
+
+    @staticmethod
+    def forward(ctx, q, q_g, k, k_g, v, window: int, block: int, scale: float):
+        B, H, Tq, D = q.shape
+        offset = k.shape[2] - Tq
+        out = torch.empty_like(q)
+        lse = torch.empty(B, H, Tq, dtype=torch.float32, device=q.device)
+        for s in range(0, Tq, block):
+            e = min(s + block, Tq)
+            acc = torch.zeros(B, H, e - s, D, dtype=torch.float32, device=q.device)
+            acc_lse = torch.full((B, H, e - s), float("-inf"), device=q.device)
+            for part in block_parts(s, e, offset, window):
+                qq, kk = (q_g, k_g) if part.grouped else (q, k)
+                mask = _band_mask(part, offset, window, q) if part.mask == "band" else None
+                o, part_lse = _attend(
+                    qq[:, :, part.rows],
+                    kk[:, :, part.keys],
+                    v[:, :, part.keys],
+                    part.mask == "causal",
+                    mask,
+                    scale,
+                )
+                r = slice(part.rows.start - s, part.rows.stop - s)
+                merged = torch.logaddexp(acc_lse[..., r], part_lse)
+                acc[..., r, :] = (
+                    acc[..., r, :] * torch.exp(acc_lse[..., r] - merged)[..., None]
+                    + o.float() * torch.exp(part_lse - merged)[..., None]
+                )
+                acc_lse[..., r] = merged
+            out[:, :, s:e] = acc.to(q.dtype)
+            lse[:, :, s:e] = acc_lse
+        ctx.save_for_backward(q, q_g, k, k_g, v, out, lse)
+        ctx.options = (window, block, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, q_g, k, k_g, v, out, lse = ctx.saved_tensors
+        window, block, scale = ctx.options
+        grad_out = grad_out.contiguous()
+        Tq = q.shape[2]
+        offset = k.shape[2] - Tq
+        dq, dq_g, dk, dk_g, dv = (torch.zeros_like(t) for t in (q, q_g, k, k_g, v))
+        for s in range(0, Tq, block):
+            for part in block_parts(s, min(s + block, Tq), offset, window):
+                (qq, kk, gq, gk) = (q_g, k_g, dq_g, dk_g) if part.grouped else (q, k, dq, dk)
+                mask = _band_mask(part, offset, window, q) if part.mask == "band" else None
+                rows, keys = part.rows, part.keys
+                a, b, c = _attend_backward(
+                    grad_out[:, :, rows],
+                    qq[:, :, rows],
+                    kk[:, :, keys],
+                    v[:, :, keys],
+                    out[:, :, rows],
+                    lse[:, :, rows],
+                    part.mask == "causal",
+                    mask,
+                    scale,
+                )
+                gq[:, :, rows] += a
+                gk[:, :, keys] += b
+                dv[:, :, keys] += c
+        return dq, dq_g, dk, dk_g, dv, None, None, None
 
 
 def self_extend_attention(
@@ -205,21 +333,11 @@ def self_extend_attention(
     gq, gk = grouped_positions(q_pos, k_pos, cfg.group_size, cfg.window)
     freq = inv_freq.to(query.device, torch.float64)
     key_g = rotate(key, ((gk - k_pos)[:, None] * freq).float())
-    recompute = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    blocks = []
-    for s in range(0, Tq, cfg.block_size):
-        e = min(s + cfg.block_size, Tq)
-        n_keys = int(q_pos[e - 1]) + 1  # causal: later keys are never attended
-        q = query[:, :, s:e]
-        q_g = rotate(q, ((gq[s:e] - q_pos[s:e])[:, None] * freq).float())
-        first = int(q_pos[s])
-        args = (q, q_g, key[:, :, :n_keys], key_g[:, :, :n_keys], value[:, :, :n_keys], first)
-        if recompute:  # recompute in backward: keep only inputs, never b x T
-            blocks.append(checkpoint(_block, *args, cfg.window, scaling, use_reentrant=False))
-        else:
-            blocks.append(_block(*args, cfg.window, scaling))
-    out = torch.cat(blocks, dim=2).transpose(1, 2)
-    return out, None
+    query_g = rotate(query, ((gq - q_pos)[:, None] * freq).float())
+    out = _SelfExtend.apply(
+        query.contiguous(), query_g, key, key_g, value, cfg.window, cfg.block_size, scaling
+    )
+    return out.transpose(1, 2), None
 
 
 AttentionInterface.register(ATTENTION_NAME, self_extend_attention)
