@@ -340,9 +340,6 @@ def self_extend_attention(
     return out.transpose(1, 2), None
 
 
-AttentionInterface.register(ATTENTION_NAME, self_extend_attention)
-
-
 @contextmanager
 def extend_context(handle: ModelHandle, extension: ContextExtension):
     """Apply ``extension`` to ``handle.model`` inside the block; restored on exit, error or not.
@@ -370,5 +367,8 @@ def install(handle: ModelHandle, extension: ContextExtension, restore: ExitStack
             setattr(attn, _CONFIG_ATTR, (extension, inv_freq))
             restore.callback(delattr, attn, _CONFIG_ATTR)
         old_impl = handle.model.config._attn_implementation
+        # registered here, not at import: a copy of this module executed again (nnsight's
+        # serialised traces do that) would otherwise leave its own function in the registry
+        AttentionInterface.register(ATTENTION_NAME, self_extend_attention)
         handle.model.set_attn_implementation(ATTENTION_NAME)
         restore.callback(handle.model.set_attn_implementation, old_impl)
