@@ -210,6 +210,14 @@ def _scores(q: Tensor, k: Tensor, causal: bool, mask: Tensor | None, scale: floa
     return s
 
 
+def _part_inputs(part: Part, q, q_g, k, k_g, v, offset: int, window: int) -> tuple:
+    """``(queries, keys, values, causal, mask)`` of ``part``: what its kernel call takes."""
+    qq, kk = (q_g, k_g) if part.grouped else (q, k)
+    mask = _band_mask(part, offset, window, q) if part.mask == "band" else None
+    rows, keys = part.rows, part.keys
+    return qq[:, :, rows], kk[:, :, keys], v[:, :, keys], part.mask == "causal", mask
+
+
 def fused(t: Tensor) -> bool:
     """Whether ``t``'s device runs the parts with PyTorch's fused flash kernel (the CPU)."""
     return t.device.type == "cpu"
@@ -251,16 +259,8 @@ class _SelfExtend(torch.autograd.Function):
             acc = torch.zeros(B, H, e - s, D, dtype=torch.float32, device=q.device)
             acc_lse = torch.full((B, H, e - s), float("-inf"), device=q.device)
             for part in block_parts(s, e, offset, window):
-                qq, kk = (q_g, k_g) if part.grouped else (q, k)
-                mask = _band_mask(part, offset, window, q) if part.mask == "band" else None
-                o, part_lse = _attend(
-                    qq[:, :, part.rows],
-                    kk[:, :, part.keys],
-                    v[:, :, part.keys],
-                    part.mask == "causal",
-                    mask,
-                    scale,
-                )
+                inputs = _part_inputs(part, q, q_g, k, k_g, v, offset, window)
+                o, part_lse = _attend(*inputs, scale)
                 r = slice(part.rows.start - s, part.rows.stop - s)
                 merged = torch.logaddexp(acc_lse[..., r], part_lse)
                 acc[..., r, :] = (
@@ -284,17 +284,17 @@ class _SelfExtend(torch.autograd.Function):
         dq, dq_g, dk, dk_g, dv = (torch.zeros_like(t) for t in (q, q_g, k, k_g, v))
         for s in range(0, Tq, block):
             for part in block_parts(s, min(s + block, Tq), offset, window):
-                (qq, kk, gq, gk) = (q_g, k_g, dq_g, dk_g) if part.grouped else (q, k, dq, dk)
-                mask = _band_mask(part, offset, window, q) if part.mask == "band" else None
+                gq, gk = (dq_g, dk_g) if part.grouped else (dq, dk)
                 rows, keys = part.rows, part.keys
+                qq, kk, vv, causal, mask = _part_inputs(part, q, q_g, k, k_g, v, offset, window)
                 a, b, c = _attend_backward(
                     grad_out[:, :, rows],
-                    qq[:, :, rows],
-                    kk[:, :, keys],
-                    v[:, :, keys],
+                    qq,
+                    kk,
+                    vv,
                     out[:, :, rows],
                     lse[:, :, rows],
-                    part.mask == "causal",
+                    causal,
                     mask,
                     scale,
                 )
