@@ -120,6 +120,27 @@ def test_bfloat16_teacher_forcing_agrees(handles, records):
     assert b16[0].answer_logprob != f32[0].answer_logprob  # it really ran in bfloat16
 
 
+def test_attention_kernels_may_return_strided_outputs(handles, records, monkeypatch):
+    """On an H100 the last layer's attention crashed: CUDA's SDPA returned the GQA query rows
+    in another memory order, and ``view`` refused them. A kernel that returns the same values
+    in that order (query rows outermost) must change no teacher-forced number."""
+    handle = handles[0]
+    assert handle.spec.n_kv_heads > 1  # else any memory order views alike
+    exact = teacher_force(handle, records[LINES])
+    kernel, calls = torch.nn.functional.scaled_dot_product_attention, []
+
+    def strided(*args, **kwargs):
+        out = kernel(*args, **kwargs)
+        calls.append(out.shape)
+        return out.transpose(1, 2).contiguous().transpose(1, 2)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", strided)
+    again = teacher_force(handle, records[LINES])
+    assert calls and not strided(*[torch.ones(1, 2, 3, 4)] * 3).is_contiguous()
+    assert [a.answer_logprob for a in again] == [a.answer_logprob for a in exact]
+    assert [a.token_correct for a in again] == [a.token_correct for a in exact]
+
+
 def test_bfloat16_head_sweep_ranks_the_same_heads(handles, records):
     """Tolerance: the same three most harmful heads; Spearman >= 0.9 over all heads' changes of
     the answer log-probability (measured: the same top 3, 0.965)."""

@@ -257,7 +257,8 @@ def _last_layer_at(
         attn_mask=allowed[:, None, None].expand(B, 1, G, Q, T).reshape(B, 1, G * Q, T),
         scale=attn.scaling,
     )
-    z = z.view(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
+    # reshape, not view: CUDA kernels may return these rows in another memory order
+    z = z.reshape(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
     if edit is not None and last in edit.active_layers():
         full = hidden.new_zeros(B, T, H, D)  # edit at full length: uniform needs every v
         full[torch.arange(B, device=query.device)[:, None], query] = z
