@@ -33,7 +33,10 @@ SMOLLM2_NOTE = (
     "`figures/README.md` (section on this gallery) and `interp_seal/figures/sizes.py`. The "
     "compute total above is a lower bound: about 270 CPU min of shared steps (the head sweep, "
     "a confirmation, a training, masking conditions) were computed before sweeps and trainings "
-    "booked their own time; `figures/README.md` itemises them."
+    "booked their own time; `figures/README.md` itemises them. One store ran on a GPU: MuDAF "
+    "Fig. 4's fresh questions past the first 440 (1,440 questions, 5 min on an H100, float32; "
+    "its per-question outcomes equal the CPU's on the 240 questions both computed), so that "
+    "figure's CPU seconds include 297 s of a process driving the GPU."
 )
 NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}
 
