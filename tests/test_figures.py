@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 from plotly.offline import get_plotlyjs
 
@@ -29,6 +30,7 @@ from interp_seal.figures.sizes import DEFAULT, QUESTION_CHUNK
 from interp_seal.models import extend_context, load_model
 from interp_seal.records import fingerprint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
+from interp_seal.viz.paper_figures import mark_window
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -1175,3 +1177,16 @@ def test_table2_reads_and_tunes_past_the_trained_window(tmp_path, organism):
     direct = teacher_force(handle, run.samples("needle", 1, seed=0, size=window + 300))
     assert base.exact_match == pytest.approx(float(direct[0].exact_match))
     assert base.n_tokens == direct[0].n_tokens
+
+
+def test_window_mark_has_room_for_its_label_left_of_every_length():
+    """SEAL Table 2 on needles: the window (8,192) lies left of every length; its label, drawn
+    left of the mark, needs room inside the axis (a gallery PNG had it cut off)."""
+    fig = mark_window(
+        go.Figure(), pd.DataFrame({"length": [9000, 12000]}), window=8192, unit="tokens"
+    )
+    (mark,) = fig.layout.shapes
+    assert mark.x0 == mark.x1 == 8192
+    left, right = fig.layout.xaxis.range
+    assert left == pytest.approx(8192 - 0.3 * (12000 - 8192)) and right == 12000 + 150
+    assert fig.layout.annotations[0].text == "max_position_embeddings<br>8,192 tokens"

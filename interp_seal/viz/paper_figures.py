@@ -530,7 +530,9 @@ def mark_window(
             annotation_position="top left",
         )
         step = max((lengths.max() - lengths.min()) / 20, 1.0)
-        fig.update_xaxes(range=[min(lengths.min(), at) - step, max(lengths.max(), at) + step])
+        # the label sits left of the mark: a mark left of every length gets room for it there
+        room = 0.3 * (lengths.max() - at) if at < lengths.min() else step
+        fig.update_xaxes(range=[min(lengths.min(), at) - room, max(lengths.max(), at) + step])
     if note:
         fig.add_annotation(
             text=note,
