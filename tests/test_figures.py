@@ -1177,6 +1177,26 @@ def test_table2_reads_and_tunes_past_the_trained_window(tmp_path, organism):
     direct = teacher_force(handle, run.samples("needle", 1, seed=0, size=window + 300))
     assert base.exact_match == pytest.approx(float(direct[0].exact_match))
     assert base.n_tokens == direct[0].n_tokens
+    assert S.table2_read(t).startswith(f"At {window + 300:,} tokens (needles): base ")
+
+
+def test_table2_reading_names_its_unit():
+    """Lines or tokens, read off the records (a gallery page said "12000 lines" of needles)."""
+    from interp_seal.figures import seal as S
+
+    lines = pd.DataFrame(
+        {
+            "method": ["base", "NTK"],
+            "length": [250, 250],
+            "n_tokens": [3319.5, 3319.5],
+            "exact_match": [0.0, 0.25],
+        }
+    )
+    assert S.table2_read({"accuracy": lines}) == "At 250 lines: base 0.00, NTK 0.25."
+    needles = lines.assign(length=12000, n_tokens=11886.6)
+    assert (
+        S.table2_read({"accuracy": needles}) == "At 12,000 tokens (needles): base 0.00, NTK 0.25."
+    )
 
 
 def test_window_mark_has_room_for_its_label_left_of_every_length():

@@ -665,10 +665,13 @@ def table2_draw(t: Tables):
 
 
 def table2_read(t: Tables) -> str:
+    """The longest length's accuracies. Its unit is read off the records: a needle prompt fits
+    its token budget (``n_tokens <= length``), a record of L lines is longer than L tokens."""
     a = t["accuracy"]
     L = a.length.max()
+    unit = "tokens (needles)" if (a.n_tokens <= a.length).all() else "lines"
     at = a[a.length == L].set_index("method").exact_match
-    return f"At {L} lines: " + ", ".join(f"{m} {v:.2f}" for m, v in at.items()) + "."
+    return f"At {L:,} {unit}: " + ", ".join(f"{m} {v:.2f}" for m, v in at.items()) + "."
 
 
 def fig6_lengths(run: FigureRun) -> list[int]:
