@@ -410,6 +410,16 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
     assert M.fig4_read(table).endswith(
         "On 20 fresh questions (seed 2): no masking 1.00, retrieval 0.10, random draws 0.70 / 0.15."
     )
+    # the figure draws them beside the pilot: a second panel, bar for bar the same numbers
+    fig = M.fig4_draw(table | {"masking": table["masking"].assign(k=4)})
+    assert fig.layout.annotations[1].text == "fresh: 20 questions (seed 2), heads zeroed"
+    fresh_bars = {t.name: (list(t.y), t.text) for t in fig.data if t.xaxis == "x2"}
+    assert fresh_bars == {
+        "retrieval (k=4)": ([pytest.approx(0.10)], ("",)),
+        "random (k=4)": ([pytest.approx(0.425)], ("0.70<br>0.15",)),
+    }
+    band = [b for b in fig.layout.shapes if b.xref == "x2 domain" and b.type == "line"]
+    assert band[0].y0 == 1.0  # no masking on the fresh questions
 
 
 def test_target_claim_is_a_signed_rank_test_per_question():

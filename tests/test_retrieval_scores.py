@@ -339,7 +339,7 @@ def test_masking_bars_wilson_intervals_over_pooled_draws():
     )
     fig = masking_bars(frame)
     retrieval, random = fig.data
-    assert list(random.y) == pytest.approx([0.4]) and list(random.text) == ["0.20 / 0.60"]
+    assert list(random.y) == pytest.approx([0.4]) and list(random.text) == ["0.20<br>0.60"]
     low, high = wilson(8, 20)  # both draws' 20 questions pooled
     assert [random.error_y.arrayminus[0], random.error_y.array[0]] == pytest.approx(
         [0.4 - low, high - 0.4]
@@ -349,6 +349,23 @@ def test_masking_bars_wilson_intervals_over_pooled_draws():
     assert (band.y0, band.y1) == pytest.approx(wilson(8, 10))
     spread = masking_bars(frame, metric="k").data[1].error_y  # not a proportion: sd of draws
     assert spread.array[0] == 0.0 and spread.arrayminus is None
+    # panels side by side (a pilot, fresh questions): each its own bars and unmasked band, one
+    # legend, one colour per strategy whatever order a table lists them in
+    fresh = frame.iloc[[0, 3, 2, 1]].assign(n_samples=100)
+    fig = masking_bars({"pilot": frame, "fresh": fresh})
+    assert [(t.name, t.xaxis, t.showlegend) for t in fig.data] == [
+        ("retrieval (k=2)", "x", True),
+        ("random (k=2)", "x", True),
+        ("retrieval (k=2)", "x2", False),
+        ("random (k=2)", "x2", False),
+    ]
+    assert fig.data[0].marker.color == fig.data[2].marker.color != fig.data[1].marker.color
+    assert list(fig.data[3].y) == pytest.approx([0.4])
+    assert fig.data[3].error_y.array[0] == pytest.approx(wilson(80, 200)[1] - 0.4)
+    bands = [b for b in fig.layout.shapes if b.type == "rect"]
+    assert [b.xref for b in bands] == ["x domain", "x2 domain"]
+    edges = [edge for b in bands for edge in (b.y0, b.y1)]
+    assert edges == pytest.approx([*wilson(8, 10), *wilson(80, 100)])
 
 
 def test_masking_pool_draws_like_mudaf_fig4(handle):

@@ -378,7 +378,26 @@ def masking_confirm(run: FigureRun) -> pd.DataFrame:
 
 
 def fig4_draw(t: Tables):
-    return masking_bars(t["masking"], title="MuDAF Fig. 4: masking retrieval / random / NIAH heads")
+    """The pilot's conditions and, beside them, the fresh questions the claim is tested on."""
+    title = "MuDAF Fig. 4: masking retrieval / random / NIAH heads"
+    pilot = t["masking"]
+    if "confirm" not in t:
+        return masking_bars(pilot, title=title)
+    fresh = fresh_conditions(t["confirm"], k=int(pilot.k.max()))
+    n, seed = int(fresh.n_samples.iloc[0]), int(t["confirm"].questions_seed.iloc[0])
+    panels = {
+        f"pilot: {int(pilot.n_samples.iloc[0])} questions": pilot,
+        f"fresh: {n:,} questions (seed {seed}), heads zeroed": fresh,
+    }
+    return masking_bars(panels, title=title)
+
+
+def fresh_conditions(confirm: pd.DataFrame, k: int) -> pd.DataFrame:
+    """``masking_confirm``'s per-question records -> one row per condition, as ``masking``."""
+    rows = confirm.groupby(["strategy", "mode", "seed"], sort=False).exact_match
+    out = rows.agg(["mean", "size"]).reset_index()
+    out = out.rename(columns={"mean": "exact_match", "size": "n_samples"})
+    return out.assign(k=np.where(out.strategy == "none", 0, k))
 
 
 def fig4_read(t: Tables) -> str:

@@ -342,7 +342,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=M.fig4_read,
         paper_numbers="Masking the top retrieval heads hurts QA far more than masking random "
         "heads, and more than masking the NIAH retrieval heads.",
-        sample="{retrieval_n} questions; random heads: seeds {mask_seeds}",
+        sample="random heads: seeds {mask_seeds}; each panel's questions in its title",
     ),
     FigureSpec(
         name="mudaf_fig5_targets",

@@ -13,11 +13,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from interp_seal.analysis.retrieval_scores import PassageAttention
@@ -160,23 +161,54 @@ def ranked_score_curve(
 
 
 def masking_bars(
-    frame: pd.DataFrame, *, metric: str = "exact_match", title: str | None = None
+    frame: pd.DataFrame | Mapping[str, pd.DataFrame],
+    *,
+    metric: str = "exact_match",
+    title: str | None = None,
 ) -> go.Figure:
     """Task ``metric`` per strategy, one bar group per masking mode (MuDAF Fig. 4).
 
-    Random-head rows are averaged over their draws (seeds), each draw's value written on the
-    bar. Error bars: for exact match with an ``n_samples`` column, the 95 % Wilson interval of
-    the pooled questions (all draws together; the labels show the spread between draws) and a
-    grey band for the unmasked model's interval; otherwise the standard deviation over draws.
+    ``frame``: one masking table, or several by panel title (e.g. a pilot and the fresh
+    questions a claim is tested on), drawn side by side on one y axis. Random-head rows are
+    averaged over their draws (seeds), each draw's value written on the bar (one a line). Error bars: for
+    exact match with an ``n_samples`` column, the 95 % Wilson interval of the pooled questions
+    (all draws together; the labels show the spread between draws) and a grey band for the
+    unmasked model's interval; otherwise the standard deviation over draws.
     """
+    panels = dict(frame) if isinstance(frame, Mapping) else {"": frame}
+    titles = list(panels) if len(panels) > 1 else None
+    fig = make_subplots(cols=len(panels), shared_yaxes=True, subplot_titles=titles)
+    for col, part in enumerate(panels.values(), 1):
+        wilson_bars = _masking_panel(fig, part, metric, col)
+    fig.update_layout(
+        title=title or f"Masking heads: {metric}",
+        barmode="group",
+        template="plotly_white",
+    )
+    fig.update_xaxes(title_text="masking mode (zero: head output 0; uniform: uniform attention)")
+    fig.update_yaxes(title_text=MASKING_NAMES.get(metric, metric), col=1)
+    if wilson_bars:
+        fig.update_yaxes(range=[0, 1.02])
+    return fig
+
+
+MASKING_STRATEGIES = ("retrieval", "niah", "random")  # bar order and colour, in every panel
+
+
+def _rank(strategy: str) -> int:
+    return MASKING_STRATEGIES.index(strategy)  # ``analysis.masking.conditions``' strategies
+
+
+def _masking_panel(fig: go.Figure, frame: pd.DataFrame, metric: str, col: int) -> bool:
+    """One panel of ``masking_bars``; returns whether its error bars are Wilson intervals."""
     missing = {"strategy", "mode", "k", metric} - set(frame.columns)
     if missing:
         raise ValueError(f"the masking table lacks columns {sorted(missing)}")
     wilson_bars = metric in PROPORTIONS and "n_samples" in frame.columns
     baseline = frame[frame["strategy"] == "none"]
     masked = frame[frame["strategy"] != "none"]
-    fig = go.Figure()
-    for (strategy, k), rows in masked.groupby(["strategy", "k"], sort=False):
+    groups = sorted(masked.groupby(["strategy", "k"], sort=False), key=lambda g: _rank(g[0][0]))
+    for (strategy, k), rows in groups:
         modes = list(dict.fromkeys(rows["mode"]))
         draws = [rows[rows["mode"] == m] for m in modes]
         means = [float(d[metric].mean()) for d in draws]
@@ -194,29 +226,28 @@ def masking_bars(
                 y=means,
                 error_y=error_y,
                 text=[
-                    " / ".join(f"{v:.2f}" for v in d[metric]) if len(d) > 1 else "" for d in draws
-                ],
+                    "<br>".join(f"{v:.2f}" for v in d[metric]) if len(d) > 1 else "" for d in draws
+                ],  # one draw a line: narrow bars keep it level and legible
                 textposition="inside",
+                textangle=0,
                 insidetextanchor="start",  # at the bar's foot, clear of the error bar
                 name=f"{strategy} (k={k})",
+                legendgroup=f"{strategy} (k={k})",
+                showlegend=col == 1,
+                marker_color=qualitative.Plotly[_rank(strategy) % len(qualitative.Plotly)],
                 hovertemplate=f"%{{fullData.name}}, %{{x}}<br>{metric} %{{y:.3f}}"
                 "<br>draws %{text}<extra></extra>",
-            )
+            ),
+            row=1,
+            col=col,
         )
     if len(baseline):
         value = float(baseline[metric].iloc[0])
         if wilson_bars:
             n = float(baseline["n_samples"].iloc[0])
             low, high = wilson(value * n, n)
-            fig.add_hrect(y0=low, y1=high, fillcolor="grey", opacity=0.15, line_width=0)
-        fig.add_hline(y=value, line_dash="dash", annotation_text="no masking")
-    fig.update_layout(
-        title=title or f"Masking heads: {metric}",
-        barmode="group",
-        xaxis_title="masking mode (zero: head output 0; uniform: uniform attention)",
-        yaxis_title=MASKING_NAMES.get(metric, metric),
-        template="plotly_white",
-    )
-    if wilson_bars:
-        fig.update_yaxes(range=[0, 1.02])
-    return fig
+            fig.add_hrect(
+                y0=low, y1=high, fillcolor="grey", opacity=0.15, line_width=0, row=1, col=col
+            )
+        fig.add_hline(y=value, line_dash="dash", annotation_text="no masking", row=1, col=col)
+    return wilson_bars
