@@ -170,10 +170,10 @@ def masking_bars(
 
     ``frame``: one masking table, or several by panel title (e.g. a pilot and the fresh
     questions a claim is tested on), drawn side by side on one y axis. Random-head rows are
-    averaged over their draws (seeds), each draw's value written on the bar (one a line). Error bars: for
-    exact match with an ``n_samples`` column, the 95 % Wilson interval of the pooled questions
-    (all draws together; the labels show the spread between draws) and a grey band for the
-    unmasked model's interval; otherwise the standard deviation over draws.
+    averaged over their draws (seeds), each draw's value written on the bar (one a line).
+    Error bars: for exact match with an ``n_samples`` column, the 95 % Wilson interval of the
+    pooled questions (all draws together; the labels show the spread between draws) and a grey
+    band for the unmasked model's interval; otherwise the standard deviation over draws.
     """
     panels = dict(frame) if isinstance(frame, Mapping) else {"": frame}
     titles = list(panels) if len(panels) > 1 else None
@@ -234,7 +234,7 @@ def _masking_panel(fig: go.Figure, frame: pd.DataFrame, metric: str, col: int) -
                 name=f"{strategy} (k={k})",
                 legendgroup=f"{strategy} (k={k})",
                 showlegend=col == 1,
-                marker_color=qualitative.Plotly[_rank(strategy) % len(qualitative.Plotly)],
+                marker_color=qualitative.Plotly[_rank(strategy)],
                 hovertemplate=f"%{{fullData.name}}, %{{x}}<br>{metric} %{{y:.3f}}"
                 "<br>draws %{text}<extra></extra>",
             ),
