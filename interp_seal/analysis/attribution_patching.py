@@ -46,6 +46,7 @@ from interp_seal.analysis.patching import (
     replace_inputs,
 )
 from interp_seal.engine import WHOLE_PROMPT, AnswerBatch, SharedPrefix, clean_run, run_from_layer
+from interp_seal.interventions import HeadEdit
 from interp_seal.interventions.head_edit import ablate
 from interp_seal.models.handle import ModelHandle
 
@@ -121,15 +122,28 @@ def head_gradients(
 
 
 def attribution_patch_heads(
-    handle: ModelHandle, pair: PatchingPair, *, by_position: bool = False
+    handle: ModelHandle,
+    pair: PatchingPair,
+    *,
+    by_position: bool = False,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Approximate ``patch_heads``: the normalised effect of patching each head clean -> corrupted.
 
     Returns the table of ``interp_seal.analysis.patching.patch_heads`` (same rows, same order)
     with first-order estimates in place of exact patched runs. The shared prefix runs once
     (``SharedPrefix``); the clean and corrupted runs and the backward pass cover the positions
-    after it, the only ones where ``z_clean - z_corr`` is not zero.
+    after it, the only ones where ``z_clean - z_corr`` is not zero. ``intervention`` edits the
+    model analysed (composed with ``handle.edit``'s); ``z`` and its gradient are taken before
+    the edits, which leaves each estimate of a scaling edit unchanged (the scale cancels).
     """
+    with handle.edit(intervention):
+        return _attribution_patch_heads(handle, pair, by_position)
+
+
+def _attribution_patch_heads(
+    handle: ModelHandle, pair: PatchingPair, by_position: bool
+) -> pd.DataFrame:
     L = handle.spec.n_layers
     prefix = SharedPrefix.of(handle, pair.clean_ids, pair.corrupted_ids)
     clean, clean_logits = record_inputs(handle, pair.clean_ids, {"head": range(L)}, prefix=prefix)
@@ -145,15 +159,24 @@ def attribution_patch_heads(
     return patch_table(patches, run.metric + effect.flatten(), clean_ld, run.metric)
 
 
-def attribution_ablate_heads(handle: ModelHandle, pair: PatchingPair) -> pd.DataFrame:
-    """Approximate ``ablate_heads``: change of the clean run's logit difference per zeroed head."""
-    run = head_gradients(handle, pair.clean_ids, pair)
+def attribution_ablate_heads(
+    handle: ModelHandle, pair: PatchingPair, *, intervention: HeadEdit | None = None
+) -> pd.DataFrame:
+    """Approximate ``ablate_heads``: change of the clean run's logit difference per zeroed head
+    (of the model under ``intervention`` and ``handle.edit``'s edits)."""
+    with handle.edit(intervention):
+        run = head_gradients(handle, pair.clean_ids, pair)
     effect = (-run.z * run.grad).sum((1, 3))  # (L, H)
     return _ablation_table(handle, run.metric + effect.flatten(), run.metric)
 
 
 def ablate_heads(
-    handle: ModelHandle, pair: PatchingPair, *, batch_size: int = 16, progress: bool = True
+    handle: ModelHandle,
+    pair: PatchingPair,
+    *,
+    batch_size: int = 16,
+    progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Exact zero-ablation (SEAL pruning) of each head in the clean run.
 
@@ -162,31 +185,33 @@ def ablate_heads(
     ``batch_size`` heads of a layer share a forward and the last layer runs at the last position
     only. Returns ``layer, head, logit_diff, delta`` (``delta`` = ablated minus clean logit
     difference).
+    ``intervention`` edits the model analysed (composed with ``handle.edit``'s).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    spec = handle.spec
-    T = pair.clean_ids.shape[0]
-    last = torch.tensor([[T - 1]])
-    batch = AnswerBatch(
-        ids=pair.clean_ids[None],
-        query=last,
-        target=torch.tensor([[pair.clean_token]]),
-        valid=torch.ones_like(last, dtype=torch.bool),
-    )
-    clean = clean_run(handle, batch, range(spec.n_layers))
-    clean_ld = float(pair.logit_diff(clean.logits[:, 0])[0])
-    H = spec.n_heads
-    groups = [
-        (layer, range(lo, min(lo + batch_size, H)))
-        for layer in range(spec.n_layers)
-        for lo in range(0, H, batch_size)
-    ]
-    out = []
-    for layer, heads in tqdm(groups, desc="ablation", disable=not progress):
-        ivs = [ablate(spec, [(layer, h)]) for h in heads]
-        out.append(pair.logit_diff(run_from_layer(handle, clean, layer, ivs)[:, 0]))
-    return _ablation_table(handle, torch.cat(out), clean_ld)
+    with handle.edit(intervention):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        spec = handle.spec
+        T = pair.clean_ids.shape[0]
+        last = torch.tensor([[T - 1]])
+        batch = AnswerBatch(
+            ids=pair.clean_ids[None],
+            query=last,
+            target=torch.tensor([[pair.clean_token]]),
+            valid=torch.ones_like(last, dtype=torch.bool),
+        )
+        clean = clean_run(handle, batch, range(spec.n_layers))
+        clean_ld = float(pair.logit_diff(clean.logits[:, 0])[0])
+        H = spec.n_heads
+        groups = [
+            (layer, range(lo, min(lo + batch_size, H)))
+            for layer in range(spec.n_layers)
+            for lo in range(0, H, batch_size)
+        ]
+        out = []
+        for layer, heads in tqdm(groups, desc="ablation", disable=not progress):
+            ivs = [ablate(spec, [(layer, h)]) for h in heads]
+            out.append(pair.logit_diff(run_from_layer(handle, clean, layer, ivs)[:, 0]))
+        return _ablation_table(handle, torch.cat(out), clean_ld)
 
 
 def _ablation_table(handle: ModelHandle, logit_diff: Tensor, clean_ld: float) -> pd.DataFrame:
@@ -216,25 +241,31 @@ class AttributionComparison:
 
 
 def compare_with_exact(
-    handle: ModelHandle, pair: PatchingPair, *, batch_size: int = 16, progress: bool = True
+    handle: ModelHandle,
+    pair: PatchingPair,
+    *,
+    batch_size: int = 16,
+    progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> AttributionComparison:
     """Exact and attribution-patching effects of every head, for patching and for ablation."""
-    exact_patch = patch_heads(handle, pair, batch_size=batch_size, progress=progress)
-    atp_patch = attribution_patch_heads(handle, pair)
-    exact_ablate = ablate_heads(handle, pair, batch_size=batch_size, progress=progress)
-    atp_ablate = attribution_ablate_heads(handle, pair)
-    frames = []
-    for method, exact, atp in (
-        ("patch", exact_patch["value"], atp_patch["value"]),
-        ("ablate", exact_ablate["delta"], atp_ablate["delta"]),
-    ):
-        frame = exact_ablate[["layer", "head"]].copy()
-        frame.insert(0, "method", method)
-        frame["exact"], frame["atp"] = exact.to_numpy(), atp.to_numpy()
-        frames.append(frame)
-    table = pd.concat(frames, ignore_index=True)
-    spearman = {
-        method: float(spearmanr(group["exact"], group["atp"]).statistic)
-        for method, group in table.groupby("method", sort=False)
-    }
-    return AttributionComparison(table=table, spearman=spearman)
+    with handle.edit(intervention):
+        exact_patch = patch_heads(handle, pair, batch_size=batch_size, progress=progress)
+        atp_patch = attribution_patch_heads(handle, pair)
+        exact_ablate = ablate_heads(handle, pair, batch_size=batch_size, progress=progress)
+        atp_ablate = attribution_ablate_heads(handle, pair)
+        frames = []
+        for method, exact, atp in (
+            ("patch", exact_patch["value"], atp_patch["value"]),
+            ("ablate", exact_ablate["delta"], atp_ablate["delta"]),
+        ):
+            frame = exact_ablate[["layer", "head"]].copy()
+            frame.insert(0, "method", method)
+            frame["exact"], frame["atp"] = exact.to_numpy(), atp.to_numpy()
+            frames.append(frame)
+        table = pd.concat(frames, ignore_index=True)
+        spearman = {
+            method: float(spearmanr(group["exact"], group["atp"]).statistic)
+            for method, group in table.groupby("method", sort=False)
+        }
+        return AttributionComparison(table=table, spearman=spearman)

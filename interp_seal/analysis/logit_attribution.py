@@ -42,6 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.engine import last_logits
+from interp_seal.interventions import HeadEdit
 from interp_seal.models.handle import ModelHandle
 
 VARIANTS = ("frozen_norm", "seal")
@@ -102,11 +103,19 @@ def logit_attribution(
     *,
     position: int = -1,
     variant: str = "frozen_norm",
+    intervention: HeadEdit | None = None,
 ) -> LogitAttribution:
     """Direct effect of every component on the logit of each token in ``targets``."""
     ids = dict.fromkeys(token_id(handle.tokenizer, t) for t in targets)
     contrasts = {token_label(handle.tokenizer, i): (i, None) for i in ids}
-    return attribute(handle, input_ids, contrasts, position=position, variant=variant)
+    return attribute(
+        handle,
+        input_ids,
+        contrasts,
+        position=position,
+        variant=variant,
+        intervention=intervention,
+    )
 
 
 def logit_diff_attribution(
@@ -117,11 +126,19 @@ def logit_diff_attribution(
     *,
     position: int = -1,
     variant: str = "frozen_norm",
+    intervention: HeadEdit | None = None,
 ) -> LogitAttribution:
     """Direct effect of every component on ``logit[correct] - logit[wrong]`` (SEAL Fig. 4)."""
     a, b = token_id(handle.tokenizer, correct), token_id(handle.tokenizer, wrong)
     name = f"{token_label(handle.tokenizer, a)} - {token_label(handle.tokenizer, b)}"
-    return attribute(handle, input_ids, {name: (a, b)}, position=position, variant=variant)
+    return attribute(
+        handle,
+        input_ids,
+        {name: (a, b)},
+        position=position,
+        variant=variant,
+        intervention=intervention,
+    )
 
 
 def attribute(
@@ -131,49 +148,55 @@ def attribute(
     *,
     position: int = -1,
     variant: str = "frozen_norm",
+    intervention: HeadEdit | None = None,
 ) -> LogitAttribution:
     """The generic driver: direct effects on ``logit[a] - logit[b]`` for each named ``(a, b)``.
 
     ``b`` may be None for a plain logit. ``input_ids`` is one prompt (1-D).
+    ``intervention`` edits the model analysed (composed with ``handle.edit``'s): heads are
+    attributed through their edited outputs, as in the model with the edit merged.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown DLA variant {variant!r}; choose one of {VARIANTS}")
-    if input_ids.dim() != 1:
-        raise ValueError(f"input_ids must be one prompt (1-D), got shape {tuple(input_ids.shape)}")
-    n = input_ids.shape[0]
-    if not -n <= position < n:
-        raise ValueError(f"position {position} is outside the prompt (length {n})")
-    position %= n
-    parts, labels, x, logits = residual_parts(handle, input_ids, position)
-
-    norm = handle.final_norm()
-    rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
-    scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
-    unembed = handle.unembed()
-    w_u = unembed.weight.detach().double()  # (vocab, d_model)
-    normed = parts * norm.weight.detach().double() * scale  # (component, d_model)
-
-    rows, model_logits = [], {}
-    for name, (a, b) in contrasts.items():
-        direction = w_u[a] - (w_u[b] if b is not None else 0)
-        values = (normed @ direction).tolist()
-        rows += [(name, *label, v) for label, v in zip(labels, values, strict=True)]
-        if unembed.bias is not None:
-            bias = unembed.bias.detach().double()
-            rows.append(
-                (
-                    name,
-                    "unembed_bias",
-                    None,
-                    None,
-                    float(bias[a] - (bias[b] if b is not None else 0)),
-                )
+    with handle.edit(intervention):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown DLA variant {variant!r}; choose one of {VARIANTS}")
+        if input_ids.dim() != 1:
+            raise ValueError(
+                f"input_ids must be one prompt (1-D), got shape {tuple(input_ids.shape)}"
             )
-        model_logits[name] = float(logits[a] - (logits[b] if b is not None else 0))
-    table = pd.DataFrame(rows, columns=COLUMNS).astype({"layer": "Int64", "head": "Int64"})
-    return LogitAttribution(
-        table=table, logits=model_logits, rms=float(rms), variant=variant, position=position
-    )
+        n = input_ids.shape[0]
+        if not -n <= position < n:
+            raise ValueError(f"position {position} is outside the prompt (length {n})")
+        position %= n
+        parts, labels, x, logits = residual_parts(handle, input_ids, position)
+
+        norm = handle.final_norm()
+        rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+        scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
+        unembed = handle.unembed()
+        w_u = unembed.weight.detach().double()  # (vocab, d_model)
+        normed = parts * norm.weight.detach().double() * scale  # (component, d_model)
+
+        rows, model_logits = [], {}
+        for name, (a, b) in contrasts.items():
+            direction = w_u[a] - (w_u[b] if b is not None else 0)
+            values = (normed @ direction).tolist()
+            rows += [(name, *label, v) for label, v in zip(labels, values, strict=True)]
+            if unembed.bias is not None:
+                bias = unembed.bias.detach().double()
+                rows.append(
+                    (
+                        name,
+                        "unembed_bias",
+                        None,
+                        None,
+                        float(bias[a] - (bias[b] if b is not None else 0)),
+                    )
+                )
+            model_logits[name] = float(logits[a] - (logits[b] if b is not None else 0))
+        table = pd.DataFrame(rows, columns=COLUMNS).astype({"layer": "Int64", "head": "Int64"})
+        return LogitAttribution(
+            table=table, logits=model_logits, rms=float(rms), variant=variant, position=position
+        )
 
 
 def residual_parts(

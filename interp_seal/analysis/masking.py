@@ -40,7 +40,8 @@ from tqdm.auto import tqdm
 
 from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import qa_f1, teacher_force
-from interp_seal.interventions import Head, HeadIntervention, ablate
+from interp_seal.interventions import Head, HeadEdit, HeadIntervention, ablate
+from interp_seal.interventions.hf import edits_manifest
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
 from interp_seal.shards import Shard
@@ -200,6 +201,7 @@ def masking_experiment(
     config: MaskingConfig = MaskingConfig(),
     results: str | Path | None = None,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """MuDAF Fig. 4: task scores with top retrieval heads, random heads or NIAH heads masked.
 
@@ -211,42 +213,46 @@ def masking_experiment(
         config: ks, modes, seeds, metrics.
         results: JSONL file of finished conditions (a restart skips them).
         progress: show a progress bar over conditions.
+        intervention: an edit of the model under which every condition (the unmasked one
+            included) is evaluated, composed with ``handle.edit``'s; it enters the fingerprint.
 
     Returns one row per condition with ``COLUMNS`` and ``correct`` (each sample's 0/1 exact
     match, for paired tests between conditions); ``seed`` is -1 for deterministic head sets,
     ``heads`` a string of ``layer.head`` names.
     """
-    if not samples:
-        raise ValueError("no samples to evaluate")
-    shard = Shard.current()
-    log = RecordStore(results, shard) if results is not None else None
-    data = fingerprint(
-        handle.name_or_path,
-        [(s.prompt, s.answer) for s in samples],
-        config.qa_f1,
-        config.max_new_tokens,
-    )
-    every = conditions(handle, retrieval, niah, config)
-    mine = [i for i in range(len(every)) if shard.owns(i)]
-    rows = []
-    for i in tqdm(mine, desc="masking", disable=not progress):
-        cond = every[i]
-        key = f"{cond['strategy']}/{cond['mode']}/k={cond['k']}/seed={cond['seed']}"
-        print_ = fingerprint(data, cond["heads"])
-        record = log.get(key, print_) if log else None
-        if record is None:
-            record = {"key": key, "fingerprint": print_, **cond}
-            record |= evaluate_condition(handle, samples, cond, config)
+    with handle.edit(intervention):
+        if not samples:
+            raise ValueError("no samples to evaluate")
+        shard = Shard.current()
+        log = RecordStore(results, shard) if results is not None else None
+        data = fingerprint(
+            handle.name_or_path,
+            [(s.prompt, s.answer) for s in samples],
+            config.qa_f1,
+            config.max_new_tokens,
+            edits_manifest(handle),
+        )
+        every = conditions(handle, retrieval, niah, config)
+        mine = [i for i in range(len(every)) if shard.owns(i)]
+        rows = []
+        for i in tqdm(mine, desc="masking", disable=not progress):
+            cond = every[i]
+            key = f"{cond['strategy']}/{cond['mode']}/k={cond['k']}/seed={cond['seed']}"
+            print_ = fingerprint(data, cond["heads"])
+            record = log.get(key, print_) if log else None
+            if record is None:
+                record = {"key": key, "fingerprint": print_, **cond}
+                record |= evaluate_condition(handle, samples, cond, config)
+                if log:
+                    log.add(record)
+            rows.append((i, {c: record.get(c) for c in (*COLUMNS, "correct")}))
+        if shard.world > 1:
+            rows = sorted(shard.gather(rows), key=lambda row: row[0])
             if log:
-                log.add(record)
-        rows.append((i, {c: record.get(c) for c in (*COLUMNS, "correct")}))
-    if shard.world > 1:
-        rows = sorted(shard.gather(rows), key=lambda row: row[0])
-        if log:
-            log.merge()
-    rows = [row for _, row in rows]
-    frame = pd.DataFrame(rows, columns=[*COLUMNS, "correct"])
-    frame["heads"] = frame["heads"].map(
-        lambda hs: " ".join(f"{layer}.{head}" for layer, head in hs)
-    )
-    return frame
+                log.merge()
+        rows = [row for _, row in rows]
+        frame = pd.DataFrame(rows, columns=[*COLUMNS, "correct"])
+        frame["heads"] = frame["heads"].map(
+            lambda hs: " ".join(f"{layer}.{head}" for layer, head in hs)
+        )
+        return frame

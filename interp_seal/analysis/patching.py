@@ -54,6 +54,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_seal.engine import WHOLE_PROMPT, LayerInputs, SharedPrefix, mlp_half, run_layers
+from interp_seal.engine.layers import attn_output
+from interp_seal.interventions import HeadEdit
+from interp_seal.interventions.hf import active_edit
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Sample
@@ -181,7 +184,7 @@ def replace_inputs(
     """
     H, D = handle.spec.n_heads, handle.spec.d_head
 
-    def hook_for(edit):
+    def hook_for(edit):  # on o_proj before the handle's edit hooks: the heads' own outputs
         def hook(_mod, args):
             x = args[0]
             if site == "head":
@@ -193,7 +196,25 @@ def replace_inputs(
     with ExitStack() as hooks:
         for layer, edit in edits.items():
             module = _site_module(handle, site, layer)
-            hooks.enter_context(module.register_forward_pre_hook(hook_for(edit)))
+            hooks.enter_context(module.register_forward_pre_hook(hook_for(edit), prepend=True))
+        yield
+
+
+@contextmanager
+def _kept_values(handle: ModelHandle, layers: Sequence[int], kept: dict[int, Tensor]):
+    """Keep ``layers``' value vectors ``(pos, kv_head, d_head)`` of a one-prompt forward."""
+    KV, D = handle.spec.n_kv_heads, handle.spec.d_head
+
+    def keep(layer):
+        def hook(_mod, _args, out):
+            kept[layer] = out[0].detach().view(-1, KV, D)
+
+        return hook
+
+    with ExitStack() as hooks:
+        for layer in layers:
+            v_proj = handle.proj(layer, "v_proj")
+            hooks.enter_context(v_proj.register_forward_hook(keep(layer)))
         yield
 
 
@@ -248,11 +269,15 @@ def patch(
     *,
     batch_size: int = 16,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """The generic driver: the normalised logit difference for every patch in ``patches``.
 
     ``batch_size`` patched runs of one site and layer share a forward; each holds its own copy
     of the prefix's key/value cache, so lower it for long prompts on large models.
+    ``intervention`` edits the model every run of the call sees (clean, corrupted and patched),
+    composed with the handle's active edits (``handle.edit``); head patches replace the heads'
+    own outputs, which the edits then act on.
 
     Returns a tidy table ``site, layer, head, position, logit_diff, value`` in the order of
     ``patches``; its ``attrs`` hold ``clean_logit_diff`` and ``corrupted_logit_diff``.
@@ -261,13 +286,27 @@ def patch(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     for p in patches:
         _check_patch(handle, pair, p)
+    with handle.edit(intervention):
+        return _patch(handle, pair, patches, batch_size, progress)
+
+
+def _patch(
+    handle: ModelHandle,
+    pair: PatchingPair,
+    patches: Sequence[Patch],
+    batch_size: int,
+    progress: bool,
+) -> pd.DataFrame:
     layers = {site: sorted({p.layer for p in patches if p.site == site}) for site in SITES}
     prefix = SharedPrefix.of(handle, pair.clean_ids, pair.corrupted_ids)
     clean, clean_logits = record_inputs(handle, pair.clean_ids, layers, prefix=prefix)
     L, T = handle.spec.n_layers, pair.clean_ids.shape[0]
     live = [i for i, p in enumerate(patches) if _can_matter(p, prefix.start, T, L)]
     first = min([patches[i].layer for i in live], default=L)
-    with LayerInputs(handle, range(first, L)) as inputs:
+    edit = active_edit(handle)
+    uniform = [layer for layer in layers["head"] if edit is not None and edit.uses_values(layer)]
+    values: dict[int, Tensor] = {}
+    with LayerInputs(handle, range(first, L)) as inputs, _kept_values(handle, uniform, values):
         wanted = {"head": layers["head"], "resid": [L]}
         corrupted, corrupted_logits = record_inputs(
             handle, pair.corrupted_ids, wanted, prefix=prefix
@@ -289,7 +328,7 @@ def patch(
         mask = _mask(handle, [patches[i] for i in rows], n_positions, prefix.start)
         x = torch.where(mask[..., None], clean[site][layer], corrupted[site][layer])
         with torch.no_grad():
-            logits = _run_from(handle, site, layer, x, inputs, prefix)
+            logits = _run_from(handle, site, layer, x, inputs, prefix, values.get(layer))
         ld[rows] = pair.logit_diff(logits).double().cpu()
     return patch_table(patches, ld, clean_ld, corrupted_ld)
 
@@ -312,16 +351,19 @@ def _run_from(
     x: Float[Tensor, "row pos *act"],
     inputs: LayerInputs,
     prefix: SharedPrefix,
+    v: Float[Tensor, "pos kv_head d_head"] | None = None,
 ) -> Float[Tensor, "row vocab"]:
     """Last-position logits of runs whose activation ``site`` at ``layer`` is ``x`` (one run per
     row), started there from the corrupted run: nothing below it changes. A head patch starts
     at the layer's ``o_proj`` (the residual stream entering the layer, plus the patched heads'
     output, then the layer's MLP); a residual patch at the layer's input. The layers above run
     as the model runs them (its kwargs, recorded in ``inputs``) on a fresh copy of the prefix's
-    key/value cache."""
+    key/value cache. ``v``: the corrupted run's values at ``layer``, for a uniform-attention
+    edit there."""
     L = handle.spec.n_layers
     if site == "head":
-        resid = inputs.resid[layer] + handle.proj(layer, "o_proj")(x.flatten(-2))
+        v = None if v is None else v.expand(len(x), *v.shape)
+        resid = inputs.resid[layer] + attn_output(handle, layer, x, v)
         hidden, first = mlp_half(handle, layer, resid), layer + 1
     else:
         hidden, first = x, layer
@@ -410,6 +452,7 @@ def patch_heads(
     positions: Sequence[int] | None = None,
     batch_size: int = 16,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Patch every head's output, at every position at once or (``by_position``) one at a time.
 
@@ -418,7 +461,9 @@ def patch_heads(
     patches = head_patches(
         handle, pair.clean_ids.shape[0], by_position=by_position, positions=positions
     )
-    return patch(handle, pair, patches, batch_size=batch_size, progress=progress)
+    return patch(
+        handle, pair, patches, batch_size=batch_size, progress=progress, intervention=intervention
+    )
 
 
 def patch_residual(
@@ -428,6 +473,7 @@ def patch_residual(
     positions: Sequence[int] | None = None,
     batch_size: int = 16,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Patch the residual stream at every layer ``0..n_layers`` x position (default: all)."""
     pos = range(pair.clean_ids.shape[0]) if positions is None else positions
@@ -436,4 +482,6 @@ def patch_residual(
         for layer in range(handle.spec.n_layers + 1)
         for t in pos
     ]
-    return patch(handle, pair, patches, batch_size=batch_size, progress=progress)
+    return patch(
+        handle, pair, patches, batch_size=batch_size, progress=progress, intervention=intervention
+    )

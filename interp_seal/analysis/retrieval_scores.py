@@ -59,6 +59,8 @@ from interp_seal.analysis.attention_rows import (
 )
 from interp_seal.engine import greedy_decode
 from interp_seal.evaluation import encode_samples
+from interp_seal.interventions import HeadEdit
+from interp_seal.interventions.hf import edits_manifest
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
 from interp_seal.shards import Shard
@@ -404,6 +406,7 @@ def passage_retrieval_scores(
     *,
     results: str | Path | None = None,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> PassageScores:
     """MuDAF retrieval scores of every head over multi-document QA ``samples``.
 
@@ -414,46 +417,57 @@ def passage_retrieval_scores(
         config: threshold and capture backend.
         results: JSONL file for per-sample results (resumes from it).
         progress: show a progress bar.
+        intervention: an edit of the model scored (composed with ``handle.edit``'s); it
+            enters the results' fingerprint.
     """
-    if not samples:
-        raise ValueError("no samples to score")
+    with handle.edit(intervention):
+        if not samples:
+            raise ValueError("no samples to score")
 
-    def compute(sample: Sample) -> dict:
-        pa = passage_attention(handle, sample, backend=config.backend, convention=config.convention)
-        return {
-            "golden": list(pa.golden),
-            "attention": pa.attention.tolist(),
-            "prefix": pa.prefix.tolist(),
-        }
+        def compute(sample: Sample) -> dict:
+            pa = passage_attention(
+                handle, sample, backend=config.backend, convention=config.convention
+            )
+            return {
+                "golden": list(pa.golden),
+                "attention": pa.attention.tolist(),
+                "prefix": pa.prefix.tolist(),
+            }
 
-    setting = {"model": handle.name_or_path, "score": "passage attention"}
-    if config.convention != "paper":
-        setting["convention"] = config.convention
-    records = score_samples(
-        samples, compute, setting=setting, results=results, desc="passage scores", progress=progress
-    )
-    attention = [
-        PassageAttention(
-            attention=np.asarray(r["attention"]),
-            prefix=np.asarray(r["prefix"]),
-            golden=tuple(r["golden"]),
+        setting = {"model": handle.name_or_path, "score": "passage attention"}
+        setting |= edits_manifest(handle)
+        if config.convention != "paper":
+            setting["convention"] = config.convention
+        records = score_samples(
+            samples,
+            compute,
+            setting=setting,
+            results=results,
+            desc="passage scores",
+            progress=progress,
         )
-        for r in records
-    ]
-    scored = []
-    for record, pa in zip(records, attention, strict=True):
-        f1, em = score_passages(
-            torch.from_numpy(pa.attention),
-            pa.golden,
-            config.eps,
-            em_attended_only=config.em_attended_only or config.convention == "mudaf_code",
+        attention = [
+            PassageAttention(
+                attention=np.asarray(r["attention"]),
+                prefix=np.asarray(r["prefix"]),
+                golden=tuple(r["golden"]),
+            )
+            for r in records
+        ]
+        scored = []
+        for record, pa in zip(records, attention, strict=True):
+            f1, em = score_passages(
+                torch.from_numpy(pa.attention),
+                pa.golden,
+                config.eps,
+                em_attended_only=config.em_attended_only or config.convention == "mudaf_code",
+            )
+            scored.append((record["sample"], {"f1": f1.cpu().numpy(), "em": em.cpu().numpy()}))
+        per_sample = _long(scored)
+        heads = per_sample.groupby(["layer", "head"], as_index=False)[["f1", "em"]].mean()
+        return PassageScores(
+            heads=rank_heads(heads, ["f1", "em"]), per_sample=per_sample, attention=attention
         )
-        scored.append((record["sample"], {"f1": f1.cpu().numpy(), "em": em.cpu().numpy()}))
-    per_sample = _long(scored)
-    heads = per_sample.groupby(["layer", "head"], as_index=False)[["f1", "em"]].mean()
-    return PassageScores(
-        heads=rank_heads(heads, ["f1", "em"]), per_sample=per_sample, attention=attention
-    )
 
 
 NIAH_FIELDS = ("context_length", "depth_percent", "needle_id")
@@ -466,46 +480,51 @@ def needle_retrieval_scores(
     *,
     results: str | Path | None = None,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> NeedleScores:
     """Retrieval Head copy-paste scores of every head over needle ``samples`` (a NIAH grid).
 
     With ``convention="retrieval_head_code"``, ``per_sample`` also has ``rouge1_recall`` (of
     the needle by the decoded text) and ``kept`` (above 50%); heads average kept samples only.
+        intervention: an edit of the model scored (composed with ``handle.edit``'s); it
+            enters the results' fingerprint.
     """
-    if not samples:
-        raise ValueError("no samples to score")
-    peer = config.convention == "retrieval_head_code"
+    with handle.edit(intervention):
+        if not samples:
+            raise ValueError("no samples to score")
+        peer = config.convention == "retrieval_head_code"
 
-    def compute(sample: Sample) -> dict:
-        cp = copy_paste_score(
-            handle, sample, max_new_tokens=config.max_new_tokens, convention=config.convention
-        )
-        niah = {k: sample.meta[k] for k in NIAH_FIELDS if k in sample.meta}
+        def compute(sample: Sample) -> dict:
+            cp = copy_paste_score(
+                handle, sample, max_new_tokens=config.max_new_tokens, convention=config.convention
+            )
+            niah = {k: sample.meta[k] for k in NIAH_FIELDS if k in sample.meta}
+            if peer:
+                text = handle.tokenizer.decode(list(cp.generated), skip_special_tokens=True)
+                recall = peers.rouge1_recall(sample.prompt[slice(*sample.needle)], text.strip())
+                niah |= {"rouge1_recall": recall, "kept": recall > peers.ROUGE_RECALL}
+            return {"score": cp.score.tolist(), "generated": list(cp.generated), "niah": niah}
+
+        setting = {"model": handle.name_or_path, "max_new_tokens": config.max_new_tokens}
+        setting |= edits_manifest(handle)
         if peer:
-            text = handle.tokenizer.decode(list(cp.generated), skip_special_tokens=True)
-            recall = peers.rouge1_recall(sample.prompt[slice(*sample.needle)], text.strip())
-            niah |= {"rouge1_recall": recall, "kept": recall > peers.ROUGE_RECALL}
-        return {"score": cp.score.tolist(), "generated": list(cp.generated), "niah": niah}
-
-    setting = {"model": handle.name_or_path, "max_new_tokens": config.max_new_tokens}
-    if peer:
-        setting["convention"] = config.convention
-    records = score_samples(
-        samples,
-        compute,
-        setting=setting,
-        results=results,
-        desc="copy-paste scores",
-        progress=progress,
-    )
-    per_sample = _long([(r["sample"], {"score": np.asarray(r["score"])}) for r in records])
-    niah = pd.DataFrame([{"sample": r["sample"], **r["niah"]} for r in records])
-    per_sample = per_sample.merge(niah, on="sample")
-    kept = per_sample[per_sample["kept"]] if peer else per_sample
-    heads = (
-        per_sample[["layer", "head"]]
-        .drop_duplicates()
-        .merge(kept.groupby(["layer", "head"], as_index=False)["score"].mean(), how="left")
-    )  # NaN for every head when no sample is kept
-    heads["retrieval_head"] = heads["score"] > config.threshold
-    return NeedleScores(heads=rank_heads(heads, ["score"]), per_sample=per_sample)
+            setting["convention"] = config.convention
+        records = score_samples(
+            samples,
+            compute,
+            setting=setting,
+            results=results,
+            desc="copy-paste scores",
+            progress=progress,
+        )
+        per_sample = _long([(r["sample"], {"score": np.asarray(r["score"])}) for r in records])
+        niah = pd.DataFrame([{"sample": r["sample"], **r["niah"]} for r in records])
+        per_sample = per_sample.merge(niah, on="sample")
+        kept = per_sample[per_sample["kept"]] if peer else per_sample
+        heads = (
+            per_sample[["layer", "head"]]
+            .drop_duplicates()
+            .merge(kept.groupby(["layer", "head"], as_index=False)["score"].mean(), how="left")
+        )  # NaN for every head when no sample is kept
+        heads["retrieval_head"] = heads["score"] > config.threshold
+        return NeedleScores(heads=rank_heads(heads, ["score"]), per_sample=per_sample)

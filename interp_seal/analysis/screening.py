@@ -61,7 +61,8 @@ from interp_seal.analysis.sweeps import (
     head_sweep,
 )
 from interp_seal.evaluation.teacher_forcing import encode_samples
-from interp_seal.interventions import ablate
+from interp_seal.interventions import HeadEdit, ablate
+from interp_seal.interventions.hf import edits_manifest
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
 from interp_seal.shards import Shard
@@ -119,13 +120,16 @@ def attribution_estimates(
     factor: float | None = None,
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     progress: bool = True,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Attribution estimate of each head's ablation effect on ``answer_logprob``, per length.
 
     Returns ``layer, head, length, estimate`` (mean over the length's records).
+    ``intervention`` edits the model screened (composed with ``handle.edit``'s).
     """
-    per_record = _record_estimates(handle, samples, mode, factor, mean_z, None, progress)
-    return _per_length(handle, per_record)[["layer", "head", "length", "estimate"]]
+    with handle.edit(intervention):
+        per_record = _record_estimates(handle, samples, mode, factor, mean_z, None, progress)
+        return _per_length(handle, per_record)[["layer", "head", "length", "estimate"]]
 
 
 def screened_head_sweep(
@@ -139,6 +143,7 @@ def screened_head_sweep(
     factor: float | None = None,
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     options: SweepOptions | None = None,
+    intervention: HeadEdit | None = None,
 ) -> ScreenedSweep:
     """Screen every head by attribution patching, confirm the likeliest movers exactly, rank.
 
@@ -151,48 +156,52 @@ def screened_head_sweep(
         options: as for ``head_sweep``. With ``options.out``, the per-record estimates go to
             ``out/screen`` and the exact sweep to ``out/exact`` (both resumable with
             ``options.resume``, both split over torchrun's processes).
+    ``intervention`` edits the model screened (composed with ``handle.edit``'s).
     """
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1 (heads reported in each direction), got {top_k}")
-    candidates = 2 * top_k if candidates is None else candidates
-    if candidates < 1:
-        raise ValueError(f"candidates must be >= 1 (heads confirmed exactly), got {candidates}")
-    if confirm_records is not None and confirm_records < 1:
-        raise ValueError(f"confirm_records must be >= 1 (or None: all), got {confirm_records}")
-    options = options or SweepOptions()
-    out = None if options.out is None else Path(options.out)
-    store = None
-    if out is not None:
-        manifest = _screen_manifest(handle, samples, mode, factor, mean_z)
-        store = RecordStore.open(out / "screen", manifest, resume=options.resume)
-    per_record = _record_estimates(handle, samples, mode, factor, mean_z, store, options.progress)
-    estimates = _per_length(handle, per_record)
-    confirmed = screen_candidates(estimates, candidates)
-    subset = {n: list(batch)[:confirm_records] for n, batch in samples.items()}
-    exact_options = options
-    if out is not None:
-        exact_options = dataclasses.replace(options, out=out / "exact")
-    exact = head_sweep(
-        handle,
-        subset,
-        heads=confirmed,
-        mode=mode,
-        factor=factor,
-        mean_z=mean_z,
-        options=exact_options,
-    ).assign(source="exact")
-    chosen = set(confirmed)
-    heads = zip(estimates["layer"], estimates["head"], strict=True)
-    estimates["confirmed"] = [head in chosen for head in heads]
-    table = pd.concat([exact, _estimated_rows(estimates)], ignore_index=True)
-    table = table.sort_values(["metric", "length", "layer", "head"], kind="stable")
-    ranked = top_heads(table, top_k)
-    return ScreenedSweep(
-        table=table.reset_index(drop=True),
-        estimates=estimates,
-        helpful=tuple(ranked["helpful"]),
-        harmful=tuple(ranked["harmful"]),
-    )
+    with handle.edit(intervention):
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1 (heads reported in each direction), got {top_k}")
+        candidates = 2 * top_k if candidates is None else candidates
+        if candidates < 1:
+            raise ValueError(f"candidates must be >= 1 (heads confirmed exactly), got {candidates}")
+        if confirm_records is not None and confirm_records < 1:
+            raise ValueError(f"confirm_records must be >= 1 (or None: all), got {confirm_records}")
+        options = options or SweepOptions()
+        out = None if options.out is None else Path(options.out)
+        store = None
+        if out is not None:
+            manifest = _screen_manifest(handle, samples, mode, factor, mean_z)
+            store = RecordStore.open(out / "screen", manifest, resume=options.resume)
+        per_record = _record_estimates(
+            handle, samples, mode, factor, mean_z, store, options.progress
+        )
+        estimates = _per_length(handle, per_record)
+        confirmed = screen_candidates(estimates, candidates)
+        subset = {n: list(batch)[:confirm_records] for n, batch in samples.items()}
+        exact_options = options
+        if out is not None:
+            exact_options = dataclasses.replace(options, out=out / "exact")
+        exact = head_sweep(
+            handle,
+            subset,
+            heads=confirmed,
+            mode=mode,
+            factor=factor,
+            mean_z=mean_z,
+            options=exact_options,
+        ).assign(source="exact")
+        chosen = set(confirmed)
+        heads = zip(estimates["layer"], estimates["head"], strict=True)
+        estimates["confirmed"] = [head in chosen for head in heads]
+        table = pd.concat([exact, _estimated_rows(estimates)], ignore_index=True)
+        table = table.sort_values(["metric", "length", "layer", "head"], kind="stable")
+        ranked = top_heads(table, top_k)
+        return ScreenedSweep(
+            table=table.reset_index(drop=True),
+            estimates=estimates,
+            helpful=tuple(ranked["helpful"]),
+            harmful=tuple(ranked["harmful"]),
+        )
 
 
 def _record_estimates(handle, samples, mode, factor, mean_z, store, progress) -> list[dict]:
@@ -297,6 +306,7 @@ def _screen_manifest(handle, samples, mode, factor, mean_z) -> dict:
             {str(n): [[s.prompt, s.answer] for s in batch] for n, batch in samples.items()}
         ),
         "edit": fingerprint(mode, factor, None if mean_z is None else mean_z.tolist()),
+        **edits_manifest(handle),
     }
 
 

@@ -49,11 +49,13 @@ from interp_seal.engine import AnswerBatch, clean_run, pad_id_of, run_from_layer
 from interp_seal.evaluation.teacher_forcing import encode_samples
 from interp_seal.interventions import (
     Head,
+    HeadEdit,
     HeadIntervention,
     ablate,
     capture_head_outputs,
     scale_table,
 )
+from interp_seal.interventions.hf import edits_manifest
 from interp_seal.models import ModelHandle
 from interp_seal.records import RecordStore, fingerprint
 from interp_seal.shards import Shard
@@ -130,6 +132,7 @@ def run_sweep(
     options: SweepOptions = SweepOptions(),
     args: Mapping | None = None,
     on_progress: ProgressCallback | None = None,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Evaluate every unit on every sample; per-length means and deltas against the baseline.
 
@@ -146,85 +149,89 @@ def run_sweep(
         fraction of samples whose answer greedy decoding reproduces; ``answer_logprob``: mean
         natural-log probability of the answer), ``value``, ``baseline`` (unedited model) and
         ``delta = value - baseline``.
+        intervention: an edit of the model every run of the sweep sees, the baseline
+            included, composed with the handle's active edits (``handle.edit``): the sweep of
+            the edited model. It enters the manifest.
     """
-    if not units:
-        raise ValueError("a sweep needs at least one unit (head, channel or scale table)")
-    if not samples or any(len(batch) == 0 for batch in samples.values()):
-        raise ValueError("give at least one sample for every length: {length: [samples]}")
-    encoded = {int(length): encode_samples(handle, batch) for length, batch in samples.items()}
-    shard = Shard.current()
-    store = None
-    done: dict = {}
-    if options.out is not None:
-        manifest = sweep_manifest(
-            handle,
-            encoded,
-            [u.intervention for u in units],
-            [u.labels for u in units],
-            args or {},
-        )
-        store = RecordStore.open(options.out, manifest, resume=options.resume)
-        fields = ("length", "sample", "unit", "exact_match", "answer_logprob")
-        done = {(rec["length"], rec["sample"], rec["unit"]): rec for rec in store.load(fields)}
-        shard.barrier()  # every rank plans from the same finished records
-    starts = [min(u.intervention.active_layers(), default=handle.spec.n_layers) for u in units]
-    steps = _share(_plan(encoded, starts, done, options, handle.spec.n_layers), shard)
-    total = sum(step.baseline + len(step.groups) for step in steps)
-    pad_id = pad_id_of(handle.tokenizer)
-    finished = 0
-    new: list[dict] = []
-    with tqdm(total=total, desc="ablation sweep", disable=not options.progress) as bar:
-
-        def save(length: int, chunk: tuple[int, ...], unit_ids, exact, logprob) -> None:
-            """Record rows ``a * len(chunk) + i`` as sample ``chunk[i]`` under ``unit_ids[a]``."""
-            nonlocal finished
-            exact, logprob = exact.tolist(), logprob.tolist()
-            records = [
-                {
-                    "length": length,
-                    "sample": s,
-                    "unit": u,
-                    "exact_match": exact[a * len(chunk) + i],
-                    "answer_logprob": logprob[a * len(chunk) + i],
-                }
-                for a, u in enumerate(unit_ids)
-                for i, s in enumerate(chunk)
-            ]
-            records = [r for r in records if (length, r["sample"], r["unit"]) not in done]
-            new.extend(records)
-            if store is not None:
-                store.append(records)
-            bar.update(1)
-            finished += 1
-            if on_progress is not None:
-                on_progress(finished, total)
-
-        for step in steps:
-            batch = AnswerBatch.from_encoded(
-                [encoded[step.length][s] for s in step.chunk], pad_id=pad_id
+    with handle.edit(intervention):
+        if not units:
+            raise ValueError("a sweep needs at least one unit (head, channel or scale table)")
+        if not samples or any(len(batch) == 0 for batch in samples.values()):
+            raise ValueError("give at least one sample for every length: {length: [samples]}")
+        encoded = {int(length): encode_samples(handle, batch) for length, batch in samples.items()}
+        shard = Shard.current()
+        store = None
+        done: dict = {}
+        if options.out is not None:
+            manifest = sweep_manifest(
+                handle,
+                encoded,
+                [u.intervention for u in units],
+                [u.labels for u in units],
+                args or {},
             )
-            clean = clean_run(handle, batch, [start for start, _ in step.groups])
-            if step.baseline:
-                scored = batch.score(clean.logits)
-                unedited = [BASELINE] + [
-                    u for u, s in enumerate(starts) if s == handle.spec.n_layers
+            store = RecordStore.open(options.out, manifest, resume=options.resume)
+            fields = ("length", "sample", "unit", "exact_match", "answer_logprob")
+            done = {(rec["length"], rec["sample"], rec["unit"]): rec for rec in store.load(fields)}
+            shard.barrier()  # every rank plans from the same finished records
+        starts = [min(u.intervention.active_layers(), default=handle.spec.n_layers) for u in units]
+        steps = _share(_plan(encoded, starts, done, options, handle.spec.n_layers), shard)
+        total = sum(step.baseline + len(step.groups) for step in steps)
+        pad_id = pad_id_of(handle.tokenizer)
+        finished = 0
+        new: list[dict] = []
+        with tqdm(total=total, desc="ablation sweep", disable=not options.progress) as bar:
+
+            def save(length: int, chunk: tuple[int, ...], unit_ids, exact, logprob) -> None:
+                """Record rows ``a * len(chunk) + i`` as sample ``chunk[i]`` under ``unit_ids[a]``."""
+                nonlocal finished
+                exact, logprob = exact.tolist(), logprob.tolist()
+                records = [
+                    {
+                        "length": length,
+                        "sample": s,
+                        "unit": u,
+                        "exact_match": exact[a * len(chunk) + i],
+                        "answer_logprob": logprob[a * len(chunk) + i],
+                    }
+                    for a, u in enumerate(unit_ids)
+                    for i, s in enumerate(chunk)
                 ]
-                n = len(unedited)  # the baseline, and units that edit nothing
-                save(
-                    step.length,
-                    step.chunk,
-                    unedited,
-                    scored.exact.repeat(n),
-                    scored.logprob.repeat(n),
+                records = [r for r in records if (length, r["sample"], r["unit"]) not in done]
+                new.extend(records)
+                if store is not None:
+                    store.append(records)
+                bar.update(1)
+                finished += 1
+                if on_progress is not None:
+                    on_progress(finished, total)
+
+            for step in steps:
+                batch = AnswerBatch.from_encoded(
+                    [encoded[step.length][s] for s in step.chunk], pad_id=pad_id
                 )
-            for start, unit_ids in step.groups:
-                ivs = [units[u].intervention for u in unit_ids]
-                scored = batch.score(run_from_layer(handle, clean, start, ivs))
-                save(step.length, step.chunk, unit_ids, scored.exact, scored.logprob)
-    done.update({(r["length"], r["sample"], r["unit"]): r for r in shard.gather(new)})
-    if store is not None:
-        store.merge()
-    return _summarise(done, encoded, units)
+                clean = clean_run(handle, batch, [start for start, _ in step.groups])
+                if step.baseline:
+                    scored = batch.score(clean.logits)
+                    unedited = [BASELINE] + [
+                        u for u, s in enumerate(starts) if s == handle.spec.n_layers
+                    ]
+                    n = len(unedited)  # the baseline, and units that edit nothing
+                    save(
+                        step.length,
+                        step.chunk,
+                        unedited,
+                        scored.exact.repeat(n),
+                        scored.logprob.repeat(n),
+                    )
+                for start, unit_ids in step.groups:
+                    ivs = [units[u].intervention for u in unit_ids]
+                    scored = batch.score(run_from_layer(handle, clean, start, ivs))
+                    save(step.length, step.chunk, unit_ids, scored.exact, scored.logprob)
+        done.update({(r["length"], r["sample"], r["unit"]): r for r in shard.gather(new)})
+        if store is not None:
+            store.merge()
+        return _summarise(done, encoded, units)
 
 
 def sweep_manifest(
@@ -236,7 +243,8 @@ def sweep_manifest(
 ) -> dict:
     """The identity of a sweep: same manifest, same results.
 
-    Batch sizes are not part of it: they change how work is grouped, not the results.
+    Batch sizes are not part of it: they change how work is grouped, not the results. The
+    handle's active edits are (``edits``, only when there are some).
     """
     samples = {
         str(length): f"{len(batch)} samples, "
@@ -252,6 +260,7 @@ def sweep_manifest(
         "units": f"{len(interventions)} interventions, "
         + fingerprint([dict(x) for x in labels], tables),
         "args": dict(args),
+        **edits_manifest(handle),
     }
 
 
@@ -360,6 +369,7 @@ def head_sweep(
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     options: SweepOptions = SweepOptions(),
     on_progress: ProgressCallback | None = None,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Ablate one head at a time (SEAL Fig. 2b); ``channel`` is ``<NA>`` in the table.
 
@@ -375,7 +385,15 @@ def head_sweep(
         for lay, h in heads
     ]
     args = {"sweep": "head", "mode": mode, "factor": factor, "heads": heads}
-    return run_sweep(handle, samples, units, options=options, args=args, on_progress=on_progress)
+    return run_sweep(
+        handle,
+        samples,
+        units,
+        options=options,
+        args=args,
+        on_progress=on_progress,
+        intervention=intervention,
+    )
 
 
 def channel_sweep(
@@ -389,6 +407,7 @@ def channel_sweep(
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     options: SweepOptions = SweepOptions(),
     on_progress: ProgressCallback | None = None,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Ablate one channel of each of ``heads`` at a time (SEAL Fig. 2c).
 
@@ -418,7 +437,15 @@ def channel_sweep(
         "heads": list(heads),
         "channels": channels,
     }
-    return run_sweep(handle, samples, units, options=options, args=args, on_progress=on_progress)
+    return run_sweep(
+        handle,
+        samples,
+        units,
+        options=options,
+        args=args,
+        on_progress=on_progress,
+        intervention=intervention,
+    )
 
 
 def scale_table_sweep(
@@ -428,6 +455,7 @@ def scale_table_sweep(
     *,
     options: SweepOptions = SweepOptions(),
     on_progress: ProgressCallback | None = None,
+    intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
     """Evaluate named multi-head edits across lengths (SEAL Fig. 2d), one row per table.
 
@@ -444,4 +472,12 @@ def scale_table_sweep(
         for name, t in tables.items()
     ]
     args = {"sweep": "scale_tables", "tables": list(tables)}
-    return run_sweep(handle, samples, units, options=options, args=args, on_progress=on_progress)
+    return run_sweep(
+        handle,
+        samples,
+        units,
+        options=options,
+        args=args,
+        on_progress=on_progress,
+        intervention=intervention,
+    )

@@ -14,7 +14,13 @@ one protocol, ``interp_seal.interventions.HeadEdit``.
 from interp_seal.engine.batch import AnswerBatch, AnswerScores, pad_id_of
 from interp_seal.engine.decode import greedy_decode
 from interp_seal.engine.forward import CleanRun, EditStack, answer_logits, clean_run, run_from_layer
-from interp_seal.engine.layers import LayerInputs, layer_output, mlp_half, run_layers
+from interp_seal.engine.layers import (
+    LayerInputs,
+    attn_output,
+    layer_output,
+    mlp_half,
+    run_layers,
+)
 from interp_seal.engine.prefix import WHOLE_PROMPT, SharedPrefix, last_logits
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "LayerInputs",
     "SharedPrefix",
     "answer_logits",
+    "attn_output",
     "clean_run",
     "greedy_decode",
     "last_logits",

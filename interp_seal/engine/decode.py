@@ -11,13 +11,13 @@ through its hooks, so under such an edit each step re-reads the whole sequence i
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_seal.interventions import HeadEdit, hf_hooks
+from interp_seal.interventions import HeadEdit
+from interp_seal.interventions.hf import active_edit
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import cache_arg, returned_cache
 
@@ -43,13 +43,11 @@ def greedy_decode(
     if len(prompt_ids) < 1:
         raise ValueError("greedy decoding needs at least one prompt token")
     eos = handle.tokenizer.eos_token_id
-    full = intervention is not None and any(
-        intervention.uses_values(layer) for layer in intervention.active_layers()
-    )
     ids = prompt_ids.to(handle.device)[None]
-    edits = nullcontext() if intervention is None else hf_hooks(handle, intervention)
     new: list[int] = []
-    with edits:
+    with handle.edit(intervention):
+        edit = active_edit(handle)  # the handle's edits and this one
+        full = edit is not None and any(edit.uses_values(layer) for layer in edit.active_layers())
         cache = None
         if not full and ids.shape[1] > 1:
             cache = returned_cache(handle.model(ids[:, :-1], use_cache=True, logits_to_keep=1))

@@ -33,7 +33,7 @@ the family row of ``interp_seal.models.spec``. Samples are right-padded (``engin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
@@ -42,8 +42,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.engine.batch import AnswerBatch
-from interp_seal.engine.layers import LayerInputs, mlp_half, run_layers
-from interp_seal.interventions import HeadEdit, HeadIntervention, hf_hooks
+from interp_seal.engine.layers import LayerInputs, attn_output, mlp_half, run_layers
+from interp_seal.interventions import HeadEdit, HeadIntervention
+from interp_seal.interventions.hf import active_edit
 from interp_seal.models import ModelHandle
 
 
@@ -133,7 +134,9 @@ def clean_run(
 ) -> CleanRun:
     """One forward over ``batch``, caching what edited runs starting at ``starts`` need.
 
-    ``intervention`` (only without ``starts``) edits the run itself: ``answer_logits``.
+    The run applies the handle's active edits (``handle.edit``) and ``intervention`` (only
+    without ``starts``: ``answer_logits``). The cached head outputs are those the heads
+    computed, before any edit: runs from a layer apply the edits themselves.
     """
     spec = handle.spec
     L, H, D, KV = spec.n_layers, spec.n_heads, spec.d_head, spec.n_kv_heads
@@ -155,19 +158,18 @@ def clean_run(
         return hook
 
     inputs = LayerInputs(handle, range(first, L), stop_at=L - 1)
-    edits = nullcontext() if intervention is None else hf_hooks(handle, intervention)
-    with torch.no_grad(), edits, ExitStack() as hooks:
-        for layer in set(starts) - {L - 1}:
-            hooks.enter_context(
-                handle.proj(layer, "o_proj").register_forward_pre_hook(keep_z(layer))
-            )
-            hooks.enter_context(handle.proj(layer, "v_proj").register_forward_hook(keep_v(layer)))
-        with inputs:  # innermost: the forward it cuts short ends here
-            handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
-    inputs.check_shared()
-    with torch.no_grad():  # no hooks here: the last layer applies the edit itself
+    with torch.no_grad(), handle.edit(intervention):
+        with ExitStack() as hooks:
+            for layer in set(starts) - {L - 1}:
+                o_proj = handle.proj(layer, "o_proj")  # prepend: before the edit hooks
+                hooks.enter_context(o_proj.register_forward_pre_hook(keep_z(layer), prepend=True))
+                v_proj = handle.proj(layer, "v_proj")
+                hooks.enter_context(v_proj.register_forward_hook(keep_v(layer)))
+            with inputs:  # innermost: the forward it cuts short ends here
+                handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
+        inputs.check_shared()
         query = batch.query.to(handle.device)
-        logits = _logits_at(handle, inputs.resid[L - 1], query, inputs.kwargs[L - 1], intervention)
+        logits = _logits_at(handle, inputs.resid[L - 1], query, inputs.kwargs[L - 1])
     return CleanRun(
         batch=batch, resid=inputs.resid, z=z, v=v, layer_kwargs=inputs.kwargs, logits=logits
     )
@@ -178,8 +180,9 @@ def run_from_layer(
 ) -> Float[Tensor, "row answer vocab"]:
     """Logits at the answer positions under each of ``ivs``, rows edit-major.
 
-    Row ``a * S + s`` is sample ``s`` under ``ivs[a]``. Every intervention must leave the layers
-    below ``start`` untouched; ``clean`` must have been made with ``start`` among its starts.
+    Row ``a * S + s`` is sample ``s`` under ``ivs[a]``, composed with the handle's active edits
+    (those of the clean run). Every intervention must leave the layers below ``start``
+    untouched; ``clean`` must have been made with ``start`` among its starts.
     """
     L = handle.spec.n_layers
     stack = EditStack(ivs=tuple(ivs), rows=len(clean.batch))
@@ -196,16 +199,16 @@ def run_from_layer(
     def rep(x: Tensor) -> Tensor:
         return x.repeat(reps, *[1] * (x.dim() - 1))
 
-    with torch.no_grad():
+    with torch.no_grad(), handle.edit(stack):
         hidden = rep(clean.resid[start])
         if start < L - 1:
-            v = rep(clean.v[start]) if stack.uses_values(start) else None
-            z = stack.edit(start, rep(clean.z[start]), v)  # (row, pos, head, d_head)
-            hidden = mlp_half(handle, start, hidden + handle.proj(start, "o_proj")(z.flatten(-2)))
-            with hf_hooks(handle, stack):
-                hidden = run_layers(handle, hidden, range(start + 1, L - 1), clean.layer_kwargs)
+            v = rep(clean.v[start]) if active_edit(handle).uses_values(start) else None
+            hidden = mlp_half(
+                handle, start, hidden + attn_output(handle, start, rep(clean.z[start]), v)
+            )
+            hidden = run_layers(handle, hidden, range(start + 1, L - 1), clean.layer_kwargs)
         query = rep(clean.batch.query).to(handle.device)
-        return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1], stack)
+        return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1])
 
 
 def _logits_at(
@@ -213,10 +216,9 @@ def _logits_at(
     hidden: Float[Tensor, "row pos d_model"],
     query: Int[Tensor, "row answer"],
     kwargs: dict,
-    edit: HeadEdit | None,
 ) -> Float[Tensor, "row answer vocab"]:
     """Logits at ``query`` from the residual stream entering the last layer."""
-    out = _last_layer_at(handle, hidden, query, kwargs, edit)
+    out = _last_layer_at(handle, hidden, query, kwargs)
     return handle.unembed()(handle.final_norm()(out))
 
 
@@ -225,10 +227,9 @@ def _last_layer_at(
     hidden: Float[Tensor, "row pos d_model"],
     query: Int[Tensor, "row answer"],
     kwargs: dict,
-    edit: HeadEdit | None,
 ) -> Float[Tensor, "row answer d_model"]:
     """The last decoder layer's output at the ``query`` positions only (keys: every position),
-    with ``edit``'s changes of the last layer applied (None: unedited)."""
+    with the handle's active edits of the last layer applied."""
     spec = handle.spec
     last = spec.n_layers - 1
     attn = handle.attn(last)
@@ -259,11 +260,7 @@ def _last_layer_at(
     )
     # reshape, not view: CUDA kernels may return these rows in another memory order
     z = z.reshape(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
-    if edit is not None and last in edit.active_layers():
-        full = hidden.new_zeros(B, T, H, D)  # edit at full length: uniform needs every v
-        full[torch.arange(B, device=query.device)[:, None], query] = z
-        z = _at(edit.edit(last, full, v), query)
-    resid = _at(hidden, query) + handle.proj(last, "o_proj")(z.flatten(-2))
+    resid = _at(hidden, query) + attn_output(handle, last, z, v, query=query)
     return mlp_half(handle, last, resid)
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 
-from jaxtyping import Float
+import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_seal.interventions.hf import active_edit, check_no_foreign_hooks
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import cache_arg
 
@@ -91,6 +93,42 @@ def run_layers(
         args = kwargs[layer] | cache_arg(cache)
         hidden = layer_output(handle.layers()[layer](hidden, **args))
     return hidden
+
+
+def attn_output(
+    handle: ModelHandle,
+    layer: int,
+    z: Float[Tensor, "row zpos head d_head"],
+    v: Float[Tensor, "row vpos kv_head d_head"] | None = None,
+    *,
+    query: Int[Tensor, "row zpos"] | None = None,
+) -> Float[Tensor, "row zpos d_model"]:
+    """``o_proj(edit(z))``: the attention output of ``layer`` from head outputs ``z`` as the heads
+    computed them, with the handle's active edits (``handle.edit``) applied once.
+
+    Runs restarted mid-model call this instead of ``o_proj`` so that the edit hooks do not apply
+    an edit a second time; ``v`` (the layer's values, every position) is needed where an edit
+    uses uniform attention at ``layer``. With ``query``, ``z`` holds those positions only (the
+    last layer's answer rows); the edit still sees them in place in the whole sequence.
+    """
+    check_no_foreign_hooks(handle, layer)
+    edit = active_edit(handle)
+    if edit is not None and layer in edit.active_layers():
+        if edit.uses_values(layer) and v is None:
+            raise ValueError(
+                f"an active edit uses uniform attention at layer {layer}, which needs the "
+                "layer's value vectors; this run restarts there without them"
+            )
+        if query is None:
+            z = edit.edit(layer, z, v)
+        else:  # edit at full length (uniform attention needs every v), keep the query rows
+            rows = torch.arange(z.shape[0], device=query.device)[:, None]
+            full = z.new_zeros(
+                z.shape[0], v.shape[1] if v is not None else int(query.max()) + 1, *z.shape[2:]
+            )
+            full[rows, query] = z
+            z = edit.edit(layer, full, v)[rows, query]
+    return handle.proj(layer, "o_proj").forward(z.flatten(-2))  # forward(): no edit hooks
 
 
 def mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:

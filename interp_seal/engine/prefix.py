@@ -18,6 +18,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformers import Cache
 
+from interp_seal.interventions.hf import active_edit
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import cache_arg, repeat_rows, returned_cache
 
@@ -43,10 +44,14 @@ class SharedPrefix:
     def of(
         cls, handle: ModelHandle, first: Int[Tensor, " pos"], second: Int[Tensor, " pos"]
     ) -> SharedPrefix:
-        """The shared prefix of two equally long prompts."""
+        """The shared prefix of two equally long prompts (none under an active uniform-attention
+        edit: its running mean of values needs every position in the same run)."""
         differ = (first != second).nonzero()
         last = first.shape[0] - 1
         start = min(int(differ[0, 0]) if len(differ) else last, last)
+        edit = active_edit(handle)
+        if edit is not None and any(edit.uses_values(layer) for layer in edit.active_layers()):
+            start = 0
         if start == 0:
             return cls()
         with torch.no_grad():

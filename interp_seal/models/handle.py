@@ -47,6 +47,10 @@ class ModelHandle:
     backend: str = "hf"
     _nnsight: object = field(default=None, repr=False)
     _bridge: object = field(default=None, repr=False)
+    # the active edits (``edit``), innermost last, and the hooks applying them
+    _edits: dict = field(default_factory=dict, init=False, repr=False)
+    _edit_hooks: object = field(default=None, init=False, repr=False)
+    _hook_ids: set = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -106,6 +110,23 @@ class ModelHandle:
     @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
+
+    # -- edits ---------------------------------------------------------------------------
+    def edit(self, intervention):
+        """Apply ``intervention`` (a ``HeadIntervention``, or any ``HeadEdit``) to everything
+        run on this handle inside a ``with`` block: a forward of ``handle.model``,
+        ``generate()``, a training step, and every analysis and evaluation of the library.
+
+        Blocks nest; the outer edit acts last, as if merged into ``o_proj``'s weights, and an
+        analysis's own edits act before it. Each forward applies each active edit exactly once,
+        also in the engine's runs restarted mid-model. Removed on exit, exception or not::
+
+            with handle.edit(ablate(handle.spec, [(2, 1)], "scale", factor=0.5)):
+                table = head_sweep(handle, samples)  # the sweep of the edited model
+        """
+        from interp_seal.interventions.hf import hf_hooks
+
+        return hf_hooks(self, intervention)
 
     # -- other backends --------------------------------------------------------------------
     def nnsight(self):

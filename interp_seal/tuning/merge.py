@@ -101,9 +101,14 @@ def merged_model(
 ) -> ModelHandle:
     """A copy of ``handle`` with ``scales`` folded into its weights (``handle`` is untouched)."""
     check_mergeable(handle, scales, into, allow_negative=allow_negative)
+    if handle._edits:
+        raise ValueError(
+            "merged_model copies the model, hooks included: call it outside `with handle.edit(...)`"
+        )
     merged = copy.copy(handle)
     merged.model = copy.deepcopy(handle.model)
-    merged._nnsight = merged._bridge = None
+    merged._nnsight = merged._bridge = merged._edit_hooks = None
+    merged._edits, merged._hook_ids = {}, set()
     merge_into(merged, scales, into=into)
     return merged
 
