@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "models": ["ModelHandle", "ModelSpec", "load_model"],
-    "interventions": ["HeadIntervention", "ablate", "hf_hooks", "scale_table"],
+    "interventions": ["HeadIntervention", "ablate", "scale_table"],
     "tasks": ["LineRetrievalConfig", "NeedleConfig", "PassagesConfig", "Sample"],
     "evaluation": ["evaluate_line_retrieval", "evaluate_niah", "teacher_force"],
     "analysis": [
@@ -33,8 +33,10 @@ _EXPORTS = {
         "line_retrieval_pair",
         "logit_attribution",
         "masking_experiment",
+        "mean_head_outputs",
         "passage_retrieval_scores",
         "patch_heads",
+        "run_with_cache",
         "scale_table_sweep",
     ],
     "tuning": ["SealTuner", "load_scales", "save_merged", "save_scales", "train"],

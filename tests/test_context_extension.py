@@ -23,7 +23,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from interp_seal.interventions import ablate, hf_hooks
+from interp_seal.interventions import ablate
 from interp_seal.models import ContextExtension, extend_context, load_model
 from interp_seal.models import rope_extension as rx
 from interp_seal.models.kv_cache import cache_arg, returned_cache
@@ -229,7 +229,7 @@ def test_combines_with_head_intervention(handle):
     ext = ContextExtension(ntk_factor=2.0, group_size=2, window=10)
     with torch.no_grad(), extend_context(handle, ext):
         edited = None
-        with hf_hooks(handle, iv):
+        with handle.edit(iv):
             edited = handle.model(ids).logits
         captured = {}
         o_proj = handle.proj(1, "o_proj")

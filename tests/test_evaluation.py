@@ -29,7 +29,7 @@ from interp_seal.evaluation import (
     teacher_force,
     token_f1,
 )
-from interp_seal.interventions import HeadIntervention, ablate, hf_hooks
+from interp_seal.interventions import HeadIntervention, ablate
 from interp_seal.models import load_model
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Encoded, Sample
@@ -121,7 +121,7 @@ def test_answer_logprob_matches_per_token_loop(llama, mode):
         if iv is None:
             logprob, argmaxes = brute_force(llama, enc)
         else:
-            with hf_hooks(llama, iv):
+            with llama.edit(iv):
                 logprob, argmaxes = brute_force(llama, enc)
         assert score.answer_logprob == pytest.approx(logprob, rel=1e-5, abs=1e-5)
         assert list(score.predicted) == argmaxes

@@ -19,7 +19,6 @@ from interp_seal.figures import generalization as G
 from interp_seal.figures.mudaf import eval_samples
 from interp_seal.figures.registry import FIGURES
 from interp_seal.figures.run import FigureRun
-from interp_seal.interventions import hf_hooks
 from interp_seal.tasks.needle import read_haystack
 from interp_seal.tuning.scales import load_scales
 from interp_seal.viz.evaluation import wilson_error_y
@@ -66,7 +65,7 @@ def test_perplexity_equals_a_plain_hf_forward(computed):
         total, tokens = 0.0, 0
         for text in essays:
             ids = torch.tensor([run.handle.tokenizer(text)["input_ids"]])
-            with torch.no_grad(), nullcontext() if iv is None else hf_hooks(run.handle, iv):
+            with torch.no_grad(), nullcontext() if iv is None else run.handle.edit(iv):
                 loss = run.handle.model(input_ids=ids, labels=ids).loss
             total += float(loss) * (ids.shape[1] - 1)
             tokens += ids.shape[1] - 1

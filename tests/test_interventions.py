@@ -149,9 +149,15 @@ def test_batched_scale_equals_one_run_per_row(handle):
 def test_mean_ablation_outputs_the_reference_mean(handle):
     iv = make_intervention("mean", handle)
     layer, head = HEADS[0]
-    with intervene(handle, iv, backend="hf"):
-        z = capture_head_outputs(handle, token_ids(handle))[layer]
+    seen = {}
+    o_proj = handle.proj(layer, "o_proj")
+    with intervene(handle, iv, backend="hf"):  # a hook after the edit's: what o_proj receives
+        with o_proj.register_forward_pre_hook(lambda _m, args: seen.update(x=args[0])):
+            handle.model(token_ids(handle))
+        raw = capture_head_outputs(handle, token_ids(handle))[layer]  # the heads' own outputs
+    z = seen["x"].unflatten(-1, (handle.spec.n_heads, -1))
     assert torch.equal(z[:, :, head], iv.offset[layer, head].expand_as(z[:, :, head]))
+    assert not torch.equal(raw[:, :, head], z[:, :, head])
 
 
 def zeroed_scores_attention(module, query, key, value, attention_mask, scaling, **kwargs):

@@ -206,3 +206,17 @@ def test_collate_right_pads_and_masks(llama_checkpoint):
         assert (batch.input_ids[row, n:] == pad).all() and batch.attention_mask[row].sum() == n
         mask = batch.answer_mask()[row]
         assert mask.nonzero().flatten().tolist() == list(range(e.encoded.answer_start, n))
+
+
+def test_training_runs_where_the_model_lives_unless_told():
+    """``figures --device cuda`` once built its trainer with ``cpu=True``; now the default
+    follows the weights (a meta-device model stands in for a GPU one here)."""
+    from interp_seal.tuning.loop import TrainConfig, train_on_cpu
+
+    on_cpu = torch.nn.Linear(2, 2)
+    elsewhere = torch.nn.Linear(2, 2, device="meta")
+    assert train_on_cpu(TrainConfig(lr=1e-3), on_cpu) is True
+    assert train_on_cpu(TrainConfig(lr=1e-3), elsewhere) is False
+    assert train_on_cpu(TrainConfig(lr=1e-3, cpu=True), elsewhere) is True
+    assert train_on_cpu(TrainConfig(lr=1e-3, cpu=False), on_cpu) is False
+

@@ -19,7 +19,7 @@ from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.logit_attribution import logit_attribution
 from interp_seal.analysis.sweeps import channel_sweep, scale_table_sweep
 from interp_seal.evaluation import line_retrieval_samples
-from interp_seal.interventions import hf_hooks, hf_logits, scale_table
+from interp_seal.interventions import hf_logits, scale_table
 from interp_seal.models import load_model
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.scales import load_scales
@@ -132,7 +132,7 @@ def test_dla_panel_equals_logit_attribution_under_the_edit(organism, evaluator, 
     dash.dla_length.value = LENGTHS[0]
     dash.dla_record.value = 2
     enc = evaluator.encoded[LENGTHS[0]][2]
-    with hf_hooks(organism, scale_table(organism.spec, {(1, 4): 0.0})):
+    with organism.edit(scale_table(organism.spec, {(1, 4): 0.0})):
         ref = logit_attribution(organism, enc.prompt_ids, [int(enc.answer_ids[0])])
     heads = ref.table[ref.table.component == "head"]
     grid = heads.pivot(index="layer", columns="head", values="value").sort_index(ascending=False)

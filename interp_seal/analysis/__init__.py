@@ -6,6 +6,8 @@
 - ``quadrants.py``: head quadrants from pruning deltas at two lengths (SEAL Fig. 2b);
 - ``logit_attribution.py``: direct logit attribution of heads and MLPs (SEAL Fig. 4);
 - ``patching.py`` / ``attribution_patching.py``: activation patching and its gradient estimate;
+- ``activation_cache.py``: ``run_with_cache``, logits and a named activation cache of one
+  forward (TransformerLens's names; positions selectable for long contexts);
 - ``attention_rows.py``: attention rows of a few query positions, never ``T x T``;
 - ``retrieval_scores.py``: MuDAF passage retrieval scores, Retrieval-Head copy-paste scores
   (``peer_conventions.py``: the peers' own code conventions as options);
@@ -16,6 +18,7 @@
 - ``statistics.py``: intervals for error bars and paired tests for claims.
 """
 
+from interp_seal.analysis.activation_cache import ActivationCache, run_with_cache
 from interp_seal.analysis.attention_rows import attention_row_hooks, capture_attention_rows
 from interp_seal.analysis.attribution_patching import (
     ablate_heads,
@@ -52,11 +55,13 @@ from interp_seal.analysis.sweeps import (
     all_heads,
     channel_sweep,
     head_sweep,
+    mean_head_outputs,
     run_sweep,
     scale_table_sweep,
 )
 
 __all__ = [
+    "ActivationCache",
     "CopyPasteConfig",
     "HeadQuadrants",
     "LogitAttribution",
@@ -81,6 +86,7 @@ __all__ = [
     "logit_attribution",
     "logit_diff_attribution",
     "masking_experiment",
+    "mean_head_outputs",
     "needle_retrieval_scores",
     "passage_retrieval_scores",
     "patch",
@@ -88,6 +94,7 @@ __all__ = [
     "patch_residual",
     "quadrant_scale_table",
     "rank_heads",
+    "run_with_cache",
     "run_sweep",
     "scale_table_sweep",
     "screened_head_sweep",

@@ -56,7 +56,6 @@ from tqdm.auto import tqdm
 from interp_seal.engine import WHOLE_PROMPT, LayerInputs, SharedPrefix, mlp_half, run_layers
 from interp_seal.engine.layers import attn_output
 from interp_seal.interventions import HeadEdit
-from interp_seal.interventions.hf import active_edit
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Sample
@@ -303,7 +302,7 @@ def _patch(
     L, T = handle.spec.n_layers, pair.clean_ids.shape[0]
     live = [i for i, p in enumerate(patches) if _can_matter(p, prefix.start, T, L)]
     first = min([patches[i].layer for i in live], default=L)
-    edit = active_edit(handle)
+    edit = handle.active_edit()
     uniform = [layer for layer in layers["head"] if edit is not None and edit.uses_values(layer)]
     values: dict[int, Tensor] = {}
     with LayerInputs(handle, range(first, L)) as inputs, _kept_values(handle, uniform, values):

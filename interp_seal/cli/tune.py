@@ -180,7 +180,11 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
         action="store_true",
         help="recompute activations in the backward pass (less memory, more time)",
     )
-    p.add_argument("--cpu", action="store_true", help="train on CPU (gloo between processes)")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="train on CPU (gloo between processes); default: where --device put the model",
+    )
     p.add_argument("--threads", type=positive_int, help="torch threads per process")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     add_resume_argument(p)
@@ -214,7 +218,7 @@ def _prepare(args):
         seed=args.seed,
         gradient_checkpointing=args.gradient_checkpointing,
         checkpoint_every=args.checkpoint_every,
-        cpu=args.cpu,
+        cpu=True if args.cpu else None,  # else where the model was loaded (--device)
     )
     return handle, samples, cfg
 

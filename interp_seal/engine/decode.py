@@ -17,7 +17,6 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp_seal.interventions import HeadEdit
-from interp_seal.interventions.hf import active_edit
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import cache_arg, returned_cache
 
@@ -46,7 +45,7 @@ def greedy_decode(
     ids = prompt_ids.to(handle.device)[None]
     new: list[int] = []
     with handle.edit(intervention):
-        edit = active_edit(handle)  # the handle's edits and this one
+        edit = handle.active_edit()  # the handle's edits and this one
         full = edit is not None and any(edit.uses_values(layer) for layer in edit.active_layers())
         cache = None
         if not full and ids.shape[1] > 1:

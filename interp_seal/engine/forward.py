@@ -44,7 +44,6 @@ from torch import Tensor
 from interp_seal.engine.batch import AnswerBatch
 from interp_seal.engine.layers import LayerInputs, attn_output, mlp_half, run_layers
 from interp_seal.interventions import HeadEdit, HeadIntervention
-from interp_seal.interventions.hf import active_edit
 from interp_seal.models import ModelHandle
 
 
@@ -202,7 +201,7 @@ def run_from_layer(
     with torch.no_grad(), handle.edit(stack):
         hidden = rep(clean.resid[start])
         if start < L - 1:
-            v = rep(clean.v[start]) if active_edit(handle).uses_values(start) else None
+            v = rep(clean.v[start]) if handle.active_edit().uses_values(start) else None
             hidden = mlp_half(
                 handle, start, hidden + attn_output(handle, start, rep(clean.z[start]), v)
             )

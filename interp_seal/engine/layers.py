@@ -17,7 +17,6 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_seal.interventions.hf import active_edit, check_no_foreign_hooks
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import cache_arg
 
@@ -111,8 +110,8 @@ def attn_output(
     uses uniform attention at ``layer``. With ``query``, ``z`` holds those positions only (the
     last layer's answer rows); the edit still sees them in place in the whole sequence.
     """
-    check_no_foreign_hooks(handle, layer)
-    edit = active_edit(handle)
+    handle.check_own_hooks(layer)
+    edit = handle.active_edit()
     if edit is not None and layer in edit.active_layers():
         if edit.uses_values(layer) and v is None:
             raise ValueError(

@@ -18,7 +18,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformers import Cache
 
-from interp_seal.interventions.hf import active_edit
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import cache_arg, repeat_rows, returned_cache
 
@@ -49,7 +48,7 @@ class SharedPrefix:
         differ = (first != second).nonzero()
         last = first.shape[0] - 1
         start = min(int(differ[0, 0]) if len(differ) else last, last)
-        edit = active_edit(handle)
+        edit = handle.active_edit()
         if edit is not None and any(edit.uses_values(layer) for layer in edit.active_layers()):
             start = 0
         if start == 0:

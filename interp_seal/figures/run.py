@@ -318,7 +318,6 @@ class FigureRun:
             lr=lr,
             epochs=epochs,
             checkpoint_every=1 if long else 10,  # a long step costs minutes: keep every one
-            cpu=True,
             gradient_checkpointing=long,
         )
         with ctx or nullcontext():

@@ -23,14 +23,14 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.interventions.head_edit import HeadIntervention
-from interp_seal.interventions.hf import hf_hooks, hf_logits
+from interp_seal.interventions.hf import hf_logits
 from interp_seal.interventions.nnsight_backend import nnsight_edit, nnsight_logits
 from interp_seal.interventions.tl_backend import tl_hooks, tl_logits
 from interp_seal.models.handle import BACKENDS, ModelHandle
 
 # backend name -> (context manager installing an intervention, logits function)
 _IMPLEMENTATIONS = {
-    "hf": (hf_hooks, hf_logits),
+    "hf": (ModelHandle.edit, hf_logits),
     "nnsight": (nnsight_edit, nnsight_logits),
     "transformer_lens": (tl_hooks, tl_logits),
 }

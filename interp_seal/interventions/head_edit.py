@@ -168,40 +168,6 @@ class HeadIntervention:
         return z
 
 
-@dataclass(frozen=True, eq=False)
-class ComposedEdit:
-    """Edits applied one after another, ``edits[0]`` last: ``z -> e0(e1(...en(z)))``.
-
-    The order is that of nested ``handle.edit`` blocks: the outermost edit is part of the model
-    being analysed, so it acts last, nearest ``o_proj``, exactly as if it were merged into
-    ``o_proj``'s weights (``interp_seal.tuning.merge``); an inner edit (an analysis's own
-    ablation) acts on the head outputs first. A ``HeadEdit``.
-    """
-
-    edits: tuple[HeadEdit, ...]
-
-    def check_model(self, spec: ModelSpec, model_name: str) -> None:
-        for e in self.edits:
-            e.check_model(spec, model_name)
-
-    def active_layers(self) -> list[int]:
-        return sorted({layer for e in self.edits for layer in e.active_layers()})
-
-    def uses_values(self, layer: int) -> bool:
-        return any(e.uses_values(layer) for e in self.edits)
-
-    def edit(
-        self,
-        layer: int,
-        z: Float[Tensor, "row pos head d_head"],
-        v: Float[Tensor, "row pos kv_head d_head"] | None = None,
-    ) -> Float[Tensor, "row pos head d_head"]:
-        for e in reversed(self.edits):
-            if layer in e.active_layers():
-                z = e.edit(layer, z, v)
-        return z
-
-
 def uniform_attention(
     v: Float[Tensor, "batch pos kv_head d_head"], spec: ModelSpec
 ) -> Float[Tensor, "batch pos head d_head"]:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from interp_seal.models.edits import ComposedEdit
 from interp_seal.models.spec import Family, ModelSpec, get_attribute, get_module
 
 BACKENDS = ("hf", "nnsight", "transformer_lens")
@@ -112,21 +114,95 @@ class ModelHandle:
         return next(self.model.parameters()).dtype
 
     # -- edits ---------------------------------------------------------------------------
+    @contextmanager
     def edit(self, intervention):
         """Apply ``intervention`` (a ``HeadIntervention``, or any ``HeadEdit``) to everything
         run on this handle inside a ``with`` block: a forward of ``handle.model``,
         ``generate()``, a training step, and every analysis and evaluation of the library.
+        Yields the model. ``None`` applies nothing.
 
-        Blocks nest; the outer edit acts last, as if merged into ``o_proj``'s weights, and an
-        analysis's own edits act before it. Each forward applies each active edit exactly once,
-        also in the engine's runs restarted mid-model. Removed on exit, exception or not::
+        The handle owns its active edits. Blocks nest, and an inner block removes only its own
+        edit; the outer edit acts last, as if merged into ``o_proj``'s weights, and an
+        analysis's own edits act before it (``ComposedEdit``). One hook per layer (on
+        ``o_proj``'s input, and on ``v_proj`` for uniform attention), installed while any edit
+        is active, applies the composition once per forward; the engine's runs restarted
+        mid-model apply ``active_edit()`` themselves, so each edit acts exactly once on every
+        path. Removed on exit, exception or not::
 
             with handle.edit(ablate(handle.spec, [(2, 1)], "scale", factor=0.5)):
                 table = head_sweep(handle, samples)  # the sweep of the edited model
         """
-        from interp_seal.interventions.hf import hf_hooks
+        if intervention is None:
+            yield self.model
+            return
+        intervention.check_model(self.spec, self.name_or_path)
+        key = object()
+        self._edits[key] = intervention
+        try:
+            if self._edit_hooks is None:
+                self._edit_hooks = self._install_edit_hooks()
+            yield self.model
+        finally:
+            del self._edits[key]
+            if not self._edits and self._edit_hooks is not None:
+                self._edit_hooks.close()
+                self._edit_hooks = None
 
-        return hf_hooks(self, intervention)
+    def active_edit(self, extra=None):
+        """The composition of the active edits (outermost last) and ``extra`` (innermost,
+        applied first), or None when there is nothing to apply."""
+        edits = [*self._edits.values(), *([extra] if extra is not None else [])]
+        if not edits:
+            return None
+        return edits[0] if len(edits) == 1 else ComposedEdit(tuple(edits))
+
+    def check_own_hooks(self, layer: int) -> None:
+        """Refuse ``o_proj`` hooks this handle did not install at ``layer``: a run restarted
+        from cached head outputs calls ``o_proj`` itself and cannot apply them exactly once."""
+        o_proj = self.proj(layer, "o_proj")
+        if any(
+            i not in self._hook_ids for i in (*o_proj._forward_pre_hooks, *o_proj._forward_hooks)
+        ):
+            raise RuntimeError(
+                f"layer {layer}'s o_proj carries a hook interp-seal did not install; runs "
+                "restarted mid-model would apply it twice or not at all. Remove it and apply "
+                "the edit with `with handle.edit(intervention):` (or pass intervention=...)."
+            )
+
+    def _install_edit_hooks(self) -> ExitStack:
+        """Per layer, an ``o_proj`` pre-hook applying ``active_edit()`` (and a ``v_proj`` hook
+        handing it the values where it uses uniform attention)."""
+        H, D, KV = self.spec.n_heads, self.spec.d_head, self.spec.n_kv_heads
+        hooks = ExitStack()
+        values: dict[int, torch.Tensor] = {}
+
+        def keep_v(layer):
+            def hook(_mod, _inp, out):
+                edit = self.active_edit()
+                if edit is not None and edit.uses_values(layer):
+                    values[layer] = out.view(*out.shape[:2], KV, D)
+
+            return hook
+
+        def edit_o_input(layer):
+            def hook(_mod, args):
+                edit, v = self.active_edit(), values.pop(layer, None)
+                if edit is None or layer not in edit.active_layers():
+                    return None
+                x = args[0]  # (B, T, H*D)
+                z = edit.edit(layer, x.view(*x.shape[:2], H, D), v)
+                return (z.reshape(x.shape), *args[1:])
+
+            return hook
+
+        for layer in range(self.spec.n_layers):
+            v_hook = self.proj(layer, "v_proj").register_forward_hook(keep_v(layer))
+            o_hook = self.proj(layer, "o_proj").register_forward_pre_hook(edit_o_input(layer))
+            for removable in (v_hook, o_hook):
+                self._hook_ids.add(removable.id)
+                hooks.callback(self._hook_ids.discard, removable.id)
+                hooks.enter_context(removable)
+        return hooks
 
     # -- other backends --------------------------------------------------------------------
     def nnsight(self):

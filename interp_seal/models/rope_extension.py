@@ -344,7 +344,7 @@ def self_extend_attention(
 def extend_context(handle: ModelHandle, extension: ContextExtension):
     """Apply ``extension`` to ``handle.model`` inside the block; restored on exit, error or not.
 
-    Combine with a head edit by nesting: ``with extend_context(h, ext), hf_hooks(h, iv): ...``.
+    Combine with a head edit by nesting: ``with extend_context(h, ext), h.edit(iv): ...``.
     """
     with ExitStack() as restore:
         install(handle, extension, restore)

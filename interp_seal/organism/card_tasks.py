@@ -244,7 +244,7 @@ def measure_seal(handle: ModelHandle, settings: TaskSettings) -> dict:
     train(
         tuner,
         encode_examples(samples, handle.tokenizer),
-        TrainConfig(lr=settings.seal_lr, epochs=settings.seal_epochs, cpu=True),
+        TrainConfig(lr=settings.seal_lr, epochs=settings.seal_epochs),
         pad_id=pad_id_of(handle.tokenizer),
     )
     seconds = time.monotonic() - start

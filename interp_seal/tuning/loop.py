@@ -98,7 +98,9 @@ class TrainConfig:
         betas, eps, weight_decay: AdamW settings (no weight decay: it would pull scales to 0).
         gradient_checkpointing: recompute layers in backward (long samples).
         checkpoint_every: steps between checkpoints (0: only the final one); needs ``out_dir``.
-        cpu: run on CPU even where an accelerator exists (two CPU processes talk over gloo).
+        cpu: True runs on CPU even where an accelerator exists (two CPU processes talk over
+            gloo), False on the accelerator; None (default) where the model's weights are
+            (``train_on_cpu``): a handle loaded on a GPU tunes there, one on the CPU stays.
     """
 
     lr: float
@@ -110,7 +112,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     gradient_checkpointing: bool = False
     checkpoint_every: int = 0
-    cpu: bool = False
+    cpu: bool | None = None
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -250,6 +252,14 @@ def _training_mode(module: nn.Module):
         module.train(was)
 
 
+def train_on_cpu(cfg: TrainConfig, model: torch.nn.Module) -> bool:
+    """Whether training runs on the CPU: ``cfg.cpu`` if set, else where ``model``'s weights are
+    (accelerate would otherwise move a CPU model to an available GPU, or the reverse)."""
+    if cfg.cpu is not None:
+        return cfg.cpu
+    return next(model.parameters()).device.type == "cpu"
+
+
 def train(
     tuner: Tuner,
     examples: Sequence[Example],
@@ -276,7 +286,7 @@ def train(
         raise ValueError("checkpoint_every needs an out_dir to write checkpoints to")
     config = getattr(tuner.model, "config", None)
     check_window(examples, getattr(config, "max_position_embeddings", None))
-    accelerator = Accelerator(cpu=cfg.cpu)
+    accelerator = Accelerator(cpu=train_on_cpu(cfg, tuner.model))
     world, rank = accelerator.num_processes, accelerator.process_index
     steps = total_steps(len(examples), cfg, world)
     trainable = list(tuner.trainable_state().values())

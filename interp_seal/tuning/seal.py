@@ -10,7 +10,7 @@ scales ``s`` of the head outputs train (``z' = s * z`` at the input of ``o_proj`
 - SEAL-C: ``s`` of shape ``(L, H, D)``, one per head output channel (131K on a 7B Llama).
 
 Scales start at 1, so the untrained tuner is the base model. They act through the one primitive
-(``HeadIntervention.from_scales`` installed by ``hf_hooks``): the same code path as pruning,
+(``HeadIntervention.from_scales`` installed by ``handle.edit``): the same code path as pruning,
 ablation sweeps and the dashboard, and the learned scales fold into ``o_proj`` afterwards
 (``interp_seal.tuning.merge``) for zero inference overhead.
 """
@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from torch import nn
 
 from interp_seal.interventions.head_edit import HeadIntervention
-from interp_seal.interventions.hf import hf_hooks
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tuning.data import TrainingBatch, answer_loss
 from interp_seal.tuning.loop import Tuner
@@ -55,7 +54,7 @@ class SealTuner(Tuner):
     @contextmanager
     def step_context(self):
         """The scale hooks, installed for one step's forward and backward."""
-        with hf_hooks(self.handle, self.intervention()):
+        with self.handle.edit(self.intervention()):
             self._hooked = True
             try:
                 yield

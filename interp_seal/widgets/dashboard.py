@@ -55,7 +55,7 @@ from interp_seal.analysis import SweepUnit, logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.sweeps import ProgressCallback
 from interp_seal.evaluation import line_retrieval_samples
-from interp_seal.interventions import Head, ablate, hf_hooks, scale_table
+from interp_seal.interventions import Head, ablate, scale_table
 from interp_seal.models import ModelHandle
 from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.outputs import atomic_dir
@@ -175,7 +175,7 @@ class Dashboard:
         return result
 
     def _attribution(self, enc, iv):
-        with self.lock, hf_hooks(self.handle, iv) if iv is not None else nullcontext():
+        with self.lock, self.handle.edit(iv) if iv is not None else nullcontext():
             return logit_attribution(
                 self.handle, enc.prompt_ids, [int(enc.answer_ids[0])], position=-1
             )
