@@ -219,4 +219,3 @@ def test_training_runs_where_the_model_lives_unless_told():
     assert train_on_cpu(TrainConfig(lr=1e-3), elsewhere) is False
     assert train_on_cpu(TrainConfig(lr=1e-3, cpu=True), elsewhere) is True
     assert train_on_cpu(TrainConfig(lr=1e-3, cpu=False), on_cpu) is False
-
