@@ -673,3 +673,26 @@ def test_committed_outputs_reproduce(name, tmp_path, monkeypatch):
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PLOTLY_RENDERER": "plotly_mimetype"}
     again = run_notebook(name, tmp_path, monkeypatch, env)
     assert text_outputs(again) == text_outputs(committed)
+
+
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_notebooks_use_only_the_public_api(name):
+    """A notebook imports from ``interp_seal`` or its subpackages only names they export
+    (``__all__``) or their submodules: what a user's notebook can rely on."""
+    import ast
+    import importlib.util
+
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    deep = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("interp_seal"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                public = node.module.count(".") <= 1 and (
+                    alias.name in getattr(module, "__all__", ())
+                    or importlib.util.find_spec(f"{node.module}.{alias.name}") is not None
+                )
+                if not public:
+                    deep.append(f"from {node.module} import {alias.name}")
+    assert deep == []

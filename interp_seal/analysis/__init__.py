@@ -30,6 +30,7 @@ from interp_seal.analysis.logit_attribution import (
     LogitAttribution,
     logit_attribution,
     logit_diff_attribution,
+    token_label,
 )
 from interp_seal.analysis.masking import MaskingConfig, masking_experiment
 from interp_seal.analysis.patching import (
@@ -59,6 +60,7 @@ from interp_seal.analysis.sweeps import (
     run_sweep,
     scale_table_sweep,
 )
+from interp_seal.analysis.token_views import line_retrieval_focus, source_token_attribution
 
 __all__ = [
     "ActivationCache",
@@ -82,6 +84,7 @@ __all__ = [
     "compare_with_exact",
     "head_quadrants",
     "head_sweep",
+    "line_retrieval_focus",
     "line_retrieval_pair",
     "logit_attribution",
     "logit_diff_attribution",
@@ -98,4 +101,6 @@ __all__ = [
     "run_sweep",
     "scale_table_sweep",
     "screened_head_sweep",
+    "source_token_attribution",
+    "token_label",
 ]

@@ -96,19 +96,26 @@ def merge_into(handle: ModelHandle, scales: Tensor, *, into: str = "o_proj") -> 
                 v_proj.bias.mul_(row)
 
 
+def copy_handle(handle: ModelHandle, model: nn.Module | None = None) -> ModelHandle:
+    """A handle like ``handle`` on ``model`` (default: a deep copy of ``handle.model``), with
+    no edits, hooks or backends of its own yet; ``handle`` is untouched."""
+    if handle._edits:
+        raise ValueError(
+            "copying a model copies its hooks: copy it outside `with handle.edit(...)`"
+        )
+    copied = copy.copy(handle)
+    copied.model = copy.deepcopy(handle.model) if model is None else model
+    copied._nnsight = copied._bridge = copied._edit_hooks = None
+    copied._edits, copied._hook_ids = {}, set()
+    return copied
+
+
 def merged_model(
     handle: ModelHandle, scales: Tensor, *, into: str = "o_proj", allow_negative: bool = True
 ) -> ModelHandle:
     """A copy of ``handle`` with ``scales`` folded into its weights (``handle`` is untouched)."""
     check_mergeable(handle, scales, into, allow_negative=allow_negative)
-    if handle._edits:
-        raise ValueError(
-            "merged_model copies the model, hooks included: call it outside `with handle.edit(...)`"
-        )
-    merged = copy.copy(handle)
-    merged.model = copy.deepcopy(handle.model)
-    merged._nnsight = merged._bridge = merged._edit_hooks = None
-    merged._edits, merged._hook_ids = {}, set()
+    merged = copy_handle(handle)
     merge_into(merged, scales, into=into)
     return merged
 
