@@ -1,6 +1,6 @@
 """The served dashboard in a real browser (Playwright driving chromium), as its user meets it.
 
-Used by the browser tests (``tests/test_dashboard_browser.py``) and the dashboard benchmark
+Used by the browser tests (``tests/acceptance/test_dashboard_browser.py``) and the dashboard benchmark
 (``benchmarks/bench_dashboard.py``): start ``interp-seal dashboard`` in its own process group,
 open the page, read the plotly figures the page actually draws (their ``data`` in the DOM), click
 a head where the grid draws it, and time what the user sees:

@@ -5,7 +5,7 @@
 #   bash scripts/check_latest.sh              # a fresh virtual environment in a temp directory
 #   bash scripts/check_latest.sh /tmp/latest  # ... or in the directory given (kept afterwards)
 # It builds the environment with `pip install -e ".[test]"` and no constraints, runs the
-# README's test selection (`pytest`), then prints every package whose version differs from
+# README's test selection (`pytest tests`), then prints every package whose version differs from
 # constraints.txt and whether the suite passed. Its exit status is pytest's.
 # To refresh the lock after a green check: cp <env>/constraints.latest.txt constraints.txt
 # (the path is printed at the end), and raise the upper bounds in pyproject.toml to the
@@ -25,7 +25,7 @@ command -v chromium >/dev/null 2>&1 || echo "check_latest: chromium is missing (
 
 bash scripts/lock.sh >"$env_dir/constraints.latest.txt"
 
-pytest -p no:cacheprovider
+pytest -p no:cacheprovider tests
 status=$?
 
 echo

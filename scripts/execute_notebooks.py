@@ -20,7 +20,7 @@ HTML), so each one is executed top to bottom in a fresh kernel and rewritten in 
   outputs came from; the notebook's metadata ``interp_seal`` holds the hash of all its code
   cells together (a cell's outputs depend on the cells above it) and how it was executed.
 
-``tests/test_notebooks.py`` fails when a committed notebook's code differs from what was
+``tests/acceptance/test_notebooks.py`` fails when a committed notebook's code differs from what was
 executed, a figure lacks its PNG or a progress bar is left. By default each notebook runs in
 a new temporary directory (its results under ``runs/...`` start empty); ``--workdir DIR`` runs
 in ``DIR/<name>`` instead, where the notebooks' sweeps and tuning runs resume from an earlier

@@ -4,7 +4,7 @@ From a model's config alone (the model is built on the ``meta`` device: no weigh
 allocated), ``plan`` predicts the peak memory of one analysis at one context length and batch
 size, the largest batch that fits a memory budget, and the number of forward passes it runs.
 Nothing here measures: it is arithmetic on the geometry (``ModelSpec``, ``intermediate_size``)
-and on how this library's code runs each analysis. ``tests/test_plan.py`` checks it against
+and on how this library's code runs each analysis. ``tests/integration/test_plan.py`` checks it against
 the peak of torch's allocations measured on the CPU (organism and SmolLM2, three lengths each:
 within 25%; the table is in ``docs/scale.md``, with the plans of LongChat-7B-32K at 31K tokens).
 

@@ -5,7 +5,7 @@ interp-seal understands is one ``Family`` row naming the modules the analyses to
 family's other particulars (its llama.cpp architecture name, its RoPE function, its attention
 window). Adding a family means one row, here or from user code with ``register_family``,
 nothing else: the analyses, the forward engine, both row-wise attention capture routes, GGUF
-loading and the random test checkpoints all read these rows (``tests/test_families.py``
+loading and the random test checkpoints all read these rows (``tests/unit/test_families.py``
 registers families, one with renamed attention and MLP modules, and runs the parity checks).
 
 What a row cannot express, and every supported family shares: a decoder-only causal LM whose

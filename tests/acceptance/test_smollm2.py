@@ -84,7 +84,7 @@ def test_smollm2_backends_agree_on_a_chat_prompt(smollm2):
     assert score.first_token == (predicted[1] == enc.answer_ids[1])
 
 
-REFERENCE = Path(__file__).parent / "data" / "smollm2_head_sweep"
+REFERENCE = Path(__file__).parents[1] / "data" / "smollm2_head_sweep"
 
 
 def reference_samples(smollm2) -> tuple[dict, dict]:

@@ -11,7 +11,7 @@ import ast
 from itertools import pairwise
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "interp_seal"
+PACKAGE = Path(__file__).resolve().parents[2] / "interp_seal"
 
 FLOORS = {
     "outputs": 0,

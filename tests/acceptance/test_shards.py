@@ -21,7 +21,7 @@ from interp_seal.analysis.sweeps import SweepOptions, _plan, _share
 from interp_seal.records import RecordStore
 from interp_seal.shards import Shard
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(args: list[str], *, procs: int, cwd: Path) -> subprocess.CompletedProcess:

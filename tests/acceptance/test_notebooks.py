@@ -52,7 +52,7 @@ from interp_seal.tuning.data import encode_examples
 from interp_seal.tuning.evaluate import accuracy_by_method
 from interp_seal.tuning.mudaf import sample_heads, score_matrix
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 CLOSE = {"rtol": 1e-4, "atol": 1e-4}  # float32 forwards through different code paths
 DUMP_IMPORTS = "import json\nfrom pathlib import Path\n"

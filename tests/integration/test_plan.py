@@ -1,6 +1,6 @@
 """The memory planner (``interp_seal.analysis.plan``): exact counts, and peaks measured on the CPU.
 
-Measured peaks come from a fresh Python process per model (``python tests/test_plan.py
+Measured peaks come from a fresh Python process per model (``python tests/integration/test_plan.py
 --measure ...``): it loads the model, runs every case once at a short length (kernels, lazy
 imports), then runs each case at each length under ``torch.profiler`` with ``profile_memory``
 and reports the most bytes torch's allocator held at once (the running sum of allocations and
@@ -10,7 +10,7 @@ here: at a few MB it moves by allocator and kernel bookkeeping as much as by ten
 
 Run as a script, this file prints the validation table of ``docs/scale.md``::
 
-    OMP_NUM_THREADS=1 python tests/test_plan.py            # organism and SmolLM2, ~8 min
+    OMP_NUM_THREADS=1 python tests/integration/test_plan.py            # organism and SmolLM2, ~8 min
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from interp_seal.analysis.plan import ANALYSES, kv_cache_bytes, parse_bytes, plan
 from interp_seal.models.spec import ModelSpec
 
-LONGCHAT = Path(__file__).parent / "data" / "longchat_7b_32k_config.json"
+LONGCHAT = Path(__file__).parents[1] / "data" / "longchat_7b_32k_config.json"
 TOLERANCE = 0.25
 ANSWER = 8  # answer tokens of the measured records (the planner's default)
 

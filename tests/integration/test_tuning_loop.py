@@ -20,7 +20,7 @@ from interp_seal.tuning.loop import TrainConfig, _batches, latest_checkpoint, tr
 from interp_seal.tuning.scales import load_scales
 from interp_seal.tuning.seal import SealTuner
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Interrupt(Exception):

@@ -15,7 +15,7 @@ from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "dashboard.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "dashboard.ipynb"
 
 
 def test_dashboard_notebook_matches_library(tmp_path, monkeypatch):

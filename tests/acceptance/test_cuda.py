@@ -3,7 +3,7 @@ equals the CPU's within float32 rounding, and bfloat16 on the GPU keeps ``docs/d
 tolerances (Sec. "Precision").
 
 CI has no GPU, so this module is skipped there; on a GPU machine run ``pytest
-tests/test_cuda.py``. ``INTERP_SEAL_TEST_DEVICE`` names another device to compare (e.g.
+tests/acceptance/test_cuda.py``. ``INTERP_SEAL_TEST_DEVICE`` names another device to compare (e.g.
 ``cuda:1``, or ``cpu`` for a dry run of the comparisons themselves). The CPU side runs the same
 code (the CPU tests check it against independent references); a CUDA-only fault such as a kernel
 returning a tensor in another memory order (the one an H100 found, ``test_devices.py``) or a

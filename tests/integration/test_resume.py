@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from interp_seal.figures import load_tables
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
