@@ -28,12 +28,12 @@ import torch
 
 from interp_seal.evaluation import summarize, teacher_force
 from interp_seal.figures.run import FigureRun
-from interp_seal.figures.sizes import SMOLLM2
+from interp_seal.figures.sizes import preset_sizes
 
 
 def main(what: str, sizes: str = "1000,2000,4000,6000,8000", n: str = "1") -> None:
     torch.set_num_threads(1)
-    run = FigureRun("smollm2", SMOLLM2, tempfile.mkdtemp(), progress=False)
+    run = FigureRun("smollm2", preset_sizes("smollm2"), tempfile.mkdtemp(), progress=False)
     for size in (int(x) for x in sizes.split(",")):
         task = "needle" if what in ("forward", "generate") else what
         samples = run.samples(task, int(n), seed=0, size=size)

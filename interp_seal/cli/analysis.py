@@ -44,6 +44,7 @@ from interp_seal.cli.common import (
 )
 from interp_seal.outputs import write_html, write_table
 from interp_seal.shards import Shard
+from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 
 MODES = ("zero", "scale", "mean", "uniform")
 
@@ -118,7 +119,7 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--records",
         dest="n",
         type=sample_count,
-        default=50,
+        default=RECORDS_PER_LENGTH,
         help="records per length (spell it --records under torchrun, whose own parser rejects "
         "--n as an abbreviation of its options)",
     )

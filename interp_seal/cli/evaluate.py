@@ -30,6 +30,7 @@ from interp_seal.cli.common import (
     positive_int,
     sample_count,
 )
+from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 
 ABLATION_CHOICES = ("zero", "scale", "uniform")
 
@@ -47,7 +48,9 @@ def register(subparsers) -> None:
     lines.add_argument(
         "--lengths", type=line_count, nargs="+", default=[10, 20, 40], help="lines per record"
     )
-    lines.add_argument("--n", type=sample_count, default=50, help="records per length")
+    lines.add_argument(
+        "--n", type=sample_count, default=RECORDS_PER_LENGTH, help="records per length"
+    )
     lines.add_argument("--seed", type=int, default=0, help="seed of the generated records")
     index_style_argument(lines)
     lines.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")

@@ -45,6 +45,7 @@ from interp_seal.cli.common import (
     sample_count,
 )
 from interp_seal.outputs import write_table, write_text
+from interp_seal.tasks.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tuning.data import TASKS
 from interp_seal.tuning.methods import by_command
 
@@ -106,7 +107,7 @@ def register(subparsers) -> None:
     ev.add_argument("--scales", nargs="+", default=[], metavar="NAME=FILE", help="scale files")
     ev.add_argument("--tuned", nargs="+", default=[], metavar="NAME=DIR", help="tuned checkpoints")
     ev.add_argument("--lengths", type=line_count, nargs="+", required=True, help="lines per record")
-    ev.add_argument("--n", type=sample_count, default=50, help="records per length")
+    ev.add_argument("--n", type=sample_count, default=RECORDS_PER_LENGTH, help="records per length")
     ev.add_argument("--seed", type=int, default=0, help="evaluation records' seed")
     ev.add_argument("--batch-size", type=positive_int, default=8, help="records per forward")
     ev.add_argument("--threads", type=positive_int, help="torch threads")
@@ -127,7 +128,7 @@ def register(subparsers) -> None:
     )
     rt.add_argument("--num-lines", type=line_count, help="line retrieval: lines per record")
     rt.add_argument("--num-passages", type=positive_int, default=10, help="passages per sample")
-    rt.add_argument("--n", type=sample_count, default=50, help="samples")
+    rt.add_argument("--n", type=sample_count, default=RECORDS_PER_LENGTH, help="samples")
     rt.add_argument("--seed", type=int, default=0, help="evaluation samples' seed")
     rt.add_argument("--threads", type=positive_int, help="torch threads")
     rt.add_argument("--out", type=Path, help="write retrieval.csv here")
@@ -155,7 +156,9 @@ def register(subparsers) -> None:
 def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--model", default="organism", help="'organism', a checkpoint dir or hub name")
     p.add_argument("--task", choices=TASKS, default="line_retrieval", help="training format")
-    p.add_argument("--samples", type=sample_count, default=50, help="generated training samples")
+    p.add_argument(
+        "--samples", type=sample_count, default=TUNING_SAMPLES, help="generated training samples"
+    )
     p.add_argument("--num-lines", type=line_count, help="line retrieval: lines per record")
     p.add_argument(
         "--tokens", type=positive_int, help="prompt length in tokens (line retrieval, needle)"

@@ -24,6 +24,7 @@ from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.chat import check_template, wrap_samples
+from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 from interp_seal.tasks.sample import Sample
 
 ACCURACY_COLUMNS = ("length", "n", "n_tokens", "exact_match", "first_token", "answer_logprob")
@@ -132,7 +133,7 @@ def line_retrieval_samples(
     tokenizer,
     lengths: Iterable[int],
     *,
-    n: int = 50,
+    n: int = RECORDS_PER_LENGTH,
     seed: int = 0,
     index_style: str = "adjective-noun",
     chat_template: str = "none",
@@ -166,7 +167,7 @@ def evaluate_line_retrieval(
     handle: ModelHandle,
     lengths: Iterable[int],
     *,
-    n: int = 50,
+    n: int = RECORDS_PER_LENGTH,
     seed: int = 0,
     index_style: str = "adjective-noun",
     intervention: HeadIntervention | None = None,

@@ -66,7 +66,19 @@ from interp_seal.analysis.statistics import (
 )
 
 Tables = dict[str, pd.DataFrame]
-Data = dict[str, Tables]  # figure name -> its tables
+
+
+class MissingData(KeyError):
+    """A claim's figure (or the records of one of its arms) was not generated: the claim's
+    row says so. Any other error in a claim is a bug and is raised."""
+
+
+class Data(dict):
+    """Figure name -> its tables (and ``"_sizes"``); a figure not generated raises
+    ``MissingData``."""
+
+    def __missing__(self, name: str):
+        raise MissingData(f"figure {name} was not generated")
 
 ALPHA = 0.05
 MARGIN = 0.10  # equivalence margin of "comparable accuracy" (absolute exact match)
@@ -232,7 +244,7 @@ def outcomes(records: pd.DataFrame, column: str, value, **where) -> pd.Series:
     for k, v in where.items():
         rows = rows[rows[k] == v]
     if rows.empty:
-        raise KeyError(f"no records for {column}={value!r} {where}")
+        raise MissingData(f"no records for {column}={value!r} {where}")
     keys = [k for k in ("length", "record") if k in rows]  # records repeat across lengths
     return rows.set_index(keys).exact_match.sort_index()
 
@@ -669,7 +681,7 @@ def needle_recovered(d: Data) -> Check:
     else:  # older data: the grid, one needle per cell
         g = t["grid"]
         if not g.exact_match.isin((0, 1)).all():
-            raise KeyError("the needle grid holds cell means, not per-record outcomes")
+            raise MissingData("the needle grid holds cell means, not per-record outcomes")
         g = g.assign(record=g.groupby("method").cumcount())
     methods = [m for m in ("seal-h", "seal-c", "seal-l", "seal-d") if m in set(g.method)]
     parts = [paired_from(g, "method", m, "base", f"{m} - base") for m in methods]
@@ -774,12 +786,12 @@ CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
 def claims_table(data: Data) -> pd.DataFrame:
     """One row per claim: measured numbers, the test, n, difference with its interval, p, the
     n a power calculation says would decide a *not shown* verdict, and the verdict. A claim
-    whose figures are not in ``data`` gets a row saying so."""
-    rows = []
+    whose figures are not in ``data`` gets a row saying so; any other error is raised."""
+    rows, data = [], Data(data)
     for claim, source, fn in CLAIMS:
         try:
             c = fn(data)
-        except KeyError as err:  # a figure (or a table) this claim needs was not generated
+        except MissingData as err:  # a figure (or an arm's records) was not generated
             c = Check(
                 measured=f"no data: {str(err).strip(chr(39))}",
                 test="none",

@@ -56,7 +56,6 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from plotly.subplots import make_subplots
 
 from interp_seal.analysis.statistics import mcnemar_exact
 from interp_seal.evaluation import teacher_force
@@ -67,7 +66,7 @@ from interp_seal.models import ModelHandle
 from interp_seal.tasks.needle import read_haystack
 from interp_seal.tasks.sample import Encoded
 from interp_seal.tuning.merge import merged_model
-from interp_seal.viz.evaluation import wilson_error_y
+from interp_seal.viz import paper_figures as pv
 
 Tables = dict[str, pd.DataFrame]
 OUT, IN = "out-of-domain", "in-domain"
@@ -171,102 +170,11 @@ def compute(run: FigureRun) -> Tables:
     return {"accuracy": accuracy, "records": records, "ability": ability}
 
 
-def _by_group(table: pd.DataFrame, method: str) -> pd.DataFrame:
-    """``method``'s row in each domain group (the base's one row in both: the reference)."""
-    base = table[table.method == "base"]
-    if method == "base":
-        return pd.concat([base] * len(GROUPS), ignore_index=True)
-    rows = table[table.method == method].set_index("domain")
-    return rows.loc[list(GROUPS)].reset_index()
-
-
-def _compact(v: float) -> str:
-    """``v`` in at most four characters of digits: 12.3, 456, 7.4k, 11.6M."""
-    for div, unit in ((1e6, "M"), (1e3, "k")):
-        if v >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.3g}"
-
-
 def draw(t: Tables) -> go.Figure:
-    """Left: passage-QA exact match with 95 % Wilson intervals, base / SEAL-H / SEAL-C per
-    domain; right: the same variants' perplexity of the held-out essays on a log axis, a
-    uniform guess over the vocabulary dashed (a model above it does not model the text)."""
-    acc, ability = t["accuracy"], t["ability"]
-    n, tokens = int(acc.n.iloc[0]), int(ability.tokens.iloc[0])
-    uniform = float(ability.uniform.iloc[0])
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.56, 0.44],
-        horizontal_spacing=0.12,
-        subplot_titles=(
-            f"passage QA: {n} questions, the same for every bar",
-            f"MMLU stand-in: held-out essays, exp of mean NLL of {tokens} tokens",
-        ),
+    """SEAL Table 3's figure (``viz.paper_figures.generalization_bars``)."""
+    return pv.generalization_bars(
+        t["accuracy"], t["ability"], groups=GROUPS, labels=LABELS, colors=COLORS
     )
-    x = list(GROUPS.values())
-    for method, label in LABELS.items():
-        a, b = _by_group(acc, method), _by_group(ability, method)
-        p = a.exact_match.to_numpy(dtype=float)
-        name = "base (one model, in both groups)" if method == "base" else label
-        common = dict(name=name, legendgroup=method, marker_color=COLORS[method], x=x)
-        fig.add_trace(
-            go.Bar(
-                y=p,
-                error_y=wilson_error_y(p, a.n),
-                text=[f"{v:.2f}" for v in p],
-                textposition="inside",
-                insidetextanchor="start",
-                **common,
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Bar(
-                y=b.perplexity,
-                text=[_compact(v) for v in b.perplexity],
-                textposition="outside",
-                showlegend=False,
-                **common,
-            ),
-            row=1,
-            col=2,
-        )
-    fig.add_hline(y=uniform, line=dict(dash="dash", color="black", width=1), row=1, col=2)
-    fig.add_annotation(  # on a log axis an annotation's y is log10 of the value
-        text=f"uniform guess over the vocabulary: {uniform:,.0f}",
-        x=1,
-        xref="x2 domain",
-        xanchor="right",
-        y=math.log10(uniform),
-        yref="y2",
-        yanchor="top",
-        showarrow=False,
-        bgcolor="rgba(255,255,255,0.8)",
-    )
-    fig.update_layout(
-        barmode="group",
-        title="SEAL Table 3: passage QA with SEAL scales tuned out of domain (line retrieval) "
-        "and in domain (QA); general ability",
-        template="plotly_white",
-        legend=dict(orientation="h", x=0.0, y=-0.22),
-        margin=dict(b=110),
-    )
-    fig.update_yaxes(
-        title_text="exact match (teacher-forced, fraction of questions)", range=[0, 1.02], col=1
-    )
-    values = [*ability.perplexity, uniform]
-    fig.update_yaxes(
-        title_text="perplexity (log scale, lower = better)",
-        type="log",
-        dtick=1,
-        range=[math.log10(min(values)) - 0.5, math.log10(max(values)) + 0.4],
-        col=2,
-    )
-    fig.update_xaxes(title_text="what the SEAL scales were tuned on")
-    return fig
 
 
 def paired_p(records: pd.DataFrame, a: str, b: str) -> float:
@@ -301,9 +209,10 @@ def read(t: Tables) -> str:
         f"line-retrieval scales (out-of-domain) {', '.join(arm(v) for v in out)}; "
         f"QA-tuned scales (in-domain) {', '.join(arm(v) for v in inn)}; held-out essay "
         f"perplexity (MMLU stand-in, {int(t['ability'].tokens.iloc[0])} tokens) base "
-        f"{_compact(ppl['base'])}, "
+        f"{pv.compact_number(ppl['base'])}, "
         + ", ".join(
-            f"{LABELS[VARIANTS[v][0]]} {VARIANTS[v][1]} {_compact(ppl[v])}" for v in out + inn
+            f"{LABELS[VARIANTS[v][0]]} {VARIANTS[v][1]} {pv.compact_number(ppl[v])}"
+            for v in out + inn
         )
         + worse
         + "."

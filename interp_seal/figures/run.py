@@ -437,7 +437,7 @@ class FigureRun:
                     cfg = MudafConfig(heads=heads, alpha=alpha if heads else 0.0)
                     tuner = MudafTuner(handle, cfg)
                     samples = self.tuning_samples("passages")
-                    self._train(tuner, samples, folder, lr=self.sizes.mudaf_lr)
+                    self._train(tuner, samples, folder, lr=METHODS[tuner.method].lr)
                     model = tuner.model
                 save_checkpoint(model, handle.tokenizer, ckpt)
         self._memo[tag] = load_model(ckpt, **self.load_options)

@@ -40,6 +40,7 @@ from interp_seal.models import ContextExtension, ModelHandle, extend_context
 from interp_seal.records import read_records
 from interp_seal.tuning.counts import parameter_count
 from interp_seal.tuning.merge import merged_model
+from interp_seal.tuning.methods import METHODS
 from interp_seal.viz import niah_heatmap
 from interp_seal.viz import paper_figures as pv
 from interp_seal.viz.sweeps import (
@@ -582,9 +583,10 @@ def fig5_read(t: Tables) -> str:
 def table4_compute(run: FigureRun) -> Tables:
     s = run.sizes
     grid = [{"lr": lr, "samples": n, "epochs": 1} for lr in s.lrs for n in s.sample_counts]
+    lr = METHODS["seal-h"].lr  # SEAL Fig. 7 varies samples and epochs at SEAL-H's rate
     few = [
-        {"lr": 1e-2, "samples": max(1, s.tune_n // 2), "epochs": 2},
-        {"lr": 1e-2, "samples": max(1, s.tune_n // 5), "epochs": 5},
+        {"lr": lr, "samples": max(1, s.tune_n // 2), "epochs": 2},
+        {"lr": lr, "samples": max(1, s.tune_n // 5), "epochs": 5},
     ]
 
     def one(key):
@@ -594,7 +596,7 @@ def table4_compute(run: FigureRun) -> Tables:
     table = run.rows("table4", grid, one)
     keys = [
         {**k, "length": L}
-        for k in [{"lr": 1e-2, "samples": s.tune_n, "epochs": 1}, *few]
+        for k in [{"lr": lr, "samples": s.tune_n, "epochs": 1}, *few]
         for L in s.lengths
     ]
     curves = run.rows("fig7", keys, one)

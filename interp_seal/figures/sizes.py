@@ -3,9 +3,9 @@
 - the organism (the default for any model without a preset): ``DEFAULT`` (the committed
   organism gallery) and ``QUICK`` (``--quick``); SEAL's lengths are numbers of LongEval lines
   (its ``max_position_embeddings`` is 4,096);
-- SmolLM2-135M-Instruct (``"smollm2"``): ``SMOLLM2`` and ``SMOLLM2_QUICK``, with its task
-  format (integer line indices, its chat template, answer lead-ins) and sizes picked from
-  measurements written beside them below.
+- SmolLM2-135M-Instruct (``"smollm2"``): ``presets/smollm2.json``, with its task format
+  (integer line indices, its chat template, answer lead-ins) and sizes picked from the
+  measurements in ``figures/README.md``.
 
 MuDAF's sizes are numbers of passages of the synthetic multi-document QA
 (``interp_seal.tasks.passages``, 1-hop). Every number of records per point is written on the
@@ -15,9 +15,13 @@ gallery page next to the result it produced.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 from interp_seal.tasks.chat import check_template
+from interp_seal.tasks.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 from interp_seal.tasks.needle import ANSWERS
 from interp_seal.tasks.passages import PassagesConfig
@@ -64,7 +68,8 @@ class FigureSizes:
             passage generator is prefix-stable and each chunk is stored under its index, so
             adding chunks leaves every stored result valid; a figure already on disk is
             recomputed by deleting its ``data/<name>.json``.
-        mudaf_k: target heads drawn for MuDAF; mudaf_lr: its learning rate (and SFT's).
+        mudaf_k: target heads drawn for MuDAF (its learning rate, and SFT's, is the method's
+            one default, ``interp_seal.tuning.methods``).
         head_counts: MuDAF Table 4 / Fig. 7's numbers of selected heads.
         mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws.
         heatmap_passages: passages of the MuDAF Fig. 10 question.
@@ -88,7 +93,7 @@ class FigureSizes:
             SEAL-C (Table 2) and of every method of the needle grid (Fig. 5).
     """
 
-    n: int = 50
+    n: int = RECORDS_PER_LENGTH
     lengths: tuple[int, ...] = (40, 80, 120, 160, 200)
     mid: int = 120
     long: int = 160
@@ -96,7 +101,7 @@ class FigureSizes:
     confirm_n: int = 160
     replicate_n: int = 600
     channel_heads: int = 2
-    tune_n: int = 50
+    tune_n: int = TUNING_SAMPLES
     tune_lines: int = 160
     lrs: tuple[float, ...] = (5e-3, 1e-2, 3e-2)
     sample_counts: tuple[int, ...] = (10, 30, 50)
@@ -111,7 +116,6 @@ class FigureSizes:
     retrieval_passages: int = 10
     confirm_questions: int = 440
     mudaf_k: int = 4
-    mudaf_lr: float = 1e-4
     head_counts: tuple[int, ...] = (1, 2, 4, 8)
     mask_k: int = 4
     mask_seeds: tuple[int, ...] = (0, 1, 2)
@@ -228,102 +232,28 @@ QUICK = FigureSizes(
 )
 
 
-# SmolLM2-135M-Instruct (``load_model("smollm2")``, 8,192 positions). Every size below was
-# picked from measurements on the shared 2-core machine, one torch thread (``figures/README.md``
-# has the table and the commands):
-#
-# - format: it retrieves LongEval lines only with integer indices inside its own chat template
-#   (``docs/smollm2.md``; adjective-noun indices stay at the floor), and it answers needles and
-#   passage questions in a sentence of its own ("The capital of Velmor is ..."), so their
-#   answer's lead-in is forced (``lead_in``): needles with the lead-in, 4 of 5 found at 1K
-#   tokens and 5 of 5 at 4K (generated, first 12 tokens); without it exact match 0 at 1K.
-# - lines: exact match 0.45 / 0.30 / 0.20 / 0.10 at 3 / 5 / 7 / 10 lines (n = 40, 234-366
-#   tokens), so ``lengths`` (3, 5, 7, 10); ``mid`` 3 and ``long`` 7 (the sweep's two lengths
-#   and the tuning length, where SEAL-H went 0.20 -> 0.625); ``n`` 40 (one standard error
-#   <= 0.08; SEAL-H - base at 7 lines is 0.425, far beyond it).
-# - sweeps: an exact head sweep costs ~0.35 s per head and record at 3-7 lines (1,867 CPU s
-#   for 270 heads x 2 lengths x 10 records), so ``sweep_n`` 20 (~1 hour).
-# - fresh records (``confirm_n``, every model): pilots on seed 1 (20 records for Fig. 2b, 40 for
-#   Fig. 2d, kept in git history) asked, at 80% power and the pilots' effects, for 155 records
-#   (pruning the best head L17H7: +0.05), 50 (the worst, L16H0: -0.15) and 61 (Q1 x 0.9 + Q3 x
-#   1.1: +0.12); the organism's for 64 and 77. So 160, on seed 2 (``FRESH_SEED``), which no
-#   pilot saw: ~0.3 s per forward at 3-10 lines, ~40 CPU min for Fig. 2b and 2d together.
-# - the replication (``replicate_n``, every model): on the 160 fresh records Fig. 2d's effect
-#   halved (+0.06, discordant 0.15, McNemar p 0.064), and the power calculation asked for 300
-#   records at 80 %; 600 on seed 3 (``REPLICATE_SEED``) give 97 % power at that effect and 80 %
-#   at +0.045 (~6 CPU min at 7 lines). The claim is decided on those records alone.
-# - needles: a teacher-forced forward costs 2.7 / 6.5 / 17.7 / 33.3 / 52.6 s at 0.9K / 1.9K /
-#   3.9K / 5.9K / 7.9K tokens, so the grid goes to the window (1K-8K, 5 depths) with
-#   ``needle_n`` 2 needles a cell (~18 min per method).
-# - Table 2 runs where SEAL's does, past the trained window: needles at 9K and 12K tokens
-#   (``extension_task="needle"``, NTK x2 and Self-Extend G 2 W 1024 reach ~16K); tuning
-#   there costs ~200 s per sample (forward + backward), so its SEAL-C tunes on 20 samples
-#   (``extension_tune_n``; SEAL Table 4: 10-30 samples give most of the gain).
-# - passages: exact match 0.55 at 10 passages (822 tokens), 0.25 at 20 (1,552 tokens), n =
-#   20, so ``retrieval_passages`` 20: retrieving, with room both ways (masking, MuDAF).
-# - fresh questions (``confirm_questions``, every model): the pilot (``retrieval_n`` 40
-#   questions) asked, at 80 % power and its effects, for 433 questions (MuDAF - SFT on the
-#   targets' F1, -0.015) and 155-312 (each random draw over the retrieval heads, +0.05 to
-#   +0.10), so 440 on seed 2; a teacher-forced forward at 20 passages costs ~5 s, so the
-#   confirmation takes ~1.5 CPU h for Fig. 5 (MuDAF, SFT) and ~3 h for Fig. 4 (5 conditions).
-# - more fresh questions (``more_questions``): on the 440, Fig. 4's weakest comparison (random
-#   draw 1 vs the retrieval heads: +0.03, discordant 0.18) asks for 1,869 questions at 80 %
-#   power, so 1,440 more (1,880, 47 chunks): ~10 CPU h for Fig. 4's 5 conditions (and ~4 h for
-#   Fig. 5's two models when it is recomputed; its own test asks for 2,577).
-SMOLLM2 = FigureSizes(
-    preset="smollm2",
-    index_style="integers",
-    chat_template="tokenizer",
-    lead_in=True,
-    n=40,
-    lengths=(3, 5, 7, 10),
-    mid=3,
-    long=7,
-    sweep_n=20,
-    channel_heads=2,
-    tune_n=50,
-    tune_lines=7,
-    lrs=(5e-3, 1e-2, 3e-2),
-    sample_counts=(10, 30, 50),
-    extension_task="needle",
-    extension_lengths=(9000, 12000),
-    extension_tune_n=20,
-    ntk_factor=2.0,
-    se_group=2,
-    se_window=1024,
-    needle_lengths=(1000, 2000, 4000, 6000, 8000),
-    needle_depths=(0, 25, 50, 75, 100),
-    needle_n=2,
-    retrieval_n=40,
-    retrieval_passages=20,
-    more_questions=1440,
-    mudaf_k=4,
-    head_counts=(1, 2, 4, 8),
-    mask_k=4,
-    mask_seeds=(0, 1, 2),
-    heatmap_passages=5,
-)
-SMOLLM2_QUICK = dataclasses.replace(
-    QUICK,
-    preset="smollm2-quick",
-    index_style="integers",
-    chat_template="tokenizer",
-    lead_in=True,
-    lengths=(3, 7),
-    mid=3,
-    long=7,
-    tune_lines=7,
-    extension_task="needle",
-    extension_lengths=(400,),
-    se_window=128,
-    needle_lengths=(300,),
-    needle_n=1,
-)
-PRESETS = {"smollm2": (SMOLLM2, SMOLLM2_QUICK)}
+PRESETS = Path(__file__).parent / "presets"  # <model>.json: {"full": {...}, "quick": {...}}
+
+
+@functools.cache
+def preset(model: str) -> tuple[FigureSizes, FigureSizes] | None:
+    """``model``'s (full, quick) sizes from ``presets/<model>.json`` (each the fields that
+    differ from ``DEFAULT`` / ``QUICK``), or None without a preset. How SmolLM2's were picked,
+    measurement by measurement: ``figures/README.md``."""
+    path = PRESETS / f"{model}.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+
+    def sizes(base: FigureSizes, fields: dict) -> FigureSizes:
+        as_tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        return dataclasses.replace(base, **as_tuples)
+
+    return sizes(DEFAULT, data["full"]), sizes(QUICK, data["quick"])
 
 
 def preset_sizes(model: str, *, quick: bool = False) -> FigureSizes:
-    """The sizes for ``model``: its preset in ``PRESETS`` (by the name ``load_model`` takes),
+    """The sizes for ``model``: its preset (by the name ``load_model`` takes, ``presets/``),
     else the organism's (``DEFAULT``, ``QUICK``)."""
-    full, small = PRESETS.get(str(model), (DEFAULT, QUICK))
+    full, small = preset(str(model)) or (DEFAULT, QUICK)
     return small if quick else full

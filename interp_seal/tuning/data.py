@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Int
 from torch import Tensor, nn
 
+from interp_seal.tasks.defaults import TUNING_SAMPLES
 from interp_seal.tasks.line_retrieval import parse_record
 from interp_seal.tasks.sample import Encoded, Sample
 
@@ -162,7 +163,7 @@ TASKS = ("line_retrieval", "needle", "passages")
 def format_samples(
     task: str,
     tokenizer,
-    n: int = 50,
+    n: int = TUNING_SAMPLES,
     *,
     num_lines: int | None = None,
     tokens: int | None = None,

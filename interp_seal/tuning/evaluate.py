@@ -19,6 +19,7 @@ from interp_seal.analysis.retrieval_scores import PassageScoreConfig, passage_re
 from interp_seal.evaluation.lengths import evaluate_line_retrieval
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.models.handle import ModelHandle
+from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 from interp_seal.tasks.sample import Sample
 
 Variant = ModelHandle | HeadIntervention
@@ -29,7 +30,7 @@ def accuracy_by_method(
     variants: Mapping[str, Variant],
     lengths: Sequence[int],
     *,
-    n: int = 50,
+    n: int = RECORDS_PER_LENGTH,
     seed: int = 0,
     batch_size: int = 8,
     progress: bool = True,

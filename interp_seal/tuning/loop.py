@@ -91,7 +91,7 @@ class TrainConfig:
 
     Attributes:
         lr: AdamW learning rate, constant (SEAL line retrieval on 7B: 1e-2 SEAL-H, 2e-2
-            SEAL-C; LoRA/DoRA 2e-4; MuDAF full fine-tuning 5e-6).
+            SEAL-C; LoRA/DoRA 2e-4; MuDAF 5e-6 in its paper, 1e-4 here: ``methods.py``).
         epochs: passes over the samples (SEAL: 1).
         batch_size: samples per process per step.
         seed: fixes the sample order (and nothing else: tuners seed their own initialisation).

@@ -17,6 +17,7 @@ Pure functions: tidy tables in, a plotly ``Figure`` out (the gallery driver,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -546,3 +547,109 @@ def mark_window(
             font=dict(size=11, color="#495057"),
         )
     return fig
+
+
+def generalization_bars(
+    acc: pd.DataFrame,
+    ability: pd.DataFrame,
+    *,
+    groups: dict[str, str],
+    labels: dict[str, str],
+    colors: dict[str, str],
+) -> go.Figure:
+    """SEAL Table 3. Left: passage-QA exact match with 95 % Wilson intervals per method
+    (``labels``) and tuning domain (``groups``: domain -> axis label; the base's one row is
+    drawn in every group); right: the same variants' perplexity of held-out essays on a log
+    axis, a uniform guess over the vocabulary dashed (a model above it does not model the
+    text)."""
+    n, tokens = int(acc.n.iloc[0]), int(ability.tokens.iloc[0])
+    uniform = float(ability.uniform.iloc[0])
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.56, 0.44],
+        horizontal_spacing=0.12,
+        subplot_titles=(
+            f"passage QA: {n} questions, the same for every bar",
+            f"MMLU stand-in: held-out essays, exp of mean NLL of {tokens} tokens",
+        ),
+    )
+    x = list(groups.values())
+    for method, label in labels.items():
+        a, b = _by_group(acc, method, groups), _by_group(ability, method, groups)
+        p = a.exact_match.to_numpy(dtype=float)
+        name = "base (one model, in both groups)" if method == "base" else label
+        common = dict(name=name, legendgroup=method, marker_color=colors[method], x=x)
+        fig.add_trace(
+            go.Bar(
+                y=p,
+                error_y=wilson_error_y(p, a.n),
+                text=[f"{v:.2f}" for v in p],
+                textposition="inside",
+                insidetextanchor="start",
+                **common,
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Bar(
+                y=b.perplexity,
+                text=[compact_number(v) for v in b.perplexity],
+                textposition="outside",
+                showlegend=False,
+                **common,
+            ),
+            row=1,
+            col=2,
+        )
+    fig.add_hline(y=uniform, line=dict(dash="dash", color="black", width=1), row=1, col=2)
+    fig.add_annotation(  # on a log axis an annotation's y is log10 of the value
+        text=f"uniform guess over the vocabulary: {uniform:,.0f}",
+        x=1,
+        xref="x2 domain",
+        xanchor="right",
+        y=math.log10(uniform),
+        yref="y2",
+        yanchor="top",
+        showarrow=False,
+        bgcolor="rgba(255,255,255,0.8)",
+    )
+    fig.update_layout(
+        barmode="group",
+        title="SEAL Table 3: passage QA with SEAL scales tuned out of domain (line retrieval) "
+        "and in domain (QA); general ability",
+        template="plotly_white",
+        legend=dict(orientation="h", x=0.0, y=-0.22),
+        margin=dict(b=110),
+    )
+    fig.update_yaxes(
+        title_text="exact match (teacher-forced, fraction of questions)", range=[0, 1.02], col=1
+    )
+    values = [*ability.perplexity, uniform]
+    fig.update_yaxes(
+        title_text="perplexity (log scale, lower = better)",
+        type="log",
+        dtick=1,
+        range=[math.log10(min(values)) - 0.5, math.log10(max(values)) + 0.4],
+        col=2,
+    )
+    fig.update_xaxes(title_text="what the SEAL scales were tuned on")
+    return fig
+
+
+def _by_group(table: pd.DataFrame, method: str, groups: dict[str, str]) -> pd.DataFrame:
+    """``method``'s row in each domain group (the base's one row in both: the reference)."""
+    base = table[table.method == "base"]
+    if method == "base":
+        return pd.concat([base] * len(groups), ignore_index=True)
+    rows = table[table.method == method].set_index("domain")
+    return rows.loc[list(groups)].reset_index()
+
+
+def compact_number(v: float) -> str:
+    """``v`` in at most four characters of digits: 12.3, 456, 7.4k, 11.6M."""
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if v >= div:
+            return f"{v / div:.3g}{unit}"
+    return f"{v:.3g}"

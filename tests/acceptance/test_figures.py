@@ -26,7 +26,7 @@ from interp_seal.figures import mudaf as M
 from interp_seal.figures import run as run_module
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import FRESH_SEED, REPLICATE_SEED, extensions
-from interp_seal.figures.sizes import DEFAULT, QUESTION_CHUNK
+from interp_seal.figures.sizes import DEFAULT, QUESTION_CHUNK, preset_sizes
 from interp_seal.models import extend_context, load_model
 from interp_seal.records import fingerprint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
@@ -969,7 +969,7 @@ def smollm2_format(samples, tokenizer, lead):
 
 
 def smollm2_needles(tokenizer, lengths):
-    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+    Q = preset_sizes("smollm2", quick=True)
     from interp_seal.tasks import NeedleConfig, needle
 
     cfg = NeedleConfig(context_lengths=lengths, depths=Q.needle_depths, answer="key_phrase")
@@ -977,7 +977,7 @@ def smollm2_needles(tokenizer, lengths):
 
 
 def smollm2_questions(tokenizer):
-    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+    Q = preset_sizes("smollm2", quick=True)
     from interp_seal.tasks import passages as P
 
     raw = P.generate(PassagesConfig(num_passages=Q.retrieval_passages), Q.retrieval_n, 0)
@@ -985,10 +985,9 @@ def smollm2_questions(tokenizer):
 
 
 def test_the_smollm2_preset_is_chosen_and_recorded():
-    from interp_seal.figures.sizes import SMOLLM2, SMOLLM2_QUICK, preset_sizes
+    SMOLLM2, SMOLLM2_QUICK = preset_sizes("smollm2"), preset_sizes("smollm2", quick=True)
 
-    assert preset_sizes("smollm2") is SMOLLM2
-    assert preset_sizes("smollm2", quick=True) is SMOLLM2_QUICK
+    assert preset_sizes("smollm2") == SMOLLM2 and SMOLLM2_QUICK.preset == "smollm2-quick"
     assert preset_sizes("organism") is DEFAULT and preset_sizes("/some/ckpt", quick=True) is QUICK
     d = SMOLLM2.as_dict()
     assert (d["preset"], d["index_style"], d["chat_template"], d["lead_in"]) == (
@@ -1010,7 +1009,8 @@ def test_the_run_makes_every_sample_in_the_smollm2_format(smollm2, tmp_path):
     the same prompts and answers for line records, needles, passage questions and tuning data."""
     from interp_seal.evaluation import line_retrieval_samples
     from interp_seal.figures.run import DATA_SEED
-    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    Q = preset_sizes("smollm2", quick=True)
 
     run = FigureRun("smollm2", Q, tmp_path, progress=False)
     tok = smollm2.tokenizer
@@ -1046,7 +1046,8 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
     from interp_seal.analysis.retrieval_scores import passage_retrieval_scores
     from interp_seal.evaluation import teacher_force
     from interp_seal.figures.seal import past_the_window
-    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    Q = preset_sizes("smollm2", quick=True)
 
     out, result = smollm2_gallery
     assert sorted(result.computed) == sorted(SMOLLM2_FAST)
@@ -1083,7 +1084,8 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
     # SEAL Fig. 4 on templated records: the digits are the value's (not the bare space that
     # opens a BPE answer), and every number is the model's own
     from interp_seal.evaluation import line_retrieval_samples
-    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    Q = preset_sizes("smollm2", quick=True)
 
     records = {
         seed: line_retrieval_samples(
@@ -1106,7 +1108,8 @@ def test_smollm2_quick_gallery_is_complete(smollm2_gallery, smollm2):
     own numbers in SmolLM2's format, the needle grid to the hand-built needles, MuDAF Table 2 to
     teacher forcing, the head sweep to a fresh one."""
     from interp_seal.evaluation import line_retrieval_samples, teacher_force
-    from interp_seal.figures.sizes import SMOLLM2_QUICK as Q
+
+    Q = preset_sizes("smollm2", quick=True)
 
     out, _ = smollm2_gallery
     result = regenerate("smollm2", out, quick=True, progress=False, png=False)

@@ -21,6 +21,7 @@ from interp_seal.figures.registry import FIGURES
 from interp_seal.figures.run import FigureRun
 from interp_seal.tasks.needle import read_haystack
 from interp_seal.tuning.scales import load_scales
+from interp_seal.viz import paper_figures as pv
 from interp_seal.viz.evaluation import wilson_error_y
 
 
@@ -121,7 +122,7 @@ def test_drawing_and_reading_show_the_tables(computed):
         x = rec[rec.variant == variant].exact_match.to_numpy()
         y = rec[rec.variant == "base"].exact_match.to_numpy()
         assert f"p = {mcnemar_exact(x, y).p_value:.2g}" in text
-    assert f"base {G._compact(t['ability'].perplexity.iloc[0])}," in text
+    assert f"base {pv.compact_number(t['ability'].perplexity.iloc[0])}," in text
     # after Sec. 7's Table 2 / Fig. 6 (Sec. 8 comes next in the paper), last of SEAL's figures
     names = [f.name for f in FIGURES]
     at = names.index("seal_table3_generalization")
