@@ -25,6 +25,7 @@ from interp_seal.tasks.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 from interp_seal.tasks.needle import ANSWERS
 from interp_seal.tasks.passages import PassagesConfig
+from interp_seal.tuning.methods import METHODS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,11 +176,13 @@ class FigureSizes:
         The fields added after the organism gallery was first made (``LATER_FIELDS``) are
         written only where they differ from their defaults, the organism's, so that the
         organism gallery's ``run.json`` and stored records, made before those fields existed,
-        stay valid.
+        stay valid. ``mudaf_lr`` records the learning rate MuDAF and SFT train at, the method's
+        one default (``interp_seal.tuning.methods``), not a size of the gallery's own.
         """
         d = {k: v for k, v in asdict(self).items() if k != "more_questions"}
         defaults = {f.name: f.default for f in fields(self)}
-        return {k: v for k, v in d.items() if k not in LATER_FIELDS or v != defaults[k]}
+        d = {k: v for k, v in d.items() if k not in LATER_FIELDS or v != defaults[k]}
+        return d | {"mudaf_lr": METHODS["mudaf"].lr}
 
     @property
     def fresh_questions(self) -> int:

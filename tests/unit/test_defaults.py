@@ -88,3 +88,4 @@ def test_entry_points_refer_to_the_one_default():
     assert inspect.signature(format_samples).parameters["n"].default == TUNING_SAMPLES
     assert FigureSizes().n == RECORDS_PER_LENGTH and FigureSizes().tune_n == TUNING_SAMPLES
     assert not hasattr(FigureSizes(), "mudaf_lr")  # the gallery trains at METHODS' rate
+    assert FigureSizes().as_dict()["mudaf_lr"] == METHODS["mudaf"].lr  # and records it
