@@ -80,6 +80,7 @@ class Data(dict):
     def __missing__(self, name: str):
         raise MissingData(f"figure {name} was not generated")
 
+
 ALPHA = 0.05
 MARGIN = 0.10  # equivalence margin of "comparable accuracy" (absolute exact match)
 MIN_EFFECT = 0.10  # the difference n_needed plans for when none was observed

@@ -35,6 +35,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.
 HUB_TIMEOUT_S = 3.0
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+
+
 class CheckpointError(ValueError):
     """A checkpoint directory whose files are missing, truncated or corrupt."""
 
@@ -55,6 +58,14 @@ def check_checkpoint_dir(directory: str | Path) -> None:
         ) from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory / 'config.json'} is not a JSON object; {resave}.")
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles and not any(directory.glob("*.safetensors")):
+        raise CheckpointError(
+            f"{directory} holds its weights only as pickle files ({', '.join(pickles)}); "
+            "interp-seal never unpickles weights (a pickle can run code when loaded). Convert "
+            "them to safetensors where you trust the file, e.g. AutoModelForCausalLM."
+            "from_pretrained(dir).save_pretrained(dir), then load the directory again."
+        )
     for file in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(str(file), framework="pt"):

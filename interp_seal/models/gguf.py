@@ -97,11 +97,15 @@ def check_gguf(path: str | Path) -> str:
 
 
 def cache_dir(path: str | Path) -> Path:
-    """The cache directory of ``path``'s conversion (keyed by file name, size and mtime)."""
+    """The cache directory of ``path``'s conversion, keyed by the file's content (SHA-256 of
+    every byte: ~0.08 s for SmolLM2's 98 MB). Name, size and modification time do not identify
+    weights: two files equal in all three but not in content get their own conversions."""
     path = Path(path)
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.name}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
-    return cache_root() / f"{path.stem}-{key[:16]}"
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return cache_root() / f"{path.stem}-{digest.hexdigest()[:16]}"
 
 
 def convert_gguf(path: str | Path, *, progress: bool = True) -> Path:

@@ -206,6 +206,7 @@ def load_model(
         attn_implementation="sdpa",
         trust_remote_code=trust_remote_code,
         output_loading_info=True,
+        use_safetensors=True,  # never unpickle weights (checks.py refuses pickle-only dirs)
         ignore_mismatched_sizes=True,  # reported by check_loaded_weights, with the names
         **({"device_map": device_map} if device_map else {}),
     )

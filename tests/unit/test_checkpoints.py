@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,3 +58,27 @@ def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
     assert recover_dir(state) == state  # the previous checkpoint is back
     assert [(state / n).read_text() for n in ("a.txt", "b.txt")] == ["1", "1"]
     assert recover_dir(tmp_path / "none") is None
+
+
+def test_pickle_only_checkpoints_are_refused_without_unpickling(tmp_path, monkeypatch):
+    """``pytorch_model.bin`` (a pickle) is never loaded: the directory is refused, naming the
+    safetensors conversion, before ``torch.load`` could run."""
+    import torch
+
+    from interp_seal.models import load_model
+    from interp_seal.models.checks import CheckpointError
+    from interp_seal.testing import save_random_checkpoint
+
+    path = Path(save_random_checkpoint(tmp_path / "ckpt", "llama"))
+    state = load_model(str(path)).model.state_dict()
+    torch.save(state, path / "pytorch_model.bin")
+    (path / "model.safetensors").unlink()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.load was called on a pickle")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    with pytest.raises(
+        CheckpointError, match="only as pickle files.*pytorch_model.bin.*safetensors"
+    ):
+        load_model(str(path))

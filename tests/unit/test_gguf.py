@@ -9,6 +9,7 @@ the same logits as on the safetensors checkpoint, on every backend.
 from __future__ import annotations
 
 import json
+import os
 
 import gguf
 import numpy as np
@@ -163,10 +164,31 @@ def test_second_load_reads_the_cache_and_gguf_file_argument(tiny, monkeypatch):
     monkeypatch.setattr(gguf_module, "_dequantise", refuse)
     again = load_model(f32.parent, gguf_file=f32.name)
     assert again.name_or_path == str(first)
-    f32.touch()  # a changed file (new mtime) is converted again
-    with pytest.raises(AssertionError, match="converted again"):
-        load_model(f32)
+    f32.touch()  # the same bytes with a new mtime: still the cached conversion
+    assert load_model(f32).name_or_path == str(first)
     assert not [p for p in first.parent.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_files_equal_in_name_size_and_mtime_get_their_own_numbers(tiny, tmp_path):
+    """The cache is keyed by content: a second GGUF of the same name, size and mtime but other
+    weights is converted, not served from the first one's conversion."""
+    ckpt, f32, _ = tiny
+    other_ckpt = save_random_checkpoint(
+        tmp_path / "other",
+        "llama",
+        tokenizer=byte_level_tokenizer(),
+        n_heads=4,
+        n_kv_heads=2,
+        seed=7,
+    )
+    twin = write_llama_gguf(other_ckpt, tmp_path / f32.name)
+    stat = f32.stat()
+    assert twin.stat().st_size == stat.st_size and twin.read_bytes() != f32.read_bytes()
+    os.utime(twin, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    first, second = load_model(f32), load_model(twin)
+    assert first.name_or_path != second.name_or_path
+    (_, a), (_, b), (_, want) = logits(first), logits(second), logits(load_model(other_ckpt))
+    assert torch.allclose(b, want, atol=1e-5, rtol=0) and not torch.allclose(a, b)
 
 
 def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatch):
