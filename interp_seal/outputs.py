@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -38,7 +39,8 @@ from pathlib import Path
 RUN_MARK = ".interp-seal-run"
 """The file that marks a directory as one of our runs; locked while a run writes there."""
 RUN_MANIFESTS = (RUN_MARK, "manifest.json", "run.json")
-"""Any of these in a directory means an interp-seal run wrote it (record stores, galleries)."""
+"""What an interp-seal run leaves: its mark, and the manifest of a record store or a gallery
+(``is_our_run`` checks their content, not only their names)."""
 
 
 class OutputPathError(ValueError):
@@ -87,13 +89,29 @@ def check_output_dir(path: str | Path, *, flag: str = "--out") -> Path:
     return path
 
 
-def check_output_file(path: str | Path, *, flag: str = "--out") -> Path:
-    """``path`` as a ``Path`` if a file can be written there; else raise (nothing created)."""
+def check_output_file(path: str | Path, *, flag: str = "--out", force: bool = True) -> Path:
+    """``path`` as a ``Path`` if a file can be written there; else raise (nothing created).
+
+    Only regular files are ever replaced: a link, a device node, a FIFO or a socket at
+    ``path`` is refused, and an existing file unless ``force``.
+    """
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         raise OutputPathError(
             f"{flag} {path} is a directory, but a file name is needed (e.g. {path / 'out.jsonl'})."
         )
+    if os.path.lexists(path):
+        mode = path.lstat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+            raise OutputPathError(
+                f"{flag} {path} is {kind}; interp-seal replaces only regular files. Give the "
+                "name of a new file."
+            )
+        if not force:
+            raise OutputPathError(
+                f"{flag} {path} exists; choose a new file name, or pass --force to replace it"
+            )
     check_output_dir(path.parent, flag=f"{flag} {path}: its directory")
     return path
 
@@ -117,9 +135,16 @@ def resolve_output_dir(path: str | Path, *, flag: str = "--out") -> Path:
 
 
 def is_our_run(directory: Path) -> bool:
-    """Whether ``directory`` holds an interp-seal run (its mark or one of our manifests), or
-    holds only such runs (``results/`` after ``--out results/smollm2``)."""
-    if any((directory / name).is_file() for name in RUN_MANIFESTS):
+    """Whether ``directory`` holds an interp-seal run, or holds only such runs (``results/``
+    after ``--out results/smollm2``).
+
+    A run is known by its mark (a regular file, not a link, naming the command that made it),
+    or, for runs made before marks existed (the committed galleries), by a manifest whose
+    content is one of ours; a file's name alone proves nothing.
+    """
+    if _read_mark(directory / RUN_MARK).get("command") is not None:
+        return True
+    if any(_our_manifest(directory / name) for name in RUN_MANIFESTS[1:]):
         return True
     entries = list(directory.iterdir())
     return bool(entries) and all(
@@ -163,8 +188,21 @@ def claim_output_dir(
     target.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in target.iterdir()}
     mark = target / RUN_MARK
-    marked = not mark.exists()
-    fd = os.open(mark, os.O_RDWR | os.O_CREAT, 0o644)
+    marked = not os.path.lexists(mark)
+    try:  # never through a link: a planted one would make this run truncate another file
+        fd = os.open(mark, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        raise OutputPathError(
+            f"{flag} {path}: its run mark {RUN_MARK} is not a regular file ({err.strerror}); "
+            "remove it, or choose another directory"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise OutputPathError(
+            f"{flag} {path}: its run mark {RUN_MARK} is not a file of this directory alone "
+            "(a link to another file); remove it, or choose another directory"
+        )
     succeeded = False
     try:
         try:
@@ -178,12 +216,19 @@ def claim_output_dir(
                 f"({holder.get('command') or 'another interp-seal run'}); wait for it to "
                 "finish, or choose another directory"
             ) from None
-        if resume is False and not marked and before - {RUN_MARK}:
+        earlier_results = before - {RUN_MARK}
+        if resume is False and not marked and earlier_results:
             earlier = _read_mark(mark).get("command") or "an earlier interp-seal run"
             raise OutputPathError(
                 f"{flag} {path} holds the results of an earlier run ({earlier}); pass --resume "
                 "to continue it (finished parts are kept, the rest is computed), or choose "
                 "another directory"
+            )
+        if resume is None and not force and not marked and earlier_results:
+            earlier = _read_mark(mark).get("command") or "an earlier interp-seal run"
+            raise OutputPathError(
+                f"{flag} {path} holds the results of an earlier run ({earlier}); choose another "
+                "directory, or pass --force to replace them"
             )
         os.ftruncate(fd, 0)
         info = {"pid": os.getpid(), "command": command, "started": time.time()}
@@ -203,10 +248,33 @@ def claim_output_dir(
 
 
 def _read_mark(mark: Path) -> dict:
+    """The mark's content; {} for anything but a regular, singly linked file of ours."""
     try:
-        return json.loads(mark.read_text())
+        fd = os.open(mark, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > 1 << 16:
+            return {}
+        data = json.loads(os.read(fd, info.st_size) or b"null")
+        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    finally:
+        os.close(fd)
+
+
+def _our_manifest(path: Path) -> bool:
+    """Whether ``path`` is a manifest we write: a regular file holding a JSON object with a
+    ``model`` and the identity our runs record beside it (``sizes``, ``geometry``)."""
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 22:
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model" in data and bool({"sizes", "geometry"} & set(data))
 
 
 def command_line() -> str:

@@ -200,20 +200,22 @@ def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 def add_output_options(root: argparse.ArgumentParser) -> None:
-    """On every command with ``--out``: reject an empty ``--out``; where ``--out`` is a
-    directory, add ``--force`` (write into a non-empty directory that holds no run of ours)."""
+    """On every command with ``--out``: reject an empty ``--out`` and add ``--force`` (write into
+    a directory holding something else or an earlier run's results; replace an existing file)."""
     for _, parser in list(sub_parsers(root)):
         out = options(parser).get("--out")
         if out is None:
             continue
         out.type = output_path
-        if not parser.get_default("out_is_file"):
-            parser.add_argument(
-                "--force",
-                action="store_true",
-                help="write into --out even if it holds files of something other than an "
-                "interp-seal run (results with the same names are overwritten)",
-            )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="replace an existing --out file"
+            if parser.get_default("out_is_file")
+            else "write into --out even if it holds files of something other than an "
+            "interp-seal run, or an earlier run's results (files with the same names are "
+            "overwritten)",
+        )
 
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -295,7 +297,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     if out is None:
         return
     if getattr(args, "out_is_file", False):
-        check_output_file(out)
+        check_output_file(out, force=args.force)
     else:
         check_output_dir(out)
 

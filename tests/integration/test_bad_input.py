@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -1189,7 +1190,12 @@ def test_out_rules_let_our_runs_through(tmp_path):
     good = ["evaluate", "lines", "--model", "organism", "--lengths", "3", "--n", "1"]
     assert main([*good, "--out", str(tmp_path / "results" / "smollm2")]) == 0
     assert main([*good, "--out", str(tmp_path / "results")]) == 0  # holds only our runs
-    assert main([*good, "--out", str(tmp_path / "results")]) == 0  # its own run again
+    table = (tmp_path / "results" / "accuracy.csv").read_bytes()
+    other = ["evaluate", "lines", "--model", "organism", "--lengths", "4", "--n", "1"]
+    assert main([*other, "--out", str(tmp_path / "results")]) == 2  # an earlier run's results
+    assert (tmp_path / "results" / "accuracy.csv").read_bytes() == table  # kept
+    assert main([*other, "--out", str(tmp_path / "results"), "--force"]) == 0  # replaced
+    assert (tmp_path / "results" / "accuracy.csv").read_bytes() != table
     (tmp_path / "empty").mkdir()
     assert main([*good, "--out", str(tmp_path / "empty")]) == 0
     mine = tmp_path / "mine"
@@ -1202,5 +1208,67 @@ def test_out_rules_let_our_runs_through(tmp_path):
     assert main([*good, "--out", str(mine), "--force"]) == 0
     assert (mine / "notes.txt").read_text() == "keep me\n"
     assert (mine / "accuracy.csv").is_file() and (mine / ".interp-seal-run").is_file()
-    (tmp_path / "link").symlink_to(tmp_path / "results")
-    assert main([*good, "--out", str(tmp_path / "link")]) == 0
+    (tmp_path / "link").symlink_to(tmp_path / "results")  # followed, and judged the same
+    assert main([*good, "--out", str(tmp_path / "link")]) == 2
+    assert main([*good, "--out", str(tmp_path / "link"), "--force"]) == 0
+
+
+def test_a_file_name_alone_does_not_make_a_directory_ours(tmp_path, capsys):
+    """A user's directory with a ``manifest.json`` / ``run.json`` of their own, or a planted
+    mark that is a link, is not taken for one of our runs: refused, every byte unchanged."""
+    good = ["evaluate", "lines", "--model", "organism", "--lengths", "3", "--n", "1"]
+    for name, text in (("manifest.json", '{"name": "my app", "icons": []}'), ("run.json", "{}")):
+        theirs = tmp_path / name.split(".")[0]
+        theirs.mkdir()
+        (theirs / name).write_text(text)
+        (theirs / "accuracy.csv").write_text("my own table\n")
+        assert main([*good, "--out", str(theirs)]) == 2
+        assert "holds files interp-seal did not write" in capsys.readouterr().err
+        assert sorted(p.name for p in theirs.iterdir()) == ["accuracy.csv", name]
+        assert (theirs / "accuracy.csv").read_text() == "my own table\n"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("another user's file\n")
+    for how in ("symlink", "hardlink"):
+        planted = tmp_path / how
+        planted.mkdir()
+        mark = planted / ".interp-seal-run"
+        mark.symlink_to(victim) if how == "symlink" else os.link(victim, mark)
+        assert main([*good, "--out", str(planted), "--force"]) == 2
+        assert "run mark .interp-seal-run" in capsys.readouterr().err
+        assert victim.read_text() == "another user's file\n"
+        assert not (planted / "accuracy.csv").exists()
+
+
+def test_file_outputs_replace_only_regular_files_and_only_when_asked(tmp_path, capsys):
+    """``tasks generate --out FILE``: an existing file is kept unless ``--force``; a link, a FIFO
+    and a device node are refused (never replaced, never opened), with one line each."""
+    gen = ["tasks", "generate", "--task", "passages", "--n", "2", "--out"]
+    existing = tmp_path / "mine.jsonl"
+    existing.write_text("my own records\n")
+    assert main([*gen, str(existing)]) == 2
+    assert "exists; choose a new file name, or pass --force" in capsys.readouterr().err
+    assert existing.read_text() == "my own records\n"
+    assert main([*gen, str(existing), "--force"]) == 0
+    assert existing.read_text().startswith("{")
+    target = tmp_path / "target.txt"
+    target.write_text("linked\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    specials = {link: "a symbolic link", fifo: "not a regular file"}
+    try:
+        node = tmp_path / "null.jsonl"
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+        specials[node] = "not a regular file"
+    except PermissionError:
+        node = None  # creating a device node needs root
+    for path, kind in specials.items():
+        assert main([*gen, str(path), "--force"]) == 2
+        err = capsys.readouterr().err
+        assert f"is {kind}; interp-seal replaces only regular files" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert link.is_symlink() and target.read_text() == "linked\n"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    if node is not None:
+        assert stat.S_ISCHR(node.lstat().st_mode)
