@@ -1134,7 +1134,7 @@ def test_a_full_disk_is_one_line_and_keeps_earlier_data(small_disk, capsys):
     earlier = small_disk / "earlier" / "accuracy.csv"
     earlier.parent.mkdir()
     earlier.write_text("length,exact_match\n10,1.0\n")
-    (small_disk / "earlier" / ".interp-seal-run").write_text("{}")
+    (small_disk / "earlier" / ".interp-seal-run").write_text('{"command": "interp-seal evaluate"}')
     # an evaluation whose HTML page (plotly inline, ~5 MB) cannot fit
     out = small_disk / "earlier"
     status = main(
@@ -1149,6 +1149,7 @@ def test_a_full_disk_is_one_line_and_keeps_earlier_data(small_disk, capsys):
             "1",
             "--out",
             str(out),
+            "--force",  # replace the earlier results: the disk fills meanwhile
         ]
     )
     err = capsys.readouterr().err

@@ -309,7 +309,8 @@ def test_cli_generates_longchat_files(tmp_path, capsys):
     assert main(argv) == 0
     rng = our_rng("letters", 7, seed=4)
     assert out.read_text(encoding="utf-8") == longchat_file("LRT-ABCindex", 7, 3, rng)
-    assert main([*argv[:2], "--task", "passages", "--longchat", "--out", str(out)]) == 2
+    passages = out.with_name("passages.jsonl")
+    assert main([*argv[:2], "--task", "passages", "--longchat", "--out", str(passages)]) == 2
     assert "--longchat writes LongChat's line_retrieval files, not passages" in (
         capsys.readouterr().err
     )
