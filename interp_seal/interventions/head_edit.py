@@ -116,6 +116,21 @@ class HeadIntervention:
     def batched(self) -> bool:
         return self.scale.dim() == 4
 
+    def __repr__(self) -> str:
+        """One line: the mode, the edited layers and how many heads / channels it changes."""
+        scale = self.scale.detach()
+        changed = (scale != 1).reshape(-1, *scale.shape[-3:]).any(0)  # (L, H, D)
+        if self.offset is not None:
+            changed |= self.offset != 0
+        heads = changed.any(-1)
+        if self.uniform is not None:
+            heads |= self.uniform
+        batch = f"{scale.shape[0]} tables, " if self.batched else ""
+        return (
+            f"HeadIntervention({self.mode}, {batch}layers {self.active_layers()}, "
+            f"{int(heads.sum())} heads, {int(changed.sum())} channels changed)"
+        )
+
     def active_layers(self) -> list[int]:
         """Layers where this intervention changes anything (every layer while ``scale`` requires
         grad: a learnable scale still at 1 needs its hook for the gradient to reach it)."""

@@ -58,6 +58,16 @@ class ModelHandle:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
 
+    def __repr__(self) -> str:
+        """One line: what was loaded, its geometry, where it runs, how many edits are active."""
+        s = self.spec
+        edits = f", {len(self._edits)} active edit(s)" if self._edits else ""
+        return (
+            f"ModelHandle({self.name_or_path!r}, {self.family.name}: {s.n_layers} layers x "
+            f"{s.n_heads} heads ({s.n_kv_heads} KV), d_head {s.d_head}, {self.dtype} on "
+            f"{self.device}{edits})"
+        )
+
     # -- module map ------------------------------------------------------------------------
     def layers(self) -> nn.ModuleList:
         return get_module(self.model, self.family.layers)

@@ -341,3 +341,13 @@ def test_sweep_manifests_record_the_active_edit(handle, outer, samples, tmp_path
             heads=[(1, 0)],
             options=SweepOptions(out=tmp_path / "sweep", resume=True, progress=False),
         )
+
+
+def test_reprs_are_one_line_and_say_what_matters(handle):
+    iv = ablate(handle.spec, [(1, 2), (2, 0, 3)], "zero")
+    assert repr(iv) == "HeadIntervention(zero, layers [1, 2], 2 heads, 17 channels changed)"
+    with handle.edit(iv):
+        text = repr(handle)
+    assert "\n" not in text and len(text) < 300
+    assert "llama: 3 layers x 4 heads (2 KV), d_head 16" in text and "1 active edit(s)" in text
+    assert "active edit" not in repr(handle)
