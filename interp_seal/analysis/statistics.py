@@ -17,6 +17,9 @@ records) are compared record by record:
 Outcomes on *different* records (two context lengths) use ``fisher_two_proportions``,
 ``newcombe_interval`` and ``two_proportion_sample_size``; ``overlap_test`` asks whether two top-k head lists share more
 heads than chance.
+
+A gallery tests many claims at once; ``holm`` adjusts their p-values (Holm 1979) so that the
+chance of calling any true null "supported" stays at the level, whatever the claims' overlap.
 """
 
 from __future__ import annotations
@@ -386,3 +389,23 @@ def overlap_test(overlap: int, k1: int, k2: int, total: int) -> float:
     if not (0 <= overlap <= min(k1, k2) and max(k1, k2) <= total):
         raise ValueError(f"overlap {overlap} of {k1} and {k2} out of {total} is impossible")
     return float(hypergeom.sf(overlap - 1, total, k1, k2))
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given; NaN entries (no
+    test) are left out of the family and stay NaN.
+
+    Sorted ascending, the i-th smallest of ``m`` p-values becomes ``max_{j <= i} min(1,
+    (m - j + 1) p_(j))``: rejecting where the adjusted p is below ``alpha`` controls the
+    family-wise error rate at ``alpha``.
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    m = len(tested)
+    order = tested[np.argsort(p[tested], kind="stable")]
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out

@@ -226,6 +226,14 @@ def _prepare(args):
     return handle, samples, cfg
 
 
+def _loss_summary(losses: list[float]) -> str:
+    """Mean loss of the first and the last tenth of the steps: one step's loss is one sample's
+    and swings with it, so the last alone reads as divergence or success by chance."""
+    k = max(1, len(losses) // 10)
+    first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
+    return f"mean loss {first:.4f} over the first {k} step(s), {last:.4f} over the last {k}"
+
+
 def _hyperparameters(args, cfg) -> dict:
     return {
         "lr": cfg.lr,
@@ -248,7 +256,10 @@ def _train(args, tuner, handle, samples, cfg):
     from interp_seal.tuning.loop import train
 
     count = parameter_count(tuner)
-    print(f"{tuner.method}: {count.trainable:,} trainable of {count.base:,} ({count.table_cell})")
+    print(
+        f"{tuner.method}: {count.trainable:,} trainable parameters of {count.base:,} "
+        f"(SEAL Table 1's column: {count.table_cell})"
+    )
     examples = encode_examples(samples, handle.tokenizer)
     result = train(tuner, examples, cfg, pad_id=pad_id_of(handle.tokenizer), out_dir=args.out)
     if result.is_main_process:
@@ -289,7 +300,7 @@ def run_seal(args) -> None:
                 hyperparameters=_hyperparameters(args, cfg),
             ),
         )
-        print(f"{tuner.method}: {result.steps} steps, final loss {result.losses[-1]:.4f} -> {path}")
+        print(f"{tuner.method}: {result.steps} steps, {_loss_summary(result.losses)} -> {path}")
 
 
 def run_peft(args) -> None:
@@ -302,7 +313,7 @@ def run_peft(args) -> None:
     result = _train(args, tuner, handle, samples, cfg)
     if result.is_main_process:
         out = save_checkpoint(tuner.merge_and_unload(), handle.tokenizer, args.out / "model")
-        print(f"{tuner.method}: {result.steps} steps, final loss {result.losses[-1]:.4f} -> {out}")
+        print(f"{tuner.method}: {result.steps} steps, {_loss_summary(result.losses)} -> {out}")
 
 
 def _target_heads(args, spec, table) -> tuple[tuple[int, int], ...]:

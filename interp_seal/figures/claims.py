@@ -56,6 +56,7 @@ from scipy.stats import binomtest, norm, pearsonr, wilcoxon
 from interp_seal.analysis.statistics import (
     equivalence_sample_size,
     fisher_two_proportions,
+    holm,
     mcnemar_exact,
     mcnemar_sample_size,
     newcombe_interval,
@@ -95,6 +96,7 @@ COLUMNS = [
     "low",
     "high",
     "p_value",
+    "p_holm",
     "n_needed",
     "verdict",
 ]
@@ -136,25 +138,30 @@ def decide(p: float, difference: float) -> str:
 
 
 def combine(checks: list[Check], measured: str | None = None) -> Check:
-    """One row from several tests: supported iff all support, contradicted if any contradicts;
-    the row's numbers are the first test's, its p the largest (the intersection-union p)."""
+    """One row from several tests: supported iff all support, contradicted if any contradicts.
+
+    The row's test, n, difference, interval and p are those of the test that decides it, so
+    they always belong together: the supporting test with the largest p (the
+    intersection-union p) when all support, the contradicting test with the smallest p when
+    one contradicts, else the undecided test with the largest p.
+    """
     verdicts = [c.verdict for c in checks]
+    by_p = sorted(checks, key=lambda c: -c.p_value if c.p_value == c.p_value else -2.0)
     if all(v == "supported" for v in verdicts):
-        verdict = "supported"
+        verdict, deciding = "supported", by_p[0]
     elif "contradicted" in verdicts:
-        verdict = "contradicted"
+        verdict, deciding = "contradicted", [c for c in by_p if c.verdict == "contradicted"][-1]
     else:
-        verdict = "not shown"
-    first = checks[0]
+        verdict, deciding = "not shown", [c for c in by_p if c.verdict != "supported"][0]
     needed = [c.n_needed for c in checks if c.n_needed]
     return Check(
         measured=measured or "; ".join(c.measured for c in checks),
-        test="; ".join(dict.fromkeys(c.test for c in checks)),
-        n=first.n,
-        difference=first.difference,
-        low=first.low,
-        high=first.high,
-        p_value=max(c.p_value for c in checks),
+        test=deciding.test,
+        n=deciding.n,
+        difference=deciding.difference,
+        low=deciding.low,
+        high=deciding.high,
+        p_value=deciding.p_value,
         verdict=verdict,
         n_needed="" if verdict != "not shown" else "; ".join(needed),
     )
@@ -813,9 +820,29 @@ def claims_table(data: Data) -> pd.DataFrame:
                 "p_value": float(f"{c.p_value:.3g}"),
                 "n_needed": c.n_needed,
                 "verdict": c.verdict,
+                "raw_p": c.p_value,
             }
         )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows)
+    return _corrected(table)[COLUMNS]
+
+
+def _corrected(table: pd.DataFrame) -> pd.DataFrame:
+    """Holm's correction across the gallery's claims: a verdict stands only where its adjusted
+    p is below ``ALPHA``; one significant before the correction but not after is *not shown*,
+    and says so."""
+    adjusted = holm(table["raw_p"].to_numpy(dtype=float))
+    table = table.assign(p_holm=[float(f"{p:.3g}") if p == p else math.nan for p in adjusted])
+    m = int((~np.isnan(adjusted)).sum())
+    for i, p in enumerate(adjusted):
+        if table.at[i, "verdict"] in ("supported", "contradicted") and not p < ALPHA:
+            was = table.at[i, "verdict"]
+            table.at[i, "verdict"] = "not shown"
+            table.at[i, "n_needed"] = (
+                f"{was} at p {table.at[i, 'p_value']:.3g} alone; not after Holm's correction "
+                f"across {m} claims (p {p:.3g})"
+            )
+    return table
 
 
 def _round(x: float, digits: int = 4) -> float:

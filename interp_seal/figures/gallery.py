@@ -30,7 +30,7 @@ SMOLLM2_NOTE = (
     "LongEval records with integer line indices, every prompt inside its own chat template, "
     "needles and passage questions with their answer's lead-in forced (`lead_in`); SEAL Table 2 "
     "runs on needles past the window. How each size was picked, from measurements: "
-    "`figures/README.md` (section on this gallery) and `interp_seal/figures/sizes.py`. The "
+    "`figures/README.md` (section on this gallery) and `interp_seal/figures/presets/smollm2.json`. The "
     "compute total above is a lower bound: about 270 CPU min of shared steps (the head sweep, "
     "a confirmation, a training, masking conditions) were computed before sweeps and trainings "
     "booked their own time; `figures/README.md` itemises them. One store ran on a GPU: MuDAF "
@@ -127,6 +127,10 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "baseline; outcomes on different records use Fisher's exact test. *supported*: "
         "significant in the claimed direction; *contradicted*: significant the other way; "
         "*not shown*: neither, with the records a test would need (80 % power) in *n needed*. "
+        "The claims are one family: each p is adjusted by Holm's step-down procedure across "
+        "every claim with a test (*Holm p*), and a verdict stands only where the adjusted p is "
+        "below 0.05. A row's test, n, difference, interval and p are those of the test that "
+        "decides it. "
         "A row of several tests is supported only if all are. Heads a sweep chose, SEAL "
         "Fig. 4's records and Table 1's methods are tested on `confirm_n` fresh records (seed "
         "2), a number chosen by that power calculation on a pilot run (seed 0 or 1) whose "
@@ -136,17 +140,18 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "fresh questions (seed 2; `confirm_questions` + `more_questions`), their heads chosen "
         "on the pilot's.",
         "",
-        "| claim | paper | measured | test | n | difference [95 % interval] | p | n needed "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| claim | paper | measured | test | n | difference [95 % interval] | p | Holm p "
+        "| n needed | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in claims.itertuples():
         interval = f" [{r.low:+.2f}, {r.high:+.2f}]" if r.low == r.low else ""
         diff = f"{r.difference:+.3f}{interval}" if r.difference == r.difference else "-"
         p = f"{r.p_value:.3g}" if r.p_value == r.p_value else "-"
+        adjusted = f"{r.p_holm:.3g}" if r.p_holm == r.p_holm else "-"
         needed = r.n_needed if isinstance(r.n_needed, str) and r.n_needed else "-"
         rows.append(
             f"| {r.claim} | {r.paper} | {r.measured} | {r.test} | {r.n} | {diff} | {p} "
-            f"| {needed} | **{r.verdict}** |"
+            f"| {adjusted} | {needed} | **{r.verdict}** |"
         )
     return "\n".join(rows)

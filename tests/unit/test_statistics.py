@@ -155,3 +155,13 @@ def test_newcombe_interval_published_example():
     high = 0.2 + sqrt(0.07695^2 + 0.10955^2) = 0.2 + 0.13387 = 0.33387."""
     low, high = S.newcombe_interval(56, 70, 48, 80)
     assert (low, high) == pytest.approx((0.0524, 0.3339), abs=5e-5)
+
+
+def test_holm_adjusts_by_hand_and_leaves_untested_claims_out():
+    from interp_seal.analysis.statistics import holm
+
+    # sorted 0.01, 0.02, 0.04 of m = 3: 3 x 0.01, max(0.03, 2 x 0.02), max(0.04, 1 x 0.04)
+    adjusted = holm([0.04, float("nan"), 0.01, 0.02])
+    np.testing.assert_allclose(adjusted, [0.04, np.nan, 0.03, 0.04])
+    np.testing.assert_allclose(holm([0.5, 0.6]), [1.0, 1.0])  # capped at 1, monotone
+    assert holm([]).shape == (0,)
