@@ -600,7 +600,8 @@ def test_comparable_needs_equivalence_and_both_arms_above_the_baseline():
     same = [1] * 20 + [0] * 30
     row = C.seal_h_parameters(paired_data(same, same, same))
     assert row.verdict == "not shown"
-    assert "TOST" in row.test and "McNemar" in row.test
+    # the row shows the test that leaves it undecided: McNemar vs the base (p 1), not the TOST
+    assert row.test == "exact McNemar (paired)" and row.p_value == 1.0
     # both arms 20 -> 45 of 50 on the same records: equivalent and both above the baseline.
     # McNemar vs base: b = 25, c = 0, p = 2 * 0.5^25 ~ 6e-8; TOST SEAL-H vs LoRA: b = c = 0,
     # se = sqrt(1 / 52^2) = 1/52, z = 0.1 * 52 = 5.2, p = 1 - Phi(5.2) = 9.96e-8. The row's p
