@@ -42,9 +42,9 @@ from interp_seal.cli.common import (
     positive_int,
     sample_count,
 )
+from interp_seal.defaults import RECORDS_PER_LENGTH
 from interp_seal.outputs import write_html, write_table
 from interp_seal.shards import Shard
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 
 MODES = ("zero", "scale", "mean", "uniform")
 

@@ -30,7 +30,7 @@ from interp_seal.cli.common import (
     positive_int,
     sample_count,
 )
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
+from interp_seal.defaults import RECORDS_PER_LENGTH
 
 ABLATION_CHOICES = ("zero", "scale", "uniform")
 

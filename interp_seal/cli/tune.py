@@ -44,8 +44,8 @@ from interp_seal.cli.common import (
     read_table,
     sample_count,
 )
+from interp_seal.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.outputs import write_table, write_text
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tuning.data import TASKS
 from interp_seal.tuning.methods import by_command
 

@@ -19,12 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
+from interp_seal.defaults import RECORDS_PER_LENGTH
 from interp_seal.evaluation.teacher_forcing import AnswerScore, encode_samples, teacher_force
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.chat import check_template, wrap_samples
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 from interp_seal.tasks.sample import Sample
 
 ACCURACY_COLUMNS = ("length", "n", "n_tokens", "exact_match", "first_token", "answer_logprob")

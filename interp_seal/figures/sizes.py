@@ -20,8 +20,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from interp_seal.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tasks.chat import check_template
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
 from interp_seal.tasks.needle import ANSWERS
 from interp_seal.tasks.passages import PassagesConfig

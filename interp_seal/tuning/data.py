@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Int
 from torch import Tensor, nn
 
-from interp_seal.tasks.defaults import TUNING_SAMPLES
+from interp_seal.defaults import TUNING_SAMPLES
 from interp_seal.tasks.line_retrieval import parse_record
 from interp_seal.tasks.sample import Encoded, Sample
 

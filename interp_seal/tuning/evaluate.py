@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from interp_seal.analysis.retrieval_scores import PassageScoreConfig, passage_retrieval_scores
+from interp_seal.defaults import RECORDS_PER_LENGTH
 from interp_seal.evaluation.lengths import evaluate_line_retrieval
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.models.handle import ModelHandle
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH
 from interp_seal.tasks.sample import Sample
 
 Variant = ModelHandle | HeadIntervention

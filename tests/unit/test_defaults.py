@@ -1,6 +1,6 @@
 """One definition of each default: no literal copy of a shared size or a method's learning rate.
 
-The shared sizes live in ``interp_seal.tasks.defaults`` and the learning rates in
+The shared sizes live in ``interp_seal.defaults`` and the learning rates in
 ``interp_seal.tuning.methods``; a function parameter, dataclass field or CLI flag elsewhere that
 writes the same number by hand would drift from them. The scan reads every module's syntax
 tree: parameter defaults, annotated class fields, ``default=`` of ``add_argument``, and the
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import interp_seal
 from interp_seal.cli import main as _cli  # noqa: F401  (the CLI modules import cleanly)
+from interp_seal.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.evaluation import evaluate_line_retrieval, line_retrieval_samples
 from interp_seal.figures.sizes import FigureSizes
-from interp_seal.tasks.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tuning import accuracy_by_method, format_samples
 from interp_seal.tuning.methods import METHODS
 
@@ -56,7 +56,7 @@ def copies(package: Path = PACKAGE) -> list[str]:
     found = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package)
-        if rel.as_posix() in ("tasks/defaults.py", "tuning/methods.py"):
+        if rel.as_posix() in ("defaults.py", "tuning/methods.py"):
             continue
         for name, value in literal_defaults(ast.parse(path.read_text())):
             if not (isinstance(value, ast.Constant) and isinstance(value.value, int | float)):

@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "interp_seal"
 FLOORS = {
     "outputs": 0,
     "shards": 0,
+    "defaults": 0,
     "records": 1,
     "checkpoints": 1,
     "tasks": 2,
