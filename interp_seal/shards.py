@@ -17,10 +17,11 @@ equal to a one-process run; rank 0 (``main``) writes the outputs. Without torchr
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
-import torch
-import torch.distributed as dist
+# torch is imported where a process group is used, so that importing this module (the command
+# line builds its parser with it) stays cheap; without torch loaded there is no process group.
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class Shard:
     @classmethod
     def current(cls) -> Shard:
         """The running process group's shard, or the whole run when there is none."""
-        if dist.is_available() and dist.is_initialized():
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
             return cls(dist.get_rank(), dist.get_world_size())
         return cls()
 
@@ -49,12 +51,16 @@ class Shard:
     def barrier(self) -> None:
         """Wait until every rank got here."""
         if self.world > 1:
+            import torch.distributed as dist
+
             dist.barrier()
 
     def gather(self, items: list) -> list:
         """Every rank's ``items``, concatenated in rank order; the same list on every rank."""
         if self.world == 1:
             return list(items)
+        import torch.distributed as dist
+
         parts: list = [None] * self.world
         dist.all_gather_object(parts, list(items))
         return [item for part in parts for item in part]
@@ -65,11 +71,15 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def start_process_group(device: torch.device) -> Shard:
-    """Join the ranks started by torchrun: nccl when the model runs on CUDA, gloo otherwise.
+def start_process_group(device) -> Shard:
+    """Join the ranks started by torchrun: nccl when the model runs on CUDA (a
+    ``torch.device``), gloo otherwise.
 
     Each CUDA rank takes the GPU of its ``LOCAL_RANK``. Returns this process's shard.
     """
+    import torch
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":

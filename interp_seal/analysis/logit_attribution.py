@@ -41,11 +41,12 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_seal.defaults import DLA_VARIANTS
 from interp_seal.engine import last_logits
 from interp_seal.interventions import HeadEdit
 from interp_seal.models.handle import ModelHandle
 
-VARIANTS = ("frozen_norm", "seal")
+VARIANTS = DLA_VARIANTS
 COLUMNS = ["target", "component", "layer", "head", "value"]
 Token = int | str
 

@@ -91,20 +91,12 @@ from pathlib import Path
 import torch
 import transformers
 
+from interp_seal.defaults import PLANNED_ANALYSES
 from interp_seal.models.gguf import gguf_target
 from interp_seal.models.load import load_config
 from interp_seal.models.spec import ModelSpec, family_for
 
-ANALYSES = (
-    "teacher-forcing",
-    "head-sweep",
-    "channel-sweep",
-    "screen",
-    "passage-scores",
-    "needle-scores",
-    "patching",
-    "dla",
-)
+ANALYSES = PLANNED_ANALYSES
 ONE_RECORD = ("passage-scores", "needle-scores", "dla")
 """Analyses that run one record per forward: their ``batch`` is 1."""
 SCREEN_UNITS = 20  # heads the exact sweep confirms by default: --screen 10, each way

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.analysis.logit_attribution import VARIANTS
-from interp_seal.analysis.patching import CORRUPTIONS
 from interp_seal.cli.common import (
     index_style_argument,
     line_count,
@@ -32,6 +30,7 @@ from interp_seal.cli.common import (
     nonnegative_int,
     positive_int,
 )
+from interp_seal.defaults import CORRUPTIONS, DLA_VARIANTS
 from interp_seal.outputs import write_table, write_text
 
 
@@ -45,7 +44,7 @@ def register(subparsers) -> None:
     _common(dla)
     dla.add_argument(
         "--variant",
-        choices=VARIANTS,
+        choices=DLA_VARIANTS,
         default="frozen_norm",
         help="frozen_norm: the final norm's 1/rms frozen from the run (components sum to the "
         "logit); seal: without 1/rms (SEAL Eq. 1)",

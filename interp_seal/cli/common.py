@@ -133,7 +133,7 @@ def head_label(heads: list[tuple[int, int]]) -> str:
 
 def index_style_argument(parser) -> None:
     """``--index-style``: the line indices of LongEval records (``line_retrieval.INDEX_STYLES``)."""
-    from interp_seal.tasks.line_retrieval import INDEX_STYLES
+    from interp_seal.defaults import INDEX_STYLES
 
     parser.add_argument(
         "--index-style",
@@ -145,7 +145,7 @@ def index_style_argument(parser) -> None:
 
 def chat_template_argument(parser) -> None:
     """``--chat-template``: wrap prompts in a conversation template (``tasks.chat.TEMPLATES``)."""
-    from interp_seal.tasks.chat import TEMPLATES
+    from interp_seal.defaults import CHAT_TEMPLATES as TEMPLATES
 
     parser.add_argument(
         "--chat-template",

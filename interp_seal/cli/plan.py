@@ -33,7 +33,7 @@ def memory_size(text: str) -> int:
 
 
 def register(subparsers) -> None:
-    from interp_seal.analysis.plan import ANALYSES
+    from interp_seal.defaults import PLANNED_ANALYSES as ANALYSES
 
     parser = subparsers.add_parser(
         "plan", help="predicted peak memory, largest batch and forwards of an analysis"

@@ -29,9 +29,16 @@ from interp_seal.cli.common import (
     nonnegative_int,
     sample_count,
 )
-from interp_seal.tasks import jsonl, line_retrieval, needle, passages
+from interp_seal.defaults import NEEDLE_ANSWERS, TASKS
 
-NEEDLE_SETS = {"seal": needle.SEAL_NEEDLES, "san_francisco": (needle.SAN_FRANCISCO,)}
+NEEDLE_SETS = ("san_francisco", "seal")  # tasks.needle: SAN_FRANCISCO, SEAL_NEEDLES
+DEPTHS = "0:100:11"  # the default depth grid, as --depths takes it
+
+
+def needle_set(name: str):
+    from interp_seal.tasks import needle
+
+    return {"seal": needle.SEAL_NEEDLES, "san_francisco": (needle.SAN_FRANCISCO,)}[name]
 
 
 def grid(text: str) -> tuple[int, ...]:
@@ -41,7 +48,9 @@ def grid(text: str) -> tuple[int, ...]:
         return tuple(parts)
     if len(parts) != 3:
         raise ValueError(f"expected an integer or LO:HI:N, got {text!r}")
-    return needle.linear_grid(*parts)
+    from interp_seal.tasks.needle import linear_grid
+
+    return linear_grid(*parts)
 
 
 def register(subparsers) -> None:
@@ -50,7 +59,7 @@ def register(subparsers) -> None:
 
     gen = sub.add_parser("generate", help="write a task file (JSONL)")
     gen.add_argument(
-        "--task", required=True, choices=sorted(jsonl.FORMATS), help="the task format to write"
+        "--task", required=True, choices=sorted(TASKS), help="the task format to write"
     )
     gen.add_argument("--out", required=True, help="output .jsonl file")
     gen.add_argument(
@@ -77,12 +86,9 @@ def register(subparsers) -> None:
         "--depths",
         type=grid,
         nargs="+",
-        default=[needle.linear_grid(0, 100, 11)],
-        help="needle depths in percent of the haystack",
+        help=f"needle depths in percent of the haystack (default {DEPTHS}: 0, 10, ..., 100)",
     )
-    niah.add_argument(
-        "--needles", default="seal", choices=sorted(NEEDLE_SETS), help="the set of needles"
-    )
+    niah.add_argument("--needles", default="seal", choices=NEEDLE_SETS, help="the set of needles")
     niah.add_argument(
         "--haystack", help="haystack text file or directory of .txt (default: built-in)"
     )
@@ -92,7 +98,7 @@ def register(subparsers) -> None:
     niah.add_argument(
         "--answer",
         default="sentence",
-        choices=needle.ANSWERS,
+        choices=NEEDLE_ANSWERS,
         help="the expected answer: the needle sentence (SEAL) or its key phrase",
     )
     mdqa = gen.add_argument_group("passages")
@@ -109,6 +115,8 @@ def register(subparsers) -> None:
 
 
 def _samples(args: argparse.Namespace) -> list:
+    from interp_seal.tasks import line_retrieval, needle, passages
+
     n = args.n if args.n is not None else (1 if args.task == "needle" else 50)
     if args.longchat and args.task != "line_retrieval":
         raise ValueError(f"--longchat writes LongChat's line_retrieval files, not {args.task}")
@@ -129,8 +137,8 @@ def _samples(args: argparse.Namespace) -> list:
     target = str(local) if local.is_dir() else resolve(args.tokenizer)
     cfg = needle.NeedleConfig(
         context_lengths=tuple(x for g in args.lengths for x in g),
-        depths=tuple(x for g in args.depths for x in g),
-        needles=NEEDLE_SETS[args.needles],
+        depths=tuple(x for g in args.depths or [grid(DEPTHS)] for x in g),
+        needles=needle_set(args.needles),
         haystack=needle.read_haystack(args.haystack),
         buffer=args.buffer,
         answer=args.answer,
@@ -139,6 +147,8 @@ def _samples(args: argparse.Namespace) -> list:
 
 
 def generate(args: argparse.Namespace) -> int:
+    from interp_seal.tasks import jsonl
+
     samples = _samples(args)
     (jsonl.write_longchat if args.longchat else jsonl.write_samples)(args.out, samples)
     print(f"wrote {len(samples)} {args.task} samples to {args.out}")
@@ -173,6 +183,8 @@ def describe(samples: list) -> list[str]:
 
 
 def show_file(args: argparse.Namespace) -> int:
+    from interp_seal.tasks import jsonl
+
     golden = jsonl.read_golden(args.golden) if args.golden else None
     print(f"{args.file}:")
     for line in describe(jsonl.read_samples(args.file, golden=golden)):

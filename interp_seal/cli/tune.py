@@ -29,8 +29,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from interp_seal.cli.common import (
     DistinctHeads,
     add_resume_argument,
@@ -44,9 +42,8 @@ from interp_seal.cli.common import (
     read_table,
     sample_count,
 )
-from interp_seal.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
+from interp_seal.defaults import RECORDS_PER_LENGTH, TASKS, TUNING_SAMPLES
 from interp_seal.outputs import write_table, write_text
-from interp_seal.tuning.data import TASKS
 from interp_seal.tuning.methods import by_command
 
 
@@ -201,6 +198,8 @@ def _prepare(args):
     from interp_seal.tuning.loop import TrainConfig
 
     if args.threads:
+        import torch
+
         torch.set_num_threads(args.threads)
     handle = load_model(args.model, **model_options(args))
     samples = format_samples(
@@ -398,6 +397,8 @@ def run_evaluate(args) -> None:
 
     scale_paths, tuned_paths = _named(args.scales), _named(args.tuned)
     if args.threads:
+        import torch
+
         torch.set_num_threads(args.threads)
     base = load_model(args.model, **model_options(args))
     variants = {
@@ -428,6 +429,8 @@ def run_retrieval(args) -> None:
     from interp_seal.tuning.evaluate import retrieval_by_method
 
     if args.threads:
+        import torch
+
         torch.set_num_threads(args.threads)
     handles = {"base": load_model(args.model, **model_options(args))}
     handles |= {

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from interp_seal.defaults import CHAT_TEMPLATES
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Sample
 
@@ -48,7 +49,8 @@ VICUNA_SYSTEM = (
     "gives helpful, detailed, and polite answers to the user's questions."
 )
 NAMED_TEMPLATES = {"vicuna": VICUNA_SYSTEM + " USER: {prompt} ASSISTANT:"}
-TEMPLATES = ("none", "tokenizer", *NAMED_TEMPLATES)
+TEMPLATES = CHAT_TEMPLATES  # "none", "tokenizer", then NAMED_TEMPLATES' names
+assert TEMPLATES == ("none", "tokenizer", *NAMED_TEMPLATES)
 
 
 def check_template(template: str, tokenizer=None) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from interp_seal import defaults
 from interp_seal.tasks.sample import Sample
 
 HEADER = (
@@ -77,7 +78,7 @@ NOUNS = (
     "mountain", "oak", "otter", "owl", "panda", "pebble", "pine", "planet", "river", "rocket",
     "salmon", "shark", "spider", "stone", "storm", "tiger", "tulip", "valley", "whale", "wolf",
 )  # fmt: skip
-INDEX_STYLES = ("adjective-noun", "integers", "letters", "uuid")
+INDEX_STYLES = defaults.INDEX_STYLES
 LETTERS = "ABCDEF"
 
 
@@ -234,7 +235,7 @@ def parse_record(prompt: str) -> list[RecordLine]:
     ]
 
 
-CORRUPTIONS = ("key", "value")
+CORRUPTIONS = defaults.CORRUPTIONS
 
 
 def corruptions(sample: Sample, corrupt: str, rng: random.Random) -> list[Sample]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from interp_seal import defaults
 from interp_seal.tasks.sample import Sample, Span
 
 PROMPT = (
@@ -39,7 +40,7 @@ PROMPT = (
     "Based on the content of the book, Question: {question}\nAnswer:"
 )
 ANSWER = " {needle}"
-ANSWERS = ("sentence", "key_phrase")
+ANSWERS = defaults.NEEDLE_ANSWERS
 SENTENCE_END = "."
 
 

@@ -7,28 +7,28 @@
 - ``peft_baselines.py``: SEAL-L / SEAL-D (LoRA / DoRA via peft); ``counts.py``: Table 1's
   parameter counts.
 - ``mudaf.py``: MuDAF's contrastive attention focusing (and Vanilla SFT), head selection.
-- ``tune.py``: ``tune(handle, method, samples) -> TuneResult``, the one entry point for every
+- ``job.py``: ``tune(handle, method, samples) -> TuneResult``, the one entry point for every
   method (``methods.py``: their names and default learning rates).
 - ``data.py``: format samples, batches and the answer loss; ``loop.py``: the one training loop
   (accelerate, resumable, multi-process); ``evaluate.py``: before/after tables.
 """
 
-from interp_seal.tuning.counts import ParameterCount, parameter_count
-from interp_seal.tuning.data import encode_examples, format_samples
-from interp_seal.tuning.evaluate import accuracy_by_method, retrieval_by_method
-from interp_seal.tuning.loop import TrainConfig, TrainResult, train
-from interp_seal.tuning.merge import merge_into, merged_model, save_merged
-from interp_seal.tuning.mudaf import (
-    MudafConfig,
-    MudafTuner,
-    sample_heads,
-    score_matrix,
-    top_k_heads,
-)
-from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
-from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
-from interp_seal.tuning.seal import SealTuner
-from interp_seal.tuning.tune import TuneResult, tune
+# Names are resolved on first use (PEP 562), so that importing one light module of this
+# package (``methods``: the command line's parser) does not load torch and transformers.
+_EXPORTS = {
+    "counts": ["ParameterCount", "parameter_count"],
+    "data": ["encode_examples", "format_samples"],
+    "evaluate": ["accuracy_by_method", "retrieval_by_method"],
+    "loop": ["TrainConfig", "TrainResult", "train"],
+    "merge": ["merge_into", "merged_model", "save_merged"],
+    "mudaf": ["MudafConfig", "MudafTuner", "sample_heads", "score_matrix", "top_k_heads"],
+    "peft_baselines": ["PeftBaselineConfig", "PeftTuner"],
+    "scales": ["ScaleFile", "load_scales", "save_scales"],
+    "seal": ["SealTuner"],
+    "job": ["TuneResult", "tune"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
 
 __all__ = [
     "TuneResult",
@@ -57,3 +57,15 @@ __all__ = [
     "save_scales",
     "train",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'interp_seal.tuning' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"interp_seal.tuning.{_WHERE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Int
 from torch import Tensor, nn
 
+from interp_seal import defaults
 from interp_seal.defaults import TUNING_SAMPLES
 from interp_seal.tasks.line_retrieval import parse_record
 from interp_seal.tasks.sample import Encoded, Sample
@@ -157,7 +158,7 @@ def with_line_passages(sample: Sample) -> Sample:
     return replace(sample, passages=spans, golden=(golden,))
 
 
-TASKS = ("line_retrieval", "needle", "passages")
+TASKS = defaults.TASKS
 
 
 def format_samples(
