@@ -1,4 +1,4 @@
-"""One forward, its logits and a named cache of activations: ``handle.run_with_cache``.
+"""One forward, its logits and a named cache of activations: ``run_with_cache(handle, ids)``.
 
 TransformerLens made ``logits, cache = model.run_with_cache(tokens)`` the first line of most
 interpretability notebooks. This is that call on the Hugging Face model (sdpa attention, so
@@ -174,8 +174,7 @@ def _layer_hooks(handle: ModelHandle, layer: int, names, acts: dict, at) -> Exit
             acts["resid_pre", layer] = at(seen["pre"])
 
     def resid_post(_mod, _args, out):
-        if "resid_post" in names:
-            acts["resid_post", layer] = at(layer_output(out))
+        acts["resid_post", layer] = at(layer_output(out))
 
     def attn_out(_mod, _args, out):
         if "attn_out" in names:
@@ -193,9 +192,12 @@ def _layer_hooks(handle: ModelHandle, layer: int, names, acts: dict, at) -> Exit
         acts["mlp_out", layer] = at(out)
 
     block, o_proj = handle.layers()[layer], handle.proj(layer, "o_proj")
-    hooks.enter_context(block.register_forward_pre_hook(resid_pre, with_kwargs=True))
-    hooks.enter_context(block.register_forward_hook(resid_post))
-    hooks.enter_context(o_proj.register_forward_hook(attn_out))
+    if {"resid_pre", "resid_mid"} & set(names):
+        hooks.enter_context(block.register_forward_pre_hook(resid_pre, with_kwargs=True))
+    if "resid_post" in names:
+        hooks.enter_context(block.register_forward_hook(resid_post))
+    if {"attn_out", "resid_mid"} & set(names):
+        hooks.enter_context(o_proj.register_forward_hook(attn_out))
     if "z" in names:
         hooks.enter_context(o_proj.register_forward_pre_hook(z))
     if "v" in names:

@@ -45,8 +45,7 @@ def greedy_decode(
     ids = prompt_ids.to(handle.device)[None]
     new: list[int] = []
     with handle.edit(intervention):
-        edit = handle.active_edit()  # the handle's edits and this one
-        full = edit is not None and any(edit.uses_values(layer) for layer in edit.active_layers())
+        full = handle.edits_use_values()  # the handle's edits and this one
         cache = None
         if not full and ids.shape[1] > 1:
             cache = returned_cache(handle.model(ids[:, :-1], use_cache=True, logits_to_keep=1))

@@ -48,8 +48,7 @@ class SharedPrefix:
         differ = (first != second).nonzero()
         last = first.shape[0] - 1
         start = min(int(differ[0, 0]) if len(differ) else last, last)
-        edit = handle.active_edit()
-        if edit is not None and any(edit.uses_values(layer) for layer in edit.active_layers()):
+        if handle.edits_use_values():
             start = 0
         if start == 0:
             return cls()

@@ -7,7 +7,7 @@ them, so that ``ModelHandle.edit`` can keep several active at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor
 
@@ -23,19 +23,23 @@ class ComposedEdit:
     """
 
     edits: tuple  # of HeadEdit (interp_seal.interventions.head_edit)
+    _layers: tuple = field(init=False, repr=False)  # each edit's active layers, found once
+
+    def __post_init__(self):
+        object.__setattr__(self, "_layers", tuple(frozenset(e.active_layers()) for e in self.edits))
 
     def check_model(self, spec, model_name: str) -> None:
         for e in self.edits:
             e.check_model(spec, model_name)
 
     def active_layers(self) -> list[int]:
-        return sorted({layer for e in self.edits for layer in e.active_layers()})
+        return sorted(frozenset().union(*self._layers))
 
     def uses_values(self, layer: int) -> bool:
         return any(e.uses_values(layer) for e in self.edits)
 
     def edit(self, layer: int, z: Tensor, v: Tensor | None = None) -> Tensor:
-        for e in reversed(self.edits):
-            if layer in e.active_layers():
+        for e, layers in zip(reversed(self.edits), reversed(self._layers), strict=True):
+            if layer in layers:
                 z = e.edit(layer, z, v)
         return z

@@ -49,8 +49,11 @@ class ModelHandle:
     backend: str = "hf"
     _nnsight: object = field(default=None, repr=False)
     _bridge: object = field(default=None, repr=False)
-    # the active edits (``edit``), innermost last, and the hooks applying them
+    # the active edits (``edit``), innermost last, their composition and its layers (made when
+    # the stack changes, not per forward), and the hooks applying them
     _edits: dict = field(default_factory=dict, init=False, repr=False)
+    _active: object = field(default=None, init=False, repr=False)
+    _active_layers: frozenset = field(default=frozenset(), init=False, repr=False)
     _edit_hooks: object = field(default=None, init=False, repr=False)
     _hook_ids: set = field(default_factory=set, init=False, repr=False)
 
@@ -149,22 +152,31 @@ class ModelHandle:
         key = object()
         self._edits[key] = intervention
         try:
+            self._compose()
             if self._edit_hooks is None:
                 self._edit_hooks = self._install_edit_hooks()
             yield self.model
         finally:
             del self._edits[key]
+            self._compose()
             if not self._edits and self._edit_hooks is not None:
                 self._edit_hooks.close()
                 self._edit_hooks = None
 
-    def active_edit(self, extra=None):
-        """The composition of the active edits (outermost last) and ``extra`` (innermost,
-        applied first), or None when there is nothing to apply."""
-        edits = [*self._edits.values(), *([extra] if extra is not None else [])]
-        if not edits:
-            return None
-        return edits[0] if len(edits) == 1 else ComposedEdit(tuple(edits))
+    def _compose(self) -> None:
+        """The active edits' composition (outermost last) and the layers it changes."""
+        edits = tuple(self._edits.values())
+        self._active = None if not edits else edits[0] if len(edits) == 1 else ComposedEdit(edits)
+        self._active_layers = frozenset(self._active.active_layers() if edits else ())
+
+    def active_edit(self):
+        """The composition of the active edits (outermost last), or None without edits."""
+        return self._active
+
+    def edits_use_values(self) -> bool:
+        """Whether an active edit uses uniform attention anywhere (its running mean of value
+        vectors needs every position in one run: no KV cache, no shared prefix)."""
+        return any(self._active.uses_values(layer) for layer in self._active_layers)
 
     def check_own_hooks(self, layer: int) -> None:
         """Refuse ``o_proj`` hooks this handle did not install at ``layer``: a run restarted
@@ -188,19 +200,18 @@ class ModelHandle:
 
         def keep_v(layer):
             def hook(_mod, _inp, out):
-                edit = self.active_edit()
-                if edit is not None and edit.uses_values(layer):
+                if layer in self._active_layers and self._active.uses_values(layer):
                     values[layer] = out.view(*out.shape[:2], KV, D)
 
             return hook
 
         def edit_o_input(layer):
             def hook(_mod, args):
-                edit, v = self.active_edit(), values.pop(layer, None)
-                if edit is None or layer not in edit.active_layers():
+                v = values.pop(layer, None)
+                if layer not in self._active_layers:
                     return None
                 x = args[0]  # (B, T, H*D)
-                z = edit.edit(layer, x.view(*x.shape[:2], H, D), v)
+                z = self._active.edit(layer, x.view(*x.shape[:2], H, D), v)
                 return (z.reshape(x.shape), *args[1:])
 
             return hook
