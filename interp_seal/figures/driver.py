@@ -14,8 +14,12 @@ For each figure of ``interp_seal.figures.registry.FIGURES`` (or the ``only`` one
    if no browser);
 3. the gallery page ``<out>/README.md`` and ``<out>/claims.csv`` are written from all the data.
 
-A directory holds one model at one size: ``<out>/run.json`` records them, and a run with other
-arguments is refused rather than mixing results.
+A directory holds one model at one size under one plan: before any work, ``<out>/plan.json``
+pre-registers every claim's test, population, records and seeds (``figures.plan``), and
+``<out>/run.json`` records the model, the sizes and the plan's hash; a run with other
+arguments or another plan is refused rather than mixing results. While the figures compute,
+no tuning set may share content with any evaluation (``figures.heldout``); each figure's JSON
+records its evaluation set and the tuning sets it used.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
 from interp_seal.figures.gallery import write_gallery
+from interp_seal.figures.plan import PLAN, gallery_plan, plan_bytes, plan_hash
 from interp_seal.figures.registry import Drawing, FigureSpec, select
 from interp_seal.figures.run import FigureRun, RunTime
 from interp_seal.figures.sizes import preset_sizes
@@ -68,8 +73,11 @@ def regenerate(
     specs = select(only)  # unknown names fail before any work
     sizes = preset_sizes(model, quick=quick)
     out = Path(out)
-    identity = {"model": model, "sizes": sizes.as_dict()}
+    plan = gallery_plan(model, sizes)
+    identity = {"model": model, "sizes": sizes.as_dict(), "plan_sha256": plan_hash(plan)}
     open_manifest(out / "run.json", identity, resume=True, what="gallery")
+    if not (out / PLAN).exists():  # the same plan when run.json matched
+        write_text(out / PLAN, plan_bytes(plan).decode())
     (out / "data").mkdir(parents=True, exist_ok=True)
     run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
     result = GalleryResult(out=out)
@@ -101,7 +109,9 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         return load_tables(path)[0]
     cpu, wall = time.process_time(), time.perf_counter()
     run.earlier = RunTime()
+    run.ledger.figure = spec.name  # what it scores and tunes on is booked to it
     tables = spec.compute(run)
+    run.ledger.figure = None
     folder = run.out / "data" / spec.name
     for name, table in tables.items():
         write_table(table, folder / f"{name}.csv")
@@ -112,6 +122,8 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         # this run's time plus that of the records earlier (interrupted) runs computed
         "cpu_seconds": round(time.process_time() - cpu + run.earlier.cpu, 1),
         "wall_seconds": round(time.perf_counter() - wall + run.earlier.wall, 1),
+        # its evaluation set and the tuning sets it used: disjoint (figures.heldout)
+        "heldout": run.ledger.summary(spec.name),
         "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
     }
     write_text(path, json.dumps(doc, indent=1, default=str))

@@ -74,6 +74,21 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
         lines += [f"PNG images were not written: {png_problem}", ""]
     sizes = ", ".join(f"{k}={v}" for k, v in run["sizes"].items())
     lines += [f"Sizes (`interp_seal/figures/sizes.py`): {sizes}.", ""]
+    if "plan_sha256" in run:
+        lines += [
+            "Pre-registered plan ([plan.json](plan.json), written before any data; "
+            f"SHA-256 `{run['plan_sha256']}`): every claim's test, population, records and "
+            "seeds. No tuning set shares a record, needle, haystack, question or passage with "
+            "any evaluation (`interp_seal/figures/heldout.py`, checked as the run went).",
+            "",
+        ]
+    else:
+        lines += [
+            "**Made before the pre-registered design** (no `plan.json`): tunings and "
+            "evaluations were not checked for shared content, and claims whose figures "
+            "predate it say so in their rows.",
+            "",
+        ]
     missing = [f"`{spec.name}` ({spec.paper})" for spec in FIGURES if spec.name not in docs]
     if missing:
         lines += [

@@ -33,7 +33,6 @@ from interp_seal.figures.sizes import QUESTION_CHUNK
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.evaluate import retrieval_by_method
-from interp_seal.tuning.mudaf import sample_heads, score_matrix
 from interp_seal.viz import paper_figures as pv
 from interp_seal.viz.passages import head_score_heatmap, masking_bars, ranked_score_curve
 from interp_seal.viz.tuning import target_head_scores
@@ -87,18 +86,52 @@ def base_scores(run: FigureRun) -> pd.DataFrame:
         ).heads
 
 
+def top_heads(heads: pd.DataFrame, k: int) -> tuple[tuple[int, int], ...]:
+    """The ``k`` heads with the highest F1 retrieval score (ties: lower layer, then head)."""
+    ranked = heads.sort_values(["f1", "layer", "head"], ascending=[False, True, True])
+    return tuple(sorted((int(a), int(b)) for a, b in ranked.head(k)[["layer", "head"]].values))
+
+
 def target_sets(run: FigureRun) -> dict[str, tuple]:
-    """MuDAF's targets (drawn with P ~ softmax(R_h / 0.05), Sec. 4.2) and weak heads (R_h < 0.1)."""
+    """MuDAF's strong targets and its weak control (Sec. 4.2, 4.4), by a rule relative to the
+    model's own scores.
+
+    *Strong*: the ``mudaf_k`` highest-scoring heads. The paper draws them with
+    P ~ softmax(R_h / 0.05); on Llama-3.1-8B, whose best heads score ~0.9 and most near 0,
+    that draw all but always returns the top heads. On a model whose scores are compressed
+    (SmolLM2's best F1 is ~0.2) the same temperature spreads the draw over heads scoring 0,
+    so the draw would no longer mean "strong": the top k is what the paper's draw amounts to
+    where scores separate, and stays so where they do not.
+    *Weak*: ``mudaf_k`` heads drawn (seed 0) from those with R_h < 0.1 (the paper's
+    threshold), or, where fewer score below it, from the lower half of the ranking.
+
+    Refuses sets whose mean score does not put strong above weak (no contrast to test).
+    """
     heads = base_scores(run)
-    scores = score_matrix(heads, run.handle.spec)
     k = run.sizes.mudaf_k
-    weak = heads[heads.f1 < WEAK].sort_values(["layer", "head"])
-    rng = np.random.default_rng(0)
-    pick = rng.choice(len(weak), size=min(k, len(weak)), replace=False)
+    strong = top_heads(heads, k)
+    chosen = set(strong)
+    pool = heads[[(int(a), int(b)) not in chosen for a, b in heads[["layer", "head"]].values]]
+    weak = pool[pool.f1 < WEAK]
+    if len(weak) < k:
+        weak = pool.sort_values(["f1", "layer", "head"]).head(max(k, len(pool) // 2))
+    weak = weak.sort_values(["layer", "head"])
+    pick = np.random.default_rng(0).choice(len(weak), size=min(k, len(weak)), replace=False)
     weak_heads = tuple(
         sorted((int(a), int(b)) for a, b in weak.iloc[pick][["layer", "head"]].values)
     )
-    return {"mudaf": sample_heads(scores, k, seed=0), "mudaf-weak": weak_heads}
+    f1 = heads.set_index(["layer", "head"]).f1
+    means = {
+        n: float(np.mean([f1[h] for h in hs]))
+        for n, hs in (("strong", strong), ("weak", weak_heads))
+    }
+    if not means["strong"] > means["weak"]:
+        raise ValueError(
+            f"MuDAF's strong targets (mean F1 {means['strong']:.3f}) do not score above the "
+            f"weak ones ({means['weak']:.3f}): this model's retrieval scores give the "
+            "comparison no contrast; score more questions (retrieval_n) or passages"
+        )
+    return {"mudaf": strong, "mudaf-weak": weak_heads}
 
 
 # -- Fig. 3: every head's retrieval score ----------------------------------------------------
@@ -250,11 +283,11 @@ def fig9_read(t: Tables) -> str:
 
 # -- Fig. 7 / Table 4: number of selected heads; Table 2: task score by method ---------------
 def fig7_compute(run: FigureRun) -> Tables:
-    scores = score_matrix(base_scores(run), run.handle.spec)
+    heads_table = base_scores(run)
     samples = eval_samples(run)
 
     def one(key):
-        heads = sample_heads(scores, key["k"], seed=0) if key["k"] else ()
+        heads = top_heads(heads_table, key["k"]) if key["k"] else ()
         model = run.tuned_model("mudaf", heads=heads) if heads else run.tuned_model("sft")
         table = retrieval_by_method({"m": model}, samples, targets=heads, progress=False)
         acc = qa_exact_match(model, samples)
@@ -309,15 +342,20 @@ def table2_read(t: Tables) -> str:
 
 
 # -- Fig. 4: masking retrieval heads vs random vs NIAH heads ---------------------------------
-def fig4_compute(run: FigureRun) -> Tables:
-    s = run.sizes
+def niah_scores(run: FigureRun) -> pd.DataFrame:
+    """Every head's needle retrieval score on the base model (Wu et al.'s NIAH heads)."""
     with run.timed("needle_scores") as out:
-        niah = needle_retrieval_scores(
+        return needle_retrieval_scores(
             run.handle,
             run.samples("needle", 1, seed=0),
             results=out / "log.jsonl",
             progress=run.progress,
         ).heads
+
+
+def fig4_compute(run: FigureRun) -> Tables:
+    s = run.sizes
+    niah = niah_scores(run)
     samples, ranked = eval_samples(run), base_scores(run)
     mcfg = MaskingConfig(ks=(s.mask_k,), modes=("zero", "uniform"), seeds=s.mask_seeds)
     with run.timed("masking") as out:
@@ -357,11 +395,12 @@ def masking_records(frame: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
 
 
 def masking_confirm(run: FigureRun) -> pd.DataFrame:
-    """The claim's conditions (no heads, the top ``mask_k`` retrieval heads, ``mask_seeds``
-    random draws; zeroed) on the fresh questions, the heads ranked on the pilot's."""
+    """The claims' conditions (no heads, the top ``mask_k`` retrieval heads, the top
+    ``mask_k`` NIAH heads, ``mask_seeds`` random draws; zeroed) on the fresh questions, the
+    heads ranked on the pilot's questions and needles."""
     s = run.sizes
     config = MaskingConfig(ks=(s.mask_k,), modes=("zero",), seeds=s.mask_seeds)
-    parts, ranked = [], base_scores(run)
+    parts, ranked, niah = [], base_scores(run), niah_scores(run)
     chunks = fresh_chunks(run)
     with run.timed("masking_fresh") as out:
         for c in tqdm(range(len(chunks)), desc="masking, fresh", disable=not run.progress):
@@ -369,6 +408,7 @@ def masking_confirm(run: FigureRun) -> pd.DataFrame:
                 run.handle,
                 chunks[c],
                 ranked,
+                niah=niah,
                 config=config,
                 results=out / f"chunk{c}.jsonl",
                 progress=False,

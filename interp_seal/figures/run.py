@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 from tqdm.auto import tqdm
 
+from interp_seal.figures.heldout import Ledger
 from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
@@ -130,6 +132,7 @@ class FigureRun:
         self.load_options = load_options or {}
         self.handle = load_model(model, **self.load_options)
         self._memo: dict[str, object] = {}
+        self.ledger = Ledger(self.out / "work" / "heldout")
 
     def work(self, *parts: str) -> Path:
         path = self.out.joinpath("work", *parts)
@@ -244,23 +247,18 @@ class FigureRun:
         size: int | None = None,
         depths: tuple[float, ...] | None = None,
     ) -> list[Sample]:
-        """``n`` samples of ``task`` in this run's format (the module docstring), from ``seed``.
+        """``n`` evaluation samples of ``task`` in this run's format, from ``seed``, recorded
+        in the run's ``Ledger`` as scored by the current figure (so no tuning set may share
+        their content, ``figures.heldout``).
 
         ``"line_retrieval"``: ``n`` LongEval records of ``size`` lines with the sizes'
         ``index_style``; ``"passages"``: ``n`` 1-hop questions over ``size`` passages (one
-        golden); ``"needle"``: the needle grid, context lengths ``(size,)`` (default the sizes'
-        ``needle_lengths``) x ``depths`` (default ``needle_depths``), ``n`` seeded needles per
-        cell, answered as ``needle_answer`` says. Needles and questions get their answer's
-        lead-in forced when the sizes say ``lead_in``; every sample is wrapped in
-        ``chat_template``.
+        golden); ``"needle"``: the needle grid over SEAL's needles in the bundled haystack,
+        context lengths ``(size,)`` (default the sizes' ``needle_lengths``) x ``depths``
+        (default ``needle_depths``), ``n`` seeded needles per cell.
         """
         s = self.sizes
-        if task == "line_retrieval":
-            cfg = LineRetrievalConfig(num_lines=size, index_style=s.index_style)
-            raw = line_retrieval.generate(cfg, n, seed)
-        elif task == "passages":
-            raw = passages.generate(PassagesConfig(num_passages=size), n, seed)
-        elif task == "needle":
+        if task == "needle":
             cfg = NeedleConfig(
                 context_lengths=(size,) if size else s.needle_lengths,
                 depths=s.needle_depths if depths is None else depths,
@@ -268,7 +266,24 @@ class FigureRun:
             )
             raw = needle.generate(cfg, self.handle.tokenizer, n, seed)
         else:
-            raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+            raw = self._generate(task, n, seed, size)
+        out = self._format(task, raw)
+        self.ledger.evaluated(self.ledger.figure, out)
+        return out
+
+    def _generate(self, task: str, n: int, seed: int, size: int | None) -> list[Sample]:
+        """Line records or passage questions (``samples``), before the run's format."""
+        if task == "line_retrieval":
+            cfg = LineRetrievalConfig(num_lines=size, index_style=self.sizes.index_style)
+            return line_retrieval.generate(cfg, n, seed)
+        if task == "passages":
+            return passages.generate(PassagesConfig(num_passages=size), n, seed)
+        raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+
+    def _format(self, task: str, raw: list[Sample]) -> list[Sample]:
+        """Needles and questions get their answer's lead-in forced when the sizes say
+        ``lead_in``; every sample is wrapped in ``chat_template``."""
+        s = self.sizes
         if s.lead_in and task != "line_retrieval":  # LongEval records force SEAL's prefix
             lead = needle.lead_in if task == "needle" else passages.lead_in
             raw = [force_prefix(x, lead(x)) for x in raw]
@@ -280,34 +295,68 @@ class FigureRun:
 
     def tuning_samples(
         self,
+        name: str,
         task: str = "line_retrieval",
         *,
         n: int | None = None,
         lines: int | None = None,
         tokens: int | None = None,
+        seed: int = 0,
     ) -> list[Sample]:
-        """``n`` (default ``tune_n``) tuning samples in ``task``'s format, seed ``DATA_SEED``.
+        """``n`` (default ``tune_n``) tuning samples in ``task``'s format, from data seed
+        ``DATA_SEED + seed`` (``seed``: the tuning run, SEAL's results are one run each; the
+        gallery tunes ``tuning_seeds`` of them), recorded in the ``Ledger`` as ``name``'s
+        tuning set: a sample that shares content with any evaluation stops the run.
 
         ``"line_retrieval"``: SEAL's records of ``lines`` (default ``tune_lines``) lines;
         ``"passages"``: MuDAF's multi-document QA (Sec. 4.1 trains on HotpotQA), the 1-hop
         synthetic questions of the evaluation with ``retrieval_passages`` passages;
         ``"needle"``: SEAL's needle-format data (App. B.2), one needle at each of ``n`` depths
-        evenly spread over a ``tokens``-token context. The format is the evaluation's
-        (``samples``), the content another seed.
+        evenly spread over a ``tokens``-token context. SEAL tunes on its ten needles in the
+        haystack it evaluates; here each tuning needle is generated in SEAL's style and hidden
+        in its own generated haystack with distractors (``tasks.training_needles``), so the
+        evaluation's needles and essays stay unseen.
         """
         n = n or self.sizes.tune_n
+        data_seed = DATA_SEED + seed
         if task == "line_retrieval":
-            return self.samples(task, n, seed=DATA_SEED, size=lines or self.sizes.tune_lines)
-        if task == "passages":
-            return self.samples(task, n, seed=DATA_SEED, size=self.sizes.retrieval_passages)
-        if task == "needle":
+            raw = self._generate(task, n, data_seed, lines or self.sizes.tune_lines)
+        elif task == "passages":
+            raw = self._generate(task, n, data_seed, self.sizes.retrieval_passages)
+        elif task == "needle":
             if tokens is None:
                 raise ValueError("needle tuning samples need tokens, the context length")
-            depths = needle.linear_grid(0, 100, n)
-            return self.samples(task, 1, seed=DATA_SEED, size=tokens, depths=depths)
-        raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+            raw = self._training_needles(n, tokens, data_seed)
+        else:
+            raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+        out = self._format(task, raw)
+        self.ledger.tuned(name, out)
+        return out
 
-    def _train(self, tuner, samples, folder: Path, *, lr: float, epochs: int = 1, ctx=None) -> None:
+    def _training_needles(self, n: int, tokens: int, seed: int) -> list[Sample]:
+        """One generated needle per depth of ``linear_grid(0, 100, n)`` in a ``tokens``-token
+        context of generated filler (``training_needles``), answered as ``needle_answer``."""
+        import random
+
+        from interp_seal.tasks import training_needles as tn
+
+        rng = random.Random(f"training-needles/{seed}")
+        out = []
+        for depth in needle.linear_grid(0, 100, n):
+            made = tn.make_needle(rng)
+            cfg = NeedleConfig(
+                context_lengths=(tokens,),
+                depths=(depth,),
+                needles=(made,),
+                haystack=tn.make_haystack(rng, n_words=tokens, avoid=made),
+                answer=self.sizes.needle_answer,
+            )
+            out += needle.generate(cfg, self.handle.tokenizer, 1, seed)
+        return out
+
+    def _train(
+        self, tuner, samples, folder: Path, *, lr: float, epochs: int = 1, seed: int = 0, ctx=None
+    ) -> None:
         from interp_seal.engine import pad_id_of
         from interp_seal.tuning.data import encode_examples
         from interp_seal.tuning.loop import TrainConfig, train
@@ -317,6 +366,7 @@ class FigureRun:
         cfg = TrainConfig(
             lr=lr,
             epochs=epochs,
+            seed=seed,
             checkpoint_every=1 if long else 10,  # a long step costs minutes: keep every one
             gradient_checkpointing=long,
         )
@@ -340,11 +390,13 @@ class FigureRun:
         needle_tokens: int | None = None,
         extension: ContextExtension | None = None,
         task: str = "line_retrieval",
+        seed: int = 0,
     ) -> HeadIntervention:
         """SEAL-H (``"head"``) or SEAL-C (``"channel"``) scales tuned on this run's data: line
         records of ``lines`` lines (default ``tune_lines``), or, with ``needle_tokens``,
         needle-format samples of that many tokens, or, with ``task="passages"``, the passage
-        questions of ``tuning_samples("passages")`` (SEAL Table 3's in-domain scales)."""
+        questions of ``tuning_samples("passages")`` (SEAL Table 3's in-domain scales).
+        ``seed``: the tuning run (its samples and their order, ``tuning_samples``)."""
         from interp_seal.tuning.scales import ScaleFile, load_scales, save_scales
         from interp_seal.tuning.seal import SEAL_METHODS, SealTuner
 
@@ -368,19 +420,20 @@ class FigureRun:
             data, what = f"passages{count}", {"num_passages": count}
         else:
             data, what = f"lines{lines}", {"num_lines": lines}
-        name = f"{method}_lr{lr:g}_n{n}_e{epochs}_{data}_ext{ext}"
+        name = f"{method}_lr{lr:g}_n{n}_e{epochs}_{data}_ext{ext}_seed{seed}"
+        samples = self.tuning_samples(name, task, n=n, lines=lines, tokens=needle_tokens, seed=seed)
         with self.timed(name) as folder:
             path = folder / "scales.safetensors"
             if not path.exists():
                 tuner = SealTuner(self.handle, granularity)
-                samples = self.tuning_samples(task, n=n, lines=lines, tokens=needle_tokens)
                 ctx = ExitStack()
                 if extension:  # SEAL Table 2 tunes past the trained window on purpose
                     ctx.enter_context(extend_context(self.handle, extension))
                     longest = max(len(x.encode(self.handle.tokenizer)) for x in samples)
                     ctx.enter_context(declared_window(self.handle, longest))
-                self._train(tuner, samples, folder, lr=lr, epochs=epochs, ctx=ctx)
-                hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext} | what
+                self._train(tuner, samples, folder, lr=lr, epochs=epochs, seed=seed, ctx=ctx)
+                hyper = {"lr": lr, "samples": n, "epochs": epochs, "ext": ext, "seed": seed}
+                hyper |= what
                 save_scales(
                     path,
                     ScaleFile(
@@ -403,10 +456,12 @@ class FigureRun:
         alpha: float = 0.5,
         needle_tokens: int | None = None,
         n: int | None = None,
+        seed: int = 0,
     ) -> ModelHandle:
         """A fine-tuned copy: ``"seal-l"`` / ``"seal-d"`` (LoRA / DoRA, merged; on the line
         records, or with ``needle_tokens`` on ``n`` needle-format samples of that many tokens),
-        ``"mudaf"`` on ``heads`` or ``"sft"`` (MuDAF with alpha 0), saved once under ``work/``."""
+        ``"mudaf"`` on ``heads`` or ``"sft"`` (MuDAF with alpha 0), saved once under ``work/``.
+        ``seed``: the tuning run (samples, their order and the adapters' initialisation)."""
         from interp_seal.tuning.merge import save_checkpoint
 
         if needle_tokens and method not in ("seal-l", "seal-d"):
@@ -414,30 +469,31 @@ class FigureRun:
         tag = method + ("_" + "-".join(f"{a}.{b}" for a, b in heads) if heads else "")
         if needle_tokens:
             tag += f"_needle{needle_tokens}_n{n or self.sizes.tune_n}"
+        tag += f"_seed{seed}"
         if tag in self._memo:
             return self._memo[tag]
+        if method in ("seal-l", "seal-d"):
+            task = "needle" if needle_tokens else "line_retrieval"
+            samples = self.tuning_samples(tag, task, n=n, tokens=needle_tokens, seed=seed)
+        else:
+            samples = self.tuning_samples(tag, "passages", seed=seed)
         with self.timed(tag) as folder:
             ckpt = folder / "model"
             if not (ckpt / "config.json").exists():
                 handle = self.fresh_handle()
+                torch.manual_seed(seed)  # the adapters' initialisation
                 if method in ("seal-l", "seal-d"):
                     from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
 
                     tuner = PeftTuner(handle, PeftBaselineConfig(dora=method == "seal-d"))
-                    samples = (
-                        self.tuning_samples("needle", n=n, tokens=needle_tokens)
-                        if needle_tokens
-                        else self.tuning_samples()
-                    )
-                    self._train(tuner, samples, folder, lr=METHODS[method].lr)
+                    self._train(tuner, samples, folder, lr=METHODS[method].lr, seed=seed)
                     model = tuner.merge_and_unload()
                 else:
                     from interp_seal.tuning.mudaf import MudafConfig, MudafTuner
 
                     cfg = MudafConfig(heads=heads, alpha=alpha if heads else 0.0)
                     tuner = MudafTuner(handle, cfg)
-                    samples = self.tuning_samples("passages")
-                    self._train(tuner, samples, folder, lr=METHODS[tuner.method].lr)
+                    self._train(tuner, samples, folder, lr=METHODS[tuner.method].lr, seed=seed)
                     model = tuner.model
                 save_checkpoint(model, handle.tokenizer, ckpt)
         self._memo[tag] = load_model(ckpt, **self.load_options)

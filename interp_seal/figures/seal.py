@@ -199,6 +199,7 @@ SCALINGS = {
     "Q1 x 0.9 + Q3 x 1.1": {"Q1": 0.9, "Q3": 1.1},
     "Q1 x 0.9": {"Q1": 0.9},
     "Q3 x 1.1": {"Q3": 1.1},
+    "Q3 x 0.9": {"Q3": 0.9},  # the paper's negative control: damping the heads that matter
 }
 CLAIMED_SCALING = "Q1 x 0.9 + Q3 x 1.1"  # the paper's group edit, which the claim is about
 
@@ -292,6 +293,13 @@ def needle_variants(run: FigureRun) -> dict[str, object]:
     }
 
 
+def variants_at(run: FigureRun, method: str, seed: int):
+    """``method``'s variant (as ``variants``) from tuning run ``seed``."""
+    if method in ("seal-h", "seal-c"):
+        return run.seal_scales("head" if method == "seal-h" else "channel", seed=seed)
+    return run.tuned_model(method, seed=seed)
+
+
 def _handle_and_edit(run: FigureRun, variant):
     """(model, head edit) for ``variant``: a tuned model, a scale table, or None (the base)."""
     return (variant, None) if hasattr(variant, "model") else (run.handle, variant)
@@ -337,27 +345,54 @@ def _score(handle: ModelHandle, iv, samples: dict[int, list]) -> dict:
     }
 
 
-CONFIRMED = ("base", "seal-h", "seal-c", "seal-l")  # the methods Table 1's claims compare
+CONFIRMED = ("seal-h", "seal-c", "seal-l")  # the tuned methods Table 1's claims compare
+
+
+def line_positions(run: FigureRun, lengths, n: int, seed: int) -> pd.DataFrame:
+    """``length``, ``record`` and ``position`` of each line record: ``"last"`` when the queried
+    line is the record's last, else ``"other"``. A model that copies the last line's value is
+    right on a share 1/L of the records whatever it retrieves, so accuracy and its changes are
+    read on the ``"other"`` records, where only retrieval answers."""
+    rows = []
+    for L, samples in run.line_records(lengths, n, seed=seed).items():
+        for i, x in enumerate(samples):
+            last = int(x.meta["random_idx"][1]) == int(x.meta["num_lines"]) - 1
+            rows.append({"length": L, "record": i, "position": "last" if last else "other"})
+    return pd.DataFrame(rows)
 
 
 def table1_compute(run: FigureRun) -> Tables:
-    """The five methods at every length on the ``n`` seed-0 records (the table, ``records``),
-    and the methods the claims compare again on ``confirm_n`` fresh records per length
-    (``confirm``, seed ``FRESH_SEED``): the seed-0 records were the pilot whose effects set
-    that number (``figures.claims``)."""
+    """The five methods at every length on the ``n`` seed-0 records (the pilot: ``accuracy``,
+    ``records``), and the base model with each of ``tuning_seeds`` tuning runs of SEAL-H,
+    SEAL-C and LoRA on ``confirm_n`` fresh records per length (``confirm``, seed
+    ``FRESH_SEED``: the claims' records; the pilot's effects set that number,
+    ``figures.claims``). Every records table carries the queried line's ``position``."""
     vs, s = variants(run), run.sizes
     keys = [{"method": m, "length": L} for m in vs for L in s.lengths]
     rows = run.rows(
         "table1_paired", keys, lambda k: evaluate(run, vs[k["method"]], k["length"], s.n)
     )
     acc, records = split_records(rows, ["method", "length"])
-    keys = [{"method": m, "length": L} for m in CONFIRMED for L in s.lengths]
+    records = records.merge(line_positions(run, s.lengths, s.n, 0), on=["length", "record"])
+    tuned = {
+        (m, seed): variants_at(run, m, seed) for m in CONFIRMED for seed in range(s.tuning_seeds)
+    }
+    tuned[("base", 0)] = None
+    keys = [
+        {"method": m, "tuning_seed": seed, "length": L}
+        for (m, seed) in sorted(tuned, key=lambda k: (k[0] != "base", k))
+        for L in s.lengths
+    ]
     rows = run.rows(
         "table1_confirm",
         keys,
-        lambda k: evaluate(run, vs[k["method"]], k["length"], s.confirm_n, seed=FRESH_SEED),
+        lambda k: evaluate(
+            run, tuned[(k["method"], k["tuning_seed"])], k["length"], s.confirm_n, seed=FRESH_SEED
+        ),
     )
-    confirm = split_records(rows, ["method", "length"])[1].assign(seed=FRESH_SEED)
+    confirm = split_records(rows, ["method", "tuning_seed", "length"])[1].assign(seed=FRESH_SEED)
+    where = line_positions(run, s.lengths, s.confirm_n, FRESH_SEED)
+    confirm = confirm.merge(where, on=["length", "record"])
     from interp_seal.tuning.peft_baselines import PeftBaselineConfig, PeftTuner
     from interp_seal.tuning.seal import SealTuner
 
@@ -382,19 +417,29 @@ def table1_compute(run: FigureRun) -> Tables:
 
 
 def table1_draw(t: Tables):
-    return pv.method_curves(t["accuracy"], title="SEAL Table 1: line retrieval by method")
+    """The claims' records (``confirm``) by the queried line's position."""
+    return pv.position_curves(
+        t["confirm"], title="SEAL Table 1: line retrieval by method (fresh records)"
+    )
 
 
 def table1_read(t: Tables) -> str:
-    a = t["accuracy"]
-    L = a.length.max()
-    at = a[a.length == L].set_index("method").exact_match
+    c = t["confirm"]
+    L = c.length.max()
+    at = c[(c.length == L) & (c.position == "other")]
+    runs = at.groupby(["method", "tuning_seed"], sort=False).exact_match.mean()
+    text = ", ".join(
+        f"{m} {g.mean():.2f}" + (f" ({g.min():.2f}-{g.max():.2f})" if len(g) > 1 else "")
+        for m, g in runs.groupby(level="method", sort=False)
+    )
     p = t["params"].set_index("method").trainable
+    n = int(at.groupby(["method", "tuning_seed"]).record.nunique().min())
+    last = (c[(c.length == L) & (c.method == "base")].position == "last").mean()
     return (
-        f"At {L} lines: "
-        + ", ".join(f"{m} {v:.2f}" for m, v in at.items())
-        + f" (n={int(a.n.iloc[0])} each); SEAL-H tunes {p['seal-h']} parameters, LoRA "
-        f"{p['seal-l']} ({p['seal-l'] / p['seal-h']:.0f}x more)."
+        f"At {L} lines, fresh records whose queried line is not the last (n={n}; "
+        f"{last:.0%} of records query the last line): {text} (mean over tuning runs, their "
+        f"range in brackets); SEAL-H tunes {p['seal-h']} parameters, LoRA {p['seal-l']} "
+        f"({p['seal-l'] / p['seal-h']:.0f}x more)."
     )
 
 

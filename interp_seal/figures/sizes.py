@@ -72,7 +72,10 @@ class FigureSizes:
         mudaf_k: target heads drawn for MuDAF (its learning rate, and SFT's, is the method's
             one default, ``interp_seal.tuning.methods``).
         head_counts: MuDAF Table 4 / Fig. 7's numbers of selected heads.
-        mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws.
+        mask_k, mask_seeds: MuDAF Fig. 4's masked-head count and random draws. ``mask_k`` is
+            the top 5 % of the model's heads, the scale at which retrieval heads are counted
+            in the papers (Wu et al. 2024; MuDAF Fig. 4 masks the top heads of 1,024): 2 of
+            the organism's 32, 14 of SmolLM2's 270 (its preset).
         heatmap_passages: passages of the MuDAF Fig. 10 question.
         preset: the name of these sizes (``PRESETS``), written to ``run.json``.
         index_style: LongEval's line indices (``line_retrieval.INDEX_STYLES``) of every line
@@ -90,6 +93,9 @@ class FigureSizes:
             are line counts; SEAL-C tuned on line records) or ``"needle"`` (SEAL Fig. 6:
             ``extension_lengths`` are context lengths in tokens, the grid's depths, ``needle_n``
             needles per cell; SEAL-C tuned on needle-format samples).
+        tuning_seeds: tuning runs of each SEAL method Table 1's claims compare (SEAL-H, SEAL-C,
+            LoRA), each on its own samples in its own order (``FigureRun.tuning_samples``):
+            the paper reports one run each; a claim here holds only if it holds for every run.
         extension_tune_n: needle-format tuning samples (default ``tune_n``) of the extensions'
             SEAL-C (Table 2) and of every method of the needle grid (Fig. 5).
     """
@@ -118,7 +124,7 @@ class FigureSizes:
     confirm_questions: int = 440
     mudaf_k: int = 4
     head_counts: tuple[int, ...] = (1, 2, 4, 8)
-    mask_k: int = 4
+    mask_k: int = 2
     mask_seeds: tuple[int, ...] = (0, 1, 2)
     heatmap_passages: int = 5
     preset: str = "organism"
@@ -128,11 +134,12 @@ class FigureSizes:
     needle_n: int = 1
     extension_task: str = "line_retrieval"
     extension_tune_n: int | None = None
+    tuning_seeds: int = 3
     more_questions: int = 0
 
     def __post_init__(self):
         counts = (self.n, self.sweep_n, self.confirm_n, self.replicate_n, self.tune_n)
-        counts += (self.confirm_questions,)
+        counts += (self.confirm_questions, self.tuning_seeds)
         if self.mid >= self.long or min(counts) < 1:
             raise ValueError(
                 f"sizes need mid < long and at least one record per point (mid={self.mid}, "
@@ -203,6 +210,7 @@ LATER_FIELDS = (
     "confirm_n",
     "replicate_n",
     "confirm_questions",
+    "tuning_seeds",
 )
 
 
@@ -232,6 +240,7 @@ QUICK = FigureSizes(
     mask_k=2,
     mask_seeds=(0,),
     heatmap_passages=3,
+    tuning_seeds=1,
 )
 
 

@@ -27,6 +27,7 @@ ship); the built-in ``data/haystack.txt`` is a few KB of original essay-like pro
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 from importlib import resources
@@ -268,6 +269,12 @@ def insert_needle(
     return context, (start, start + len(needle))
 
 
+def haystack_digest(text: str) -> str:
+    """A short content digest of a haystack text (``Sample.meta["haystack"]``): which text a
+    needle was hidden in, so that a tuning haystack can be told from an evaluation one."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def make_sample(
     cfg: NeedleConfig, tokenizer, *, context_length: int, depth: float, needle: Needle
 ) -> Sample:
@@ -292,6 +299,7 @@ def make_sample(
             "question": needle.question,
             "depth_percent": depth,
             "context_length": context_length,
+            "haystack": haystack_digest(cfg.haystack),
         },
     )
 

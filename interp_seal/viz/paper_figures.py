@@ -5,6 +5,8 @@ Pure functions: tidy tables in, a plotly ``Figure`` out (the gallery driver,
 
 - ``method_curves``: ``viz.tuning.method_accuracy`` with 95 % Wilson intervals (SEAL Table 1,
   Table 2 / Fig. 6);
+- ``position_curves``: accuracy by length on the queried line's position, each tuned method's
+  runs as a mean with their range (SEAL Table 1's claim records);
 - ``digit_effects``: direct effects of heads and MLPs on each digit, per method (SEAL Fig. 4);
 - ``niah_panels``: one needle heatmap per method (SEAL Fig. 5);
 - ``lr_samples``: learning rate x samples heatmap and few-sample curves (SEAL Table 4, Fig. 7);
@@ -45,6 +47,53 @@ def method_curves(table: pd.DataFrame, *, title: str, metric: str = "exact_match
             ticktext=[f"{L}<br>{t:,.0f} tok" for L, t in tokens.items()],
         )
     return fig
+
+
+def position_curves(records: pd.DataFrame, *, title: str) -> go.Figure:
+    """Exact match against length in two panels, every record and the records whose queried
+    line is not the last (``position == "other"``: where copying the last line cannot answer),
+    one line per method: the mean over its tuning runs (``tuning_seed``), the error bar
+    spanning the runs' lowest and highest accuracy (none for the untuned base)."""
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        subplot_titles=["every record", "queried line not the last"],
+        horizontal_spacing=0.06,
+    )
+    for col, rows in ((1, records), (2, records[records.position == "other"])):
+        acc = rows.groupby(["method", "tuning_seed", "length"], sort=False).exact_match.mean()
+        acc = acc.reset_index()
+        for i, (method, g) in enumerate(acc.groupby("method", sort=False)):
+            spread = g.groupby("length").exact_match.agg(["mean", "min", "max"]).sort_index()
+            runs = g.tuning_seed.nunique()
+            fig.add_trace(
+                go.Scatter(
+                    x=spread.index.tolist(),
+                    y=spread["mean"].tolist(),
+                    name=str(method) + (f" ({runs} runs)" if runs > 1 else ""),
+                    legendgroup=str(method),
+                    showlegend=col == 1,
+                    mode="lines+markers",
+                    line={"color": "black", "dash": "dash"}
+                    if method == "base"
+                    else {"color": PALETTE[(i + 1) % len(PALETTE)]},
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": (spread["max"] - spread["mean"]).tolist(),
+                        "arrayminus": (spread["mean"] - spread["min"]).tolist(),
+                        "visible": runs > 1,
+                    },
+                    hovertemplate=f"{method}<br>%{{x}} lines<br>exact match %{{y:.3f}}"
+                    "<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_yaxes(range=[-0.02, 1.02], title_text="exact match (fraction of records)", col=1)
+    fig.update_xaxes(title_text="lines in the record")
+    return fig.update_layout(title=title, template="plotly_white")
 
 
 DIGIT_COLORS = (
