@@ -43,3 +43,7 @@ PLANNED_ANALYSES = (
     "dla",
 )
 """The analyses ``interp-seal plan`` predicts memory for (``analysis.plan``)."""
+
+DASHBOARD_KERNELS = 4
+"""The most kernels ``interp-seal dashboard`` runs at once (``--max-kernels``): one per open tab,
+each holding its own copy of the model."""

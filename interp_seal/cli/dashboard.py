@@ -9,7 +9,8 @@ picks a free port, and a port in use is refused before anything starts. Scale fi
 checkpoints are saved in ``--save-dir`` (default: the directory the command runs in). Each
 browser tab runs its own kernel: it loads the model, teacher-forces ``--n`` seeded LongEval
 records per number of lines (the clean run every edit starts from) and shows the widgets
-(``interp_seal.widgets.app``).
+(``interp_seal.widgets.app``). At most ``--max-kernels`` tabs are served at once (each kernel
+holds a copy of the model); one more gets a one-line 503 page saying so.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import socket
 from pathlib import Path
 
 from interp_seal.cli.common import nonnegative_int, positive_int, sample_count
+from interp_seal.defaults import DASHBOARD_KERNELS
 
 
 def register(subparsers) -> None:
@@ -55,8 +57,16 @@ def register(subparsers) -> None:
         help="seconds after which the kernel of a page that nobody has open is shut down",
     )
     parser.add_argument(
+        "--max-kernels",
+        type=positive_int,
+        default=DASHBOARD_KERNELS,
+        help="the most browser tabs served at once (each runs a kernel holding the model); one "
+        "more gets a one-line 503 page",
+    )
+    parser.add_argument(
         "--token",
-        help="the token the page's URL carries (default: a new random one per start)",
+        help="the token the page's URL carries (default: a new random one per start); the "
+        "server's log lines show it as [redacted]",
     )
     parser.set_defaults(func=run_dashboard)
 
@@ -106,6 +116,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         token=args.token or new_token(),
         threads=args.threads,
         idle_timeout=args.idle_timeout,
+        max_kernels=args.max_kernels,
         device=args.device,
         dtype=args.dtype,
         device_map=args.device_map,

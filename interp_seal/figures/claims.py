@@ -575,20 +575,21 @@ def sign_test(change: np.ndarray, label: str) -> Check:
 
 
 def dla_flips(d: Data) -> Check:
-    t = d["seal_fig4_dla"]
-    diff = t["records"].pivot_table(
-        index="record", columns="method", values="logit_diff", sort=False
-    )
+    """The margin logit(correct) - logit(strongest wrong) rises under SEAL-H and SEAL-C, per
+    fresh record, records not chosen on any model's answer (``figures.seal.fig4_compute``)."""
+    r = d["seal_fig4_dla"]["records"]
+    diff = r.pivot_table(index="record", columns="method", values="logit_diff", sort=False)
+    ok = r.pivot_table(index="record", columns="method", values="top_is_correct", sort=False)
     parts = [
         sign_test((diff[m] - diff["base"]).to_numpy(), f"{m} - base")
         for m in ("seal-h", "seal-c")
         if m in diff
     ]
     means = ", ".join(f"{m} {v:+.2f}" for m, v in diff.mean().items())
-    flips = ", ".join(f"{m} {int((diff[m] > 0).sum())}" for m in diff.columns if m != "base")
+    right = ", ".join(f"{m} {int(ok[m].sum())}" for m in ok.columns)
     text = (
-        f"logit(correct) - logit(wrong) at the first answer digit on {len(diff)} records the "
-        f"base model gets wrong, mean: {means}; records turned right: {flips}"
+        f"margin logit(correct) - logit(strongest wrong) at the first answer digit on "
+        f"{len(diff)} fresh records, mean: {means}; correct token on top: {right}"
     )
     return combine(parts, text)
 

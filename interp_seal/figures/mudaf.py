@@ -196,8 +196,13 @@ def fig5_pilot(run: FigureRun, models=None) -> Tables:
 
     rows = run.rows("mudaf_fig5_questions", [{"method": m} for m in handles], one)
     table = pd.DataFrame([dict(method=r.method, **h) for r in rows.itertuples() for h in r.heads])
+    f1 = base_scores(run).set_index(["layer", "head"]).f1
     targets = pd.DataFrame(
-        [{"group": g, "layer": a, "head": b} for g, hs in sets.items() for a, b in hs]
+        [
+            {"group": g, "layer": a, "head": b, "f1": float(f1[(a, b)])}
+            for g, hs in sets.items()
+            for a, b in hs
+        ]
     )
     return {"scores": table, "targets": targets, "questions": _per_question(rows)}
 
@@ -244,7 +249,13 @@ def target_gain(t: Tables, group: str = "mudaf") -> dict[str, float]:
 
 def fig5_read(t: Tables) -> str:
     g, w = target_gain(t), target_gain(t, "mudaf-weak")
-    text = (
+    sets = "; ".join(
+        f"{name} ({group}): "
+        + ", ".join(f"L{int(r.layer)}H{int(r['head'])} {r.f1:.2f}" for _, r in rows.iterrows())
+        for group, name in (("mudaf", "strong targets"), ("mudaf-weak", "weak heads"))
+        for rows in [t["targets"][t["targets"].group == group]]
+    )
+    text = f"Base-model F1 of the sets, {sets}. " + (
         f"Mean F1 of MuDAF's targets: base {g.get('base', 0):.2f}, SFT {g.get('sft', 0):.2f}, "
         f"MuDAF {g.get('mudaf', 0):.2f}; weak heads: base {w.get('base', 0):.2f}, "
         f"MuDAF-weak {w.get('mudaf-weak', 0):.2f}."

@@ -70,9 +70,10 @@ def gallery_plan(model: str, sizes: FigureSizes) -> dict:
             f"{s.extension_task} records at {list(s.extension_lengths)}, pooled (seed 0)",
         ),
         "After SEAL the final logit moves from the wrong to the correct token": (
-            "exact sign test of logit(correct) - logit(wrong), SEAL-H and SEAL-C vs base",
-            f"the first {S.DLA_RECORDS} of {s.confirm_n} fresh records at {s.long} lines (seed "
-            f"{S.FRESH_SEED}) the base model gets wrong",
+            "exact sign test of the change in logit(correct) - logit(strongest wrong), SEAL-H "
+            "and SEAL-C vs base; both must hold",
+            f"the first {S.DLA_RECORDS} fresh records at {s.long} lines (seed {S.FRESH_SEED}), "
+            "not chosen on any model's answer",
         ),
         "SEAL-H / C / L / D recover needles the baseline misses": (
             "exact McNemar, each method > base; all must hold",

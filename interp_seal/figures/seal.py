@@ -475,10 +475,12 @@ def fig4_compute(run: FigureRun) -> Tables:
     The drawn record is the first of the ``n`` long records (seed 0) on which the base model's
     top token there is wrong (the first record if it gets all right), drawn as the paper draws
     its example: the direct effect of every head and MLP on each digit's logit, and the final
-    logits of the ten digits. The claims' records are fresh (seed ``FRESH_SEED``): the first
-    ``DLA_RECORDS`` of ``confirm_n`` long records that the base model gets wrong, each method's
-    ``logit(correct) - logit(wrong)``, ``wrong`` being the base model's strongest wrong
-    token."""
+    logits of the ten digits. The claims' records are fresh (seed ``FRESH_SEED``) and not
+    selected on the base model's answer: the first ``DLA_RECORDS`` of the long records, each
+    method's margin ``logit(correct) - logit(wrong)`` with ``wrong`` that method's own
+    strongest wrong token (choosing records because the base fails, or contrasting with the
+    base model's wrong token, would favour any edit by regression to the mean), and whether
+    its top token is the correct one."""
     s = run.sizes
     tok = run.handle.tokenizer
 
@@ -500,7 +502,11 @@ def fig4_compute(run: FigureRun) -> Tables:
         return found or [first]
 
     drawn = wrong_records(0, s.n, 1)[0]
-    chosen = wrong_records(FRESH_SEED, s.confirm_n, DLA_RECORDS)
+    chosen = []
+    fresh = run.samples("line_retrieval", DLA_RECORDS, seed=FRESH_SEED, size=s.long)
+    for i, enc in enumerate(encode_samples(run.handle, fresh)):
+        at = enc.answer_start + first_content(tok, enc.answer_ids)
+        chosen.append((i, enc.input_ids[:at], int(enc.input_ids[at])))
     handles = {"base": run.handle}
     for name, g in (("seal-h", "head"), ("seal-c", "channel")):
         handles[name] = merged_model(run.handle, run.seal_scales(g).scale)
@@ -519,9 +525,12 @@ def fig4_compute(run: FigureRun) -> Tables:
             }
             for k, d in enumerate(digits)
         ]
-        for record, prompt, right, wrong in chosen:
+        for record, prompt, right in chosen:
             with torch.no_grad():
                 lg = last_logits(h, prompt[None])[0].double()
+            others = lg.clone()
+            others[right] = -torch.inf
+            wrong = int(others.argmax())
             records.append(
                 {
                     "record": record,
@@ -549,23 +558,23 @@ def fig4_read(t: Tables) -> str:
     lg = t["logits"]
     top = lg.loc[lg.groupby("method", sort=False).logit.idxmax()].set_index("method").digit
     right = int(lg[lg.correct].digit.iloc[0])
-    diff = t["records"].pivot_table(
-        index="record", columns="method", values="logit_diff", sort=False
-    )
+    r = t["records"]
+    diff = r.pivot_table(index="record", columns="method", values="logit_diff", sort=False)
+    ok = r.pivot_table(index="record", columns="method", values="top_is_correct", sort=False)
     others = [m for m in diff.columns if m != "base"]
     up = {m: int((diff[m] > diff["base"]).sum()) for m in others}
-    flips = {m: int((diff[m] > 0).sum()) for m in others}
+    failed = ok["base"] == 0
+    turned = {m: int((failed & (ok[m] == 1)).sum()) for m in others}
     return (
         f"On the drawn record (correct digit {right}) the top digit is "
         + ", ".join(f"{m} {int(d)}" for m, d in top.items())
-        + f". On {len(diff)} fresh records the base model gets wrong, logit(correct) - "
-        "logit(wrong) averages "
+        + f". On {len(diff)} fresh records (not chosen on any answer), the margin "
+        "logit(correct) - logit(strongest wrong) averages "
         + ", ".join(f"{m} {v:+.2f}" for m, v in diff.mean().items())
         + "; it rises on "
         + ", ".join(f"{up[m]} ({m})" for m in others)
-        + " and turns positive on "
-        + ", ".join(f"{flips[m]} ({m})" for m in others)
-        + "."
+        + f"; of the {int(failed.sum())} the base model gets wrong, the correct token is on "
+        "top after " + ", ".join(f"{m} on {turned[m]}" for m in others) + "."
     )
 
 
