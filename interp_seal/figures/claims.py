@@ -1,7 +1,8 @@
 """The claims table: each qualitative claim of SEAL and MuDAF, tested on the measured numbers.
 
 Every claim is a statement about exact match (or a retrieval score) measured on a fixed set of
-records; the verdict is computed from a stated test at level ``ALPHA`` (0.05), never written:
+records; the verdict is computed from the test the gallery's plan names (``figures.plan``,
+written before any data) at level ``ALPHA`` (0.05), never written by hand:
 
 - **paired records, 0/1 outcomes** (two methods on the same seeded records, which is how every
   figure compares methods): the exact McNemar test on the discordant records
@@ -9,38 +10,32 @@ records; the verdict is computed from a stated test at level ``ALPHA`` (0.05), n
   difference of accuracies (``paired_bootstrap``). *supported*: p < 0.05 in the claimed
   direction; *contradicted*: p < 0.05 the other way; *not shown* otherwise;
 - **"comparable" claims** (SEAL-H vs LoRA): equivalence is its own hypothesis. *supported*
-  needs a TOST equivalence test within ``MARGIN`` (0.10 exact match, ``tost_paired``) AND
-  both arms significantly above the baseline (McNemar): two arms that both stayed at the
-  baseline are not "comparable accuracy" in the paper's sense;
+  needs a TOST equivalence test within ``MARGIN`` (0.10 exact match, ``tost_paired``; the
+  plan says why) AND both arms significantly above the baseline (McNemar): two arms that both
+  stayed at the baseline are not "comparable accuracy" in the paper's sense;
 - **different records** (two context lengths): Fisher's exact test, Newcombe's interval;
-- **no per-record data on disk** (a figure computed before it kept its ``records`` table, or
-  a score that is a mean over heads): an approximate unpaired z test on the two means, said
-  so in the ``test`` column.
+- **paired continuous scores** (retrieval F1 per question): Wilcoxon signed-rank; **per-record
+  logit margins**: the exact sign test.
 
-A row made of several tests (e.g. "SEAL-H and SEAL-C raise accuracy") is *supported* only if
-every test supports it (an intersection-union test: no multiplicity correction is needed for
-that) and *contradicted* if any contradicts it. Heads picked as "best" on the sweep's records
-are tested on fresh records (``figures.seal.FRESH_SEED``). Table 1's method claims pool the
-records of every length (the paper's "Avg." column): each record is scored by every method, so
-the pairs stay exact and the test gains the power of all lengths.
+A row made of several tests (e.g. "SEAL-H and SEAL-C raise accuracy", each of the tuning runs)
+is *supported* only if every test supports it (an intersection-union test: no multiplicity
+correction is needed for that) and *contradicted* if any contradicts it; the row shows the
+test that decides it. Across rows, Holm's step-down correction (``_corrected``).
 
-Pilot, then confirmation: where a first run (the pilot) left a claim undecided, the number of
-fresh records ``confirm_n`` was chosen from the pilot's effects by the power calculation below,
-and the claim is tested on those fresh records alone (Fig. 2b's best and worst head, Fig. 2d,
-Fig. 4, Table 1's methods); the pilot's records are not reused. Fig. 2d's effect halved on
-its confirmation, which left it undecided; it is decided on a replication of
-``replicate_n`` records from a third seed (``figures.seal.REPLICATE_SEED``), sized from the
-confirmation's power calculation, and reused by nothing else. MuDAF's heads (the retrieval
-heads masked in Fig. 4, the targets of Fig. 5) are chosen on the ``retrieval_n`` pilot
-questions; those two claims are tested on ``fresh_questions`` fresh questions
-(``figures.mudaf.FRESH_SEED``).
+Where claims are read: heads and records chosen on one set of records (the sweep's best
+head, the retrieval heads, MuDAF's targets) are tested on fresh records or questions
+(``figures.seal.FRESH_SEED``, ``figures.mudaf.FRESH_SEED``); SEAL Table 1's claims on fresh
+records whose queried line is not the last (a model that copies the last line is right on 1/L
+of all records whatever it retrieves), each tuned method in every one of its tuning runs;
+Fig. 2d's claimed scaling on a replication of its own seed. No tuning set shares content with
+any evaluation (``figures.heldout``).
 
 When the verdict is *not shown*, ``n_needed`` says how many records the test would need to
 decide it with 80 % power: Connor's (1987) McNemar sample size at the observed difference and
 discordant rate (``mcnemar_sample_size``), the equivalence sample size for TOST, or Fleiss'
-two-proportion formula. It is a planning number for the next run (the n at which an effect of
-the observed size would be detected), not evidence; when no difference was observed it is given
-for a difference of ``MIN_EFFECT``.
+two-proportion formula. It is a planning number for a *new* plan on fresh seeds (the n at
+which an effect of the observed size would be detected), not evidence; when no difference was
+observed it is given for a difference of ``MIN_EFFECT``.
 """
 
 from __future__ import annotations
@@ -202,8 +197,10 @@ def unpaired(p1: float, n1: float, p2: float, n2: float, label: str, *, reason: 
     verdict = decide(r.p_value, r.difference)
     needed = ""
     if verdict == "not shown":
-        a, b = (k1 / n1, k2 / n2) if k1 * n2 != k2 * n1 else (k1 / n1, k1 / n1 - MIN_EFFECT)
-        a, b = min(max(a, 0.01), 0.99), min(max(b, 0.01), 0.99)
+        a = min(max(k1 / n1, 0.01), 0.99)
+        b = min(max(k2 / n2, 0.01), 0.99)
+        if a == b:  # no difference observed (or both at a bound): plan for MIN_EFFECT
+            b = a - MIN_EFFECT if a - MIN_EFFECT >= 0.01 else a + MIN_EFFECT
         needed = f"{label}: {two_proportion_sample_size(a, b)} per arm"
     return Check(
         measured=f"{label} {r.difference:+.2f}",

@@ -271,16 +271,43 @@ def fig5_read(t: Tables) -> str:
 
 
 def fig9_compute(run: FigureRun) -> Tables:
+    """MuDAF minus SFT per head on the pilot questions; ``selected``: MuDAF's targets."""
     sc = fig5_pilot(run)["scores"]
     wide = sc.pivot_table(index=["layer", "head"], columns="method", values="f1").reset_index()
     wide["diff"] = wide["mudaf"] - wide["sft"]
-    return {"diff": wide[["layer", "head", "mudaf", "sft", "diff"]]}
+    chosen = set(target_sets(run)["mudaf"])
+    wide["selected"] = [
+        (int(a), int(b)) in chosen for a, b in zip(wide.layer, wide["head"], strict=True)
+    ]
+    return {"diff": wide[["layer", "head", "mudaf", "sft", "diff", "selected"]]}
 
 
 def fig9_draw(t: Tables):
-    return head_score_heatmap(
-        t["diff"], value="diff", title="MuDAF Fig. 9: retrieval score, MuDAF minus Vanilla SFT"
+    """The heatmap with the selected heads (MuDAF's targets) outlined."""
+    d = t["diff"]
+    fig = head_score_heatmap(
+        d, value="diff", title="MuDAF Fig. 9: retrieval score, MuDAF minus Vanilla SFT"
     )
+    for r in d[d.selected.astype(bool)].itertuples():
+        fig.add_shape(
+            type="rect",
+            x0=r.head - 0.5,
+            x1=r.head + 0.5,
+            y0=r.layer - 0.5,
+            y1=r.layer + 0.5,
+            line={"color": "black", "width": 2.5},
+        )
+    fig.add_annotation(
+        text="outlined: MuDAF's selected heads",
+        x=0,
+        xref="paper",
+        y=1.02,
+        yref="paper",
+        xanchor="left",
+        yanchor="bottom",
+        showarrow=False,
+    )
+    return fig
 
 
 def fig9_read(t: Tables) -> str:

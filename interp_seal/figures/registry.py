@@ -251,7 +251,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         paper_numbers="LongChat-7B, one record: the baseline answers 5, SEAL-H and SEAL-C "
         "answer the correct 1; the MLPs' direct effects dominate the heads'; after SEAL the "
         "heads' effects shift toward the correct digit and its final logit becomes the largest.",
-        sample="one record of {long} lines drawn; up to 30 fresh records the base model gets wrong",
+        sample="one record of {long} lines drawn; below, 30 fresh records chosen on no answer",
     ),
     FigureSpec(
         name="seal_table1_methods",
@@ -261,7 +261,10 @@ FIGURES: tuple[FigureSpec, ...] = (
         draw=S.table1_draw,
         read=S.table1_read,
         paper_numbers=SEAL_T1,
-        sample="{n} records per point, 95 % Wilson intervals",
+        sample=lambda s: (
+            f"{s['confirm_n']} fresh records per length; each tuned method's "
+            f"{s['tuning_seeds']} tuning runs: mean, bars their range"
+        ),
     ),
     FigureSpec(
         name="seal_fig5_needle",
@@ -272,7 +275,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=S.fig5_read,
         paper_numbers="LongChat-7B: baseline fails at deep needles beyond ~17K; SEAL-H/C/L/D "
         "recover most of the grid inside the context window.",
-        sample="{needle_n} needle(s) per cell; every method tuned on needles",
+        sample="{needle_n} SEAL needle(s) per cell; every method tuned on generated needles",
     ),
     FigureSpec(
         name="seal_table4_lr_samples",

@@ -21,6 +21,7 @@ import dataclasses
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 
 from interp_seal.analysis.logit_attribution import (
@@ -133,7 +134,31 @@ def fig2b_compute(run: FigureRun) -> Tables:
 
 
 def fig2b_draw(t: Tables):
-    return quadrant_scatter(_quadrants(t["sweep"]))
+    """The sweep's quadrants, and the best and worst head re-measured on the fresh records:
+    an open diamond at the head's sweep delta (x) and its fresh delta at the long length (y),
+    joined to the head's sweep point."""
+    q = _quadrants(t["sweep"])
+    fig = quadrant_scatter(q)
+    c = t["confirm"]
+    base = c[c.unit == "baseline"].exact_match.mean()
+    for role, g in c[c.unit != "baseline"].groupby("unit", sort=False):
+        layer, head = int(g.layer.iloc[0]), int(g["head"].iloc[0])
+        at = q.heads[(q.heads.layer == layer) & (q.heads["head"] == head)].iloc[0]
+        fresh = g.exact_match.mean() - base
+        fig.add_trace(
+            go.Scatter(
+                x=[at.delta_mid, at.delta_mid],
+                y=[at.delta_long, fresh],
+                mode="lines+markers+text",
+                marker={"symbol": ["circle", "diamond-open"], "size": [1, 12], "color": "black"},
+                line={"color": "black", "dash": "dot", "width": 1},
+                text=["", f"L{layer}H{head} ({role}), fresh"],
+                textposition="middle right",
+                name=f"{role} head on {g.record.nunique()} fresh records",
+                hovertemplate=f"L{layer}H{head} {role}: fresh delta %{{y:+.3f}}<extra></extra>",
+            )
+        )
+    return fig
 
 
 def fig2b_read(t: Tables) -> str:

@@ -18,7 +18,8 @@ METRIC_LABELS = {"exact_match": "exact match", "first_token": "first token corre
 # metrics that are a mean of 0/1 outcomes per record: binomial proportions
 PROPORTIONS = ("exact_match", "first_token")
 # gkamradt's NIAH colour map: red (miss) -> yellow -> green (hit)
-NIAH_COLORSCALE = [[0.0, "#F0496E"], [0.5, "#EBB839"], [1.0, "#0CD79F"]]
+# viridis' ends and middle: ordered in lightness and readable with red-green colour blindness
+NIAH_COLORSCALE = [[0.0, "#440154"], [0.5, "#21918c"], [1.0, "#fde725"]]
 
 
 def wilson_error_y(p: Sequence[float | None], n: Sequence[float]) -> dict:

@@ -19,7 +19,6 @@ Pure functions: tidy tables in, a plotly ``Figure`` out (the gallery driver,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -105,11 +104,13 @@ DIGIT_COLORS = (
 def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataFrame) -> go.Figure:
     """SEAL Fig. 4, one column per method: (a) the direct effect of every head on each digit's
     logit (heads flattened layer by layer), (b) of the embedding and every MLP, (c) the final
-    logits of the ten digits; below, ``logit(correct) - logit(wrong)`` on every record the base
-    model gets wrong, one line per record across the methods.
+    logits of the ten digits; below, ``logit(correct) - logit(wrong)`` on every claim record,
+    one line per record across the methods.
 
-    Each row has one y range across the methods, so panels compare at a glance (and rows (a)
-    and (b) show, as in the paper, how much larger the MLPs' effects are than any head's).
+    Row (b) shows each component's effect on a digit minus its mean over the ten digits: only
+    differences between digits choose the answer, and the last MLPs add a shift common to every
+    digit that is far larger than those differences and would flatten them. Each row has one y
+    range across the methods, so panels compare at a glance.
     """
     methods = list(dict.fromkeys(effects.method))
     right = int(logits[logits.correct].digit.iloc[0])
@@ -120,9 +121,9 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         specs=[[{}] * len(methods)] * 3
         + [[{"colspan": len(methods)}] + [None] * (len(methods) - 1)],
         subplot_titles=[f"{m}: (a) heads" for m in methods]
-        + [f"{m}: (b) embedding + MLPs" for m in methods]
+        + [f"{m}: (b) embedding + MLPs, less the digits' mean" for m in methods]
         + [f"{m}: (c) final logits" for m in methods]
-        + [f"logit(correct) - logit(wrong) on {n_rec} fresh record(s) the base model gets wrong"],
+        + [f"logit(correct) - logit(strongest wrong) on {n_rec} fresh record(s)"],
         vertical_spacing=0.1,
         horizontal_spacing=0.06,
         row_heights=[0.3, 0.25, 0.2, 0.25],
@@ -130,6 +131,9 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
     heads_all = effects[effects.component == "head"]
     n_heads = int(heads_all["head"].max()) + 1
     other_all = effects[effects.component.isin(["embed", "mlp"])]
+    keys = ["method", "component", "layer"]
+    common = other_all.groupby(keys, dropna=False).value.transform("mean")
+    other_all = other_all.assign(value=other_all.value - common)
     ranges = {
         1: _padded_range(heads_all.value.to_numpy(dtype=float)),
         2: _padded_range(other_all.value.to_numpy(dtype=float)),
@@ -143,7 +147,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         for k in range(10):
             d = rows[rows.digit == k]
             h = d[d.component == "head"].sort_values(["layer", "head"])
-            o = d[d.component.isin(["embed", "mlp"])]
+            o = other_all[(other_all.method == method) & (other_all.digit == k)]
             o = o.assign(order=o.layer.fillna(-1).astype(int)).sort_values("order")
             style = dict(
                 color=DIGIT_COLORS[k],
@@ -195,7 +199,8 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         fig.update_xaxes(title_text="digit", row=3, col=c)
         for r in (1, 2, 3):
             fig.update_yaxes(range=ranges[r], row=r, col=c)
-    for r, what in ((1, "direct effect (logit)"), (2, "direct effect (logit)"), (3, "logit")):
+    rows_y = ((1, "direct effect (logit)"), (2, "effect - digits' mean"), (3, "logit"))
+    for r, what in rows_y:
         fig.update_yaxes(title_text=what, row=r, col=1)
     for rec, g in records.groupby("record", sort=False):
         g = g.set_index("method").reindex(methods)
@@ -254,7 +259,7 @@ def niah_panels(grid: pd.DataFrame, heatmap: Callable[[pd.DataFrame], go.Figure]
     fig.update_yaxes(title_text="needle depth (%)", row=1, col=1)
     fig.update_layout(
         title="SEAL Fig. 5: needle in a haystack by method",
-        coloraxis=dict(colorscale="RdYlGn", cmin=0, cmax=1, colorbar=dict(title="exact match")),
+        coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1, colorbar=dict(title="exact match")),
         template="plotly_white",
     )
     return fig
@@ -652,15 +657,17 @@ def generalization_bars(
             row=1,
             col=2,
         )
-    fig.add_hline(y=uniform, line=dict(dash="dash", color="black", width=1), row=1, col=2)
-    fig.add_annotation(  # on a log axis an annotation's y is log10 of the value
-        text=f"uniform guess over the vocabulary: {uniform:,.0f}",
+    top = float(ability.perplexity.max())
+    if uniform <= 1.5 * top:  # on the axis only where it does not squash the bars
+        fig.add_hline(y=uniform, line=dict(dash="dash", color="black", width=1), row=1, col=2)
+    fig.add_annotation(
+        text=f"uniform guess over the vocabulary: {compact_number(uniform)}",
         x=1,
         xref="x2 domain",
         xanchor="right",
-        y=math.log10(uniform),
-        yref="y2",
-        yanchor="top",
+        y=1,
+        yref="y2 domain",
+        yanchor="bottom",
         showarrow=False,
         bgcolor="rgba(255,255,255,0.8)",
     )
@@ -675,14 +682,9 @@ def generalization_bars(
     fig.update_yaxes(
         title_text="exact match (teacher-forced, fraction of questions)", range=[0, 1.02], col=1
     )
-    values = [*ability.perplexity, uniform]
-    fig.update_yaxes(
-        title_text="perplexity (log scale, lower = better)",
-        type="log",
-        dtick=1,
-        range=[math.log10(min(values)) - 0.5, math.log10(max(values)) + 0.4],
-        col=2,
-    )
+    # a linear axis: a rise in perplexity (damage) reads as the height it is
+    peak = max(top, uniform) if uniform <= 1.5 * top else top
+    fig.update_yaxes(title_text="perplexity (lower = better)", range=[0, 1.15 * peak], col=2)
     fig.update_xaxes(title_text="what the SEAL scales were tuned on")
     return fig
 

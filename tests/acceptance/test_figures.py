@@ -82,13 +82,32 @@ def test_line_retrieval_points_equal_the_evaluation(gallery, organism):
     base = acc[acc.method == "base"].sort_values("length")
     np.testing.assert_allclose(base.exact_match, direct.exact_match)
     np.testing.assert_allclose(base.n_tokens, direct.n_tokens)
-    # the figure is drawn from these rows: one trace per method, y = exact match by length
+    # the figure draws the claim records (fresh, seed FRESH_SEED): per method the mean over
+    # its tuning runs, every record (left) and those whose queried line is not the last
     from interp_seal.figures.registry import BY_NAME
 
-    fig = BY_NAME["seal_table1_methods"].draw(tables(out, "seal_table1_methods"))
+    t = tables(out, "seal_table1_methods")
+    c = t["confirm"]
+    fig = BY_NAME["seal_table1_methods"].draw(t)
+    assert len(fig.data) == 2 * c.method.nunique()
     for trace in fig.data:
-        rows = acc[acc.method == trace.name].sort_values("length")
-        np.testing.assert_allclose(trace.y, rows.exact_match)
+        rows = c if trace.xaxis == "x" else c[c.position == "other"]
+        rows = rows[rows.method == trace.legendgroup]
+        runs = rows.groupby(["tuning_seed", "length"]).exact_match.mean()
+        np.testing.assert_allclose(trace.y, runs.groupby("length").mean().to_numpy())
+    fresh = {
+        L: line_retrieval.generate(LineRetrievalConfig(num_lines=L), QUICK.confirm_n, FRESH_SEED)
+        for L in QUICK.lengths
+    }
+    for r in c[c.method == "base"].itertuples():
+        x = fresh[r.length][r.record]
+        last = x.meta["random_idx"][1] == r.length - 1
+        assert r.position == ("last" if last else "other")
+    direct = evaluate_line_retrieval(
+        organism, QUICK.lengths, n=QUICK.confirm_n, seed=FRESH_SEED, progress=False
+    ).set_index("length")
+    per = c[c.method == "base"].groupby("length").exact_match.mean()
+    np.testing.assert_allclose(per.to_numpy(), direct.exact_match.to_numpy())
     params = tables(out, "seal_table1_methods")["params"].set_index("method").trainable
     L, H, D = organism.spec.n_layers, organism.spec.n_heads, organism.spec.d_head
     assert params["seal-h"] == L * H and params["seal-c"] == L * H * D
@@ -165,7 +184,8 @@ def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
     q = q[(q.group == "mudaf") & (q.method == "base")].sort_values("record").f1
     np.testing.assert_allclose(q.to_numpy(), direct.to_numpy(), atol=1e-12)
     # MuDAF / SFT tune on the same format, other questions: none shared with the evaluation
-    train = FigureRun("organism", QUICK, tmp_path, progress=False).tuning_samples("passages")
+    run = FigureRun("organism", QUICK, tmp_path, progress=False)
+    train = run.tuning_samples("sft", "passages")
     assert len(train) == QUICK.tune_n
     assert all(len(s.passages) == QUICK.retrieval_passages and len(s.golden) == 1 for s in train)
     evaluation = {s.prompt for s in quick_questions(QUICK.retrieval_n)}
@@ -178,7 +198,7 @@ def test_passage_qa_scores_equal_teacher_forcing(gallery, organism, tmp_path):
     assert not {s.prompt for s in fresh} & (evaluation | {s.prompt for s in train})
     confirm = tables(out, "mudaf_fig4_masking")["confirm"]
     assert (confirm.questions_seed == QUESTIONS_SEED).all()
-    assert set(confirm.strategy) == {"none", "retrieval", "random"}
+    assert set(confirm.strategy) == {"none", "retrieval", "random", "niah"}
     assert set(confirm["mode"]) == {"none", "zero"}
     got = confirm[confirm.strategy == "none"].sort_values("record").exact_match.tolist()
     assert got == [int(x.exact_match) for x in teacher_force(organism, fresh)]
@@ -312,7 +332,7 @@ def test_retrieval_scores_and_dla_equal_the_analyses(gallery, organism):
     # differences are a plain forward's, on records the base model gets wrong
     records = {
         seed: line_retrieval.generate(LineRetrievalConfig(num_lines=QUICK.long), n, seed)
-        for seed, n in ((0, QUICK.n), (FRESH_SEED, QUICK.confirm_n))
+        for seed, n in ((0, QUICK.n), (FRESH_SEED, 30))
     }
     check_digit_effects(tables(out, "seal_fig4_dla"), organism, records)
 
@@ -321,7 +341,8 @@ def check_digit_effects(dla: dict, handle, samples) -> None:
     """SEAL Fig. 4's tables against the model: every method's direct effects on a digit sum to
     that digit's logit (frozen-norm DLA is exact); the drawn record is the first seed-0 record
     whose first answer digit a plain Hugging Face forward gets wrong; the base model's
-    logit(correct) - logit(wrong) per fresh (``FRESH_SEED``) record equals that forward's."""
+    margin logit(correct) - logit(strongest wrong) on the first 30 fresh (``FRESH_SEED``)
+    records, chosen on no answer, equals that forward's."""
     import torch
 
     from interp_seal.evaluation import encode_samples
@@ -333,7 +354,8 @@ def check_digit_effects(dla: dict, handle, samples) -> None:
     assert dla["logits"].correct.sum() == dla["logits"].method.nunique()  # one digit each
     rec = dla["records"]
     base = rec[rec.method == "base"]
-    assert 1 <= len(base) <= 30 and set(rec.method) == {"base", "seal-h", "seal-c"}
+    assert len(base) == 30 and set(rec.method) == {"base", "seal-h", "seal-c"}
+    assert sorted(base.record) == list(range(30))
     tok = handle.tokenizer
 
     def answer_digit(enc):
@@ -356,16 +378,19 @@ def check_digit_effects(dla: dict, handle, samples) -> None:
         enc = encoded[r.record]
         at, logits = answer_digit(enc)
         assert tok.convert_ids_to_tokens(int(enc.input_ids[at])) == r.correct
-        right, wrong = (tok.convert_tokens_to_ids(x) for x in (r.correct, r.wrong))
+        right = tok.convert_tokens_to_ids(r.correct)
+        others = logits.clone()
+        others[right] = -torch.inf
+        wrong = int(others.argmax())
+        assert tok.convert_ids_to_tokens(wrong) == r.wrong
         assert r.logit_diff == pytest.approx(float(logits[right] - logits[wrong]), abs=1e-4)
-        if not r.top_is_correct:  # chosen because the base model is wrong there
-            assert int(logits.argmax()) == wrong and r.logit_diff < 0
+        assert bool(r.top_is_correct) == (int(logits.argmax()) == right) == (r.logit_diff > 0)
 
 
 def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
-    # 20 questions: zeroing the retrieval heads gets 2 right; draw 0 gets 14 (the 2 included,
-    # b = 12, c = 0: McNemar p = 2 * 0.5^12); draw 1 gets 5 (b = 3, c = 0: p = 0.25). Every
-    # draw must beat it (intersection-union): not shown, p = 0.25.
+    # 20 fresh questions: zeroing the retrieval heads gets 2 right; draw 0 gets 14 (the 2
+    # included, b = 12, c = 0: McNemar p = 2 * 0.5^12); draw 1 gets 5 (b = 3, c = 0: p = 0.25).
+    # Every draw must beat it (intersection-union): not shown, p = 0.25.
     ret = [1] * 2 + [0] * 18
     draws = {0: [1] * 14 + [0] * 6, 1: [1] * 5 + [0] * 15}
     rows = [("retrieval", -1, ret)] + [("random", k, v) for k, v in draws.items()]
@@ -378,7 +403,7 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
     )
     masking = records.groupby(["strategy", "mode", "seed"], as_index=False).exact_match.mean()
     masking["n_samples"] = 20
-    data = {"mudaf_fig4_masking": {"masking": masking, "records": records}}
+    data = {"mudaf_fig4_masking": {"masking": masking, "confirm": records.assign(questions_seed=2)}}
     row = C.masking_hurts(data)
     assert row.p_value == pytest.approx(0.25) and row.verdict == "not shown"
     assert "McNemar" in row.test and row.n == 20
@@ -389,7 +414,7 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
         for i, x in enumerate(draws[1])
     ]
     records = pd.concat([records, pd.DataFrame(extra)], ignore_index=True)
-    data["mudaf_fig4_masking"]["records"] = records
+    data["mudaf_fig4_masking"]["confirm"] = records.assign(questions_seed=2)
     row = C.masking_hurts(data)
     assert row.p_value == pytest.approx(2 / 2**8) and row.verdict == "supported"
     # fresh questions decide it alone: there draw 1 gets 3 of the 2 + 18 right (b = 1, c = 0)
@@ -397,6 +422,7 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
     fresh.loc[(fresh.seed == 1) & (fresh.record >= 3), "exact_match"] = 0
     fresh.loc[(fresh.seed == 1) & (fresh.record < 3), "exact_match"] = 1
     data["mudaf_fig4_masking"]["confirm"] = fresh
+    data["mudaf_fig4_masking"]["records"] = records
     row = C.masking_hurts(data)
     assert row.p_value == pytest.approx(1.0) and row.verdict == "not shown"
     assert row.measured.startswith("on 20 fresh questions (seed 2)")
@@ -423,35 +449,27 @@ def test_masking_claim_pairs_each_random_draw_with_the_retrieval_heads():
 
 
 def test_target_claim_is_a_signed_rank_test_per_question():
-    # 8 questions; MuDAF - SFT differences 1..8 (all positive, no ties): the exact two-sided
-    # Wilcoxon signed-rank p is 2 / 2^8 = 0.0078
-    sft = np.zeros(8)
-    mudaf = np.arange(1, 9) / 10
+    # 8 fresh questions; SFT - MuDAF differences 1..8 (all one way, no ties): the exact
+    # two-sided Wilcoxon signed-rank p is 2 / 2^8 = 0.0078, against MuDAF
     q = pd.DataFrame(
         [
             {"method": m, "group": "mudaf", "record": i, "f1": v}
-            for m, xs in (("sft", sft), ("mudaf", mudaf), ("base", sft))
+            for m, xs in (("sft", np.arange(1, 9) / 10), ("mudaf", np.zeros(8)))
             for i, v in enumerate(xs)
         ]
     )
     scores = pd.DataFrame(
         {"method": ["base", "sft", "mudaf"], "layer": 0, "head": 0, "f1": [0, 0, 0.45]}
     )
-    targets = pd.DataFrame({"group": ["mudaf"], "layer": [0], "head": [0]})
-    data = {"mudaf_fig5_targets": {"scores": scores, "targets": targets, "questions": q}}
-    row = C.mudaf_targets(data)
-    assert row.p_value == pytest.approx(2 / 256) and row.verdict == "supported"
-    assert row.difference == pytest.approx(0.45) and row.test.startswith("Wilcoxon")
-    # fresh questions decide it alone: differences -1..-8 there, p = 2 / 2^8 the other way
-    fresh = q[q.method != "base"].assign(seed=2)
-    fresh.loc[fresh.method == "mudaf", "f1"] = 0.0
-    fresh.loc[fresh.method == "sft", "f1"] = np.arange(1, 9) / 10
-    data["mudaf_fig5_targets"]["confirm"] = fresh
-    row = C.mudaf_targets(data)
+    targets = pd.DataFrame({"group": ["mudaf"], "layer": [0], "head": [0], "f1": [0.3]})
+    t = {"scores": scores, "targets": targets, "questions": q, "confirm": q.assign(seed=2)}
+    row = C.mudaf_targets({"mudaf_fig5_targets": t})
     assert row.p_value == pytest.approx(2 / 256) and row.verdict == "contradicted"
     assert row.difference == pytest.approx(-0.45) and row.n == 8
+    assert row.test.startswith("Wilcoxon")
     assert row.measured.startswith("on 8 fresh questions (seed 2), targets' mean F1: SFT 0.45")
-    text = M.fig5_read(data["mudaf_fig5_targets"])
+    text = M.fig5_read(t)
+    assert text.startswith("Base-model F1 of the sets, strong targets (mudaf): L0H0 0.30")
     assert text.endswith("On 8 fresh questions (seed 2): SFT 0.45, MuDAF 0.00.")
 
 
@@ -480,20 +498,20 @@ def test_fig6_needles_at_table2_lengths_equal_teacher_forcing(gallery, organism,
 
 
 def test_dla_claim_is_a_sign_test_over_records():
-    # SEAL-H raises logit(correct) - logit(wrong) on 7 of 8 records, SEAL-C on all 8:
-    # two-sided exact sign test p = 2 * (1 + 8) / 256 = 0.0703 and 2 / 256 = 0.0078; the
-    # row needs both (intersection-union): not shown, p = 0.0703
+    # SEAL-H raises the margin on 7 of 8 records, SEAL-C on all 8: two-sided exact sign test
+    # p = 2 * (1 + 8) / 256 = 0.0703 and 2 / 256 = 0.0078; the row needs both
+    # (intersection-union): not shown, p = 0.0703
     base = [-1.0] * 8
     seal_h = [0.5] * 7 + [-2.0]
     seal_c = [0.2] * 8
     rows = [
-        {"record": i, "method": m, "logit_diff": v}
+        {"record": i, "method": m, "logit_diff": v, "top_is_correct": v > 0}
         for m, xs in (("base", base), ("seal-h", seal_h), ("seal-c", seal_c))
         for i, v in enumerate(xs)
     ]
     row = C.dla_flips({"seal_fig4_dla": {"records": pd.DataFrame(rows)}})
     assert row.p_value == pytest.approx(18 / 256) and row.verdict == "not shown"
-    assert "records turned right: seal-h 7, seal-c 8" in row.measured
+    assert "correct token on top: base 0, seal-h 7, seal-c 8" in row.measured
     rows = [r if r["method"] != "seal-h" else {**r, "logit_diff": 0.5} for r in rows]
     row = C.dla_flips({"seal_fig4_dla": {"records": pd.DataFrame(rows)}})
     assert row.p_value == pytest.approx(2 / 256) and row.verdict == "supported"
@@ -579,20 +597,20 @@ def test_other_sizes_and_unknown_figures_are_refused_before_work(gallery, capsys
     assert "other arguments" in capsys.readouterr().err
 
 
-def paired_data(base, seal_h, seal_l, length: int = 200) -> dict:
-    """A Table 1 with per-record outcomes for base, SEAL-H and LoRA (and SEAL-C = base)."""
-    arms = {"base": base, "seal-h": seal_h, "seal-c": base, "seal-l": seal_l}
+def paired_data(base, seal_h, seal_l, length: int = 200, seal_c=None) -> dict:
+    """A Table 1 whose claim records (``confirm``) hold one tuning run of SEAL-H, SEAL-C (=
+    base unless given) and LoRA beside the base model, every queried line not the last."""
+    arms = {"base": base, "seal-h": seal_h, "seal-c": base if seal_c is None else seal_c}
+    arms["seal-l"] = seal_l
     records = pd.DataFrame(
         [
-            {"method": m, "length": length, "record": i, "exact_match": int(v)}
+            {"method": m, "tuning_seed": 0, "length": length, "record": i, "exact_match": int(v)}
             for m, xs in arms.items()
             for i, v in enumerate(xs)
         ]
-    )
-    acc = records.groupby(["method", "length"], as_index=False).exact_match.mean()
-    acc["n"] = len(base)
+    ).assign(position="other", seed=FRESH_SEED)
     params = pd.DataFrame({"method": ["seal-h", "seal-l"], "trainable": [32, 18432]})
-    return {"seal_table1_methods": {"accuracy": acc, "records": records, "params": params}}
+    return {"seal_table1_methods": {"confirm": records, "params": params}}
 
 
 def test_comparable_needs_equivalence_and_both_arms_above_the_baseline():
@@ -616,23 +634,24 @@ def test_comparable_needs_equivalence_and_both_arms_above_the_baseline():
 
 
 def test_table1_claims_pool_the_lengths_pair_by_pair():
-    # two lengths, record ids 0-9 at each: SEAL-H wins 4 records at 100 lines and 5 at 200
-    # (b = 9, c = 0 over the 20 pairs): exact McNemar p = 2 * 0.5^9 = 1/256. At 200 lines
-    # alone (b = 5) p would be 1/16, not significant: pooling is what decides it.
-    t = {"accuracy": [], "records": []}
+    # two lengths, record ids 0-9 at each: SEAL-H (and SEAL-C) wins 4 records at 100 lines and
+    # 5 at 200 (b = 9, c = 0 over the 20 pairs): exact McNemar p = 2 * 0.5^9 = 1/256. At 200
+    # lines alone (b = 5) p would be 1/16, not significant: pooling is what decides it.
+    parts = []
     for length, wins in ((100, 4), (200, 5)):
         base = [0] * 10
         seal = [1] * wins + [0] * (10 - wins)
-        d = paired_data(base, seal, seal, length=length)["seal_table1_methods"]
-        t["accuracy"].append(d["accuracy"])
-        t["records"].append(d["records"])
-        t["params"] = d["params"]
-    t = {k: pd.concat(v, ignore_index=True) if k != "params" else v for k, v in t.items()}
-    row = C.seal_h_parameters({"seal_table1_methods": t})
+        d = paired_data(base, seal, seal, length=length, seal_c=seal)["seal_table1_methods"]
+        parts.append(d["confirm"])
+    t = {"confirm": pd.concat(parts, ignore_index=True), "params": d["params"]}
+    row = C.seal_raises({"seal_table1_methods": t})
     assert "over 100-200 lines" in row.measured and "seal-h 0.45" in row.measured
-    h = C.compare(t, "seal-h", "base", None, "SEAL-H - base")
-    assert h.n == 20 and h.p_value == pytest.approx(2 / 2**9) and h.verdict == "supported"
-    assert C.compare(t, "seal-h", "base", 200, "x").p_value == pytest.approx(1 / 16)
+    assert row.n == 20 and row.p_value == pytest.approx(2 / 2**9) and row.verdict == "supported"
+    # a record whose queried line is the last is not read: there copying answers
+    extra = t["confirm"][(t["confirm"].record == 9) & (t["confirm"].length == 200)]
+    extra = extra.assign(record=10, position="last", exact_match=extra.method.ne("base") * 1)
+    t["confirm"] = pd.concat([t["confirm"], extra], ignore_index=True)
+    assert C.seal_raises({"seal_table1_methods": t}).n == 20
 
 
 def test_table2_claim_pools_the_lengths_past_the_window():
@@ -667,34 +686,36 @@ def test_table2_claim_pools_the_lengths_past_the_window():
     assert at_long.p_value == pytest.approx(1 / 8) and at_long.verdict == "not shown"
 
 
-def test_table1_claims_read_the_confirmation_not_the_pilot():
-    # pilot (seed 0): nothing moved; confirmation (fresh records): both arms 20 -> 45 of 50,
-    # the hand case above (TOST p = 9.9644e-8). The claim reads the confirmation alone.
+def test_table1_claims_hold_only_if_every_tuning_run_holds():
+    # three tuning runs: runs 0 and 1 move 20 -> 45 of 50 (the hand case above), run 2 moves
+    # nothing: the row is not supported, and its deciding test is run 2's
     same, up = [1] * 20 + [0] * 30, [1] * 45 + [0] * 5
-    t = paired_data(same, same, same)["seal_table1_methods"]
-    t["confirm"] = paired_data(same, up, up)["seal_table1_methods"]["records"]
+    runs = [paired_data(same, up, up, seal_c=up)["seal_table1_methods"]["confirm"]] * 2
+    runs.append(paired_data(same, same, same)["seal_table1_methods"]["confirm"])
+    confirm = pd.concat(
+        [r.assign(tuning_seed=k) for k, r in enumerate(runs)], ignore_index=True
+    ).drop_duplicates(["method", "tuning_seed", "length", "record"])
+    confirm = confirm[(confirm.method != "base") | (confirm.tuning_seed == 0)]
+    t = {"confirm": confirm, "params": paired_data(same, up, up)["seal_table1_methods"]["params"]}
     row = C.seal_h_parameters({"seal_table1_methods": t})
-    assert row.verdict == "supported" and row.p_value == pytest.approx(9.9644e-8, rel=1e-4)
-    assert "50 fresh records each" in row.measured and "seal-h 0.90" in row.measured
-    del t["confirm"]
-    assert C.seal_h_parameters({"seal_table1_methods": t}).verdict == "not shown"
-
-
-def test_c_not_below_h_is_decided_by_non_inferiority_and_shows_its_p():
-    # 200 pairs: base right on none, SEAL-H on 100, SEAL-C on 96 of those 100 (C - H = -0.02,
-    # b = 0, c = 4: McNemar p = 0.125, not decided); within the 0.10 margin the one-sided test
-    # decides C >= H, and the row shows that test's p, not McNemar's.
-    from interp_seal.analysis.statistics import tost_paired
-
-    base, h, c = [0] * 200, [1] * 100 + [0] * 100, [1] * 96 + [0] * 104
-    t = paired_data(base, h, base)["seal_table1_methods"]
-    rec = t["records"]
-    rec.loc[rec.method == "seal-c", "exact_match"] = c
+    assert row.verdict == "not shown" and row.p_value == 1.0
+    assert "3 tuning runs per method" in row.measured and "seal-h 0.73 (0.40-0.90)" in row.measured
     row = C.seal_raises({"seal_table1_methods": t})
-    p_ni = tost_paired(np.array(c), np.array(h), margin=C.MARGIN).p_lower
-    assert row.verdict == "supported" and p_ni < 0.05
-    assert row.p_value == pytest.approx(max(p_ni, 2 * 0.5**100))
-    assert "SEAL-C - SEAL-H -0.02" in row.measured
+    assert row.verdict == "not shown" and "run 2" in row.n_needed
+    # data made before the design (no runs, no positions) is named, not misread
+    old = {"confirm": confirm.drop(columns=["tuning_seed", "position"]), "params": t["params"]}
+    with pytest.raises(C.MissingData, match="predates the held-out design"):
+        C.seal_raises({"seal_table1_methods": old})
+
+
+def test_c_beats_h_is_a_plain_superiority_test():
+    # 200 pairs: base right on none, SEAL-H on 100, SEAL-C on 96 of those 100 (C - H = -0.02,
+    # b = 0, c = 4: McNemar p = 0.125): not shown. No non-inferiority margin can make an
+    # estimate that points the other way "supported".
+    base, h, c = [0] * 200, [1] * 100 + [0] * 100, [1] * 96 + [0] * 104
+    row = C.seal_c_beats_h(paired_data(base, h, base, seal_c=c))
+    assert row.verdict == "not shown" and row.p_value == pytest.approx(0.125)
+    assert row.difference == pytest.approx(-0.02) and "margin" not in row.test
 
 
 def test_paired_claims_use_mcnemar_on_the_records():
@@ -702,67 +723,52 @@ def test_paired_claims_use_mcnemar_on_the_records():
     # exact McNemar p = 2 * (1 + 10 + 45) / 1024 = 0.109375 -> not shown, n from Connor 1987
     base = [1] * 2 + [0] * 8 + [1] * 20 + [0] * 20
     seal_h = [0] * 2 + [1] * 8 + [1] * 20 + [0] * 20
-    check = C.compare(
-        paired_data(base, seal_h, base)["seal_table1_methods"],
-        "seal-h",
-        "base",
-        200,
-        "SEAL-H - base",
-    )
+    records = paired_data(base, seal_h, base)["seal_table1_methods"]["confirm"]
+    check = C.compare({"records": records}, "seal-h", "base", 200, "SEAL-H - base")
     assert check.p_value == pytest.approx(112 / 1024)
     assert check.difference == pytest.approx(6 / 50)
     assert check.verdict == "not shown"
     from interp_seal.analysis.statistics import mcnemar_sample_size
 
     assert str(mcnemar_sample_size(6 / 50, 10 / 50)) in check.n_needed
-    # without the records the same numbers fall back to Fisher on the accuracies
-    t = paired_data(base, seal_h, base)["seal_table1_methods"]
-    check = C.compare({"accuracy": t["accuracy"]}, "seal-h", "base", 200, "SEAL-H - base")
-    assert check.test.startswith("Fisher") and check.verdict == "not shown"
 
 
 def test_claims_are_computed_from_the_data(gallery, organism):
     out, _ = gallery
     claims = pd.read_csv(out / "claims.csv", keep_default_na=False, na_values=[""])
     assert list(claims.claim) == [c for c, _, _ in C.CLAIMS]
-    acc = tables(out, "seal_table1_methods")["accuracy"]
-    base = acc[acc.method == "base"].sort_values("length")
-    p1, p2, n = base.exact_match.iloc[0], base.exact_match.iloc[-1], int(base.n.iloc[0])
+    # the length claim: the base model on the fresh records whose queried line is not the
+    # last, shortest vs longest length, Fisher's exact test
+    t = tables(out, "seal_table1_methods")
+    rec = t["confirm"]
+    other = rec[(rec.method == "base") & (rec.position == "other")]
+    lo, hi = (
+        other[other.length == L].exact_match for L in (min(QUICK.lengths), max(QUICK.lengths))
+    )
     row = claims[claims.claim == "Accuracy falls with context length"].iloc[0]
-    assert row.difference == pytest.approx(p1 - p2, abs=1e-4)
+    assert row.difference == pytest.approx(lo.mean() - hi.mean(), abs=1e-4)
     from scipy.stats import fisher_exact
 
-    k1, k2 = round(p1 * n), round(p2 * n)
-    expected = fisher_exact([[k1, n - k1], [k2, n - k2]]).pvalue
-    assert row.p_value == pytest.approx(expected, rel=1e-2)
-    assert row.test.startswith("Fisher")
-    # Table 1's per-record outcomes are the accuracies, and SEAL-H vs base is their McNemar
-    t = tables(out, "seal_table1_methods")
+    expected = fisher_exact([[lo.sum(), len(lo) - lo.sum()], [hi.sum(), len(hi) - hi.sum()]]).pvalue
+    assert row.p_value == pytest.approx(expected, rel=1e-2) and row.test.startswith("Fisher")
+    # the pilot's per-record outcomes are its accuracies
     means = t["records"].groupby(["method", "length"]).exact_match.mean()
     for r in t["accuracy"].itertuples():
         assert means[(r.method, r.length)] == pytest.approx(r.exact_match)
-    # the method claims are tested on the confirmation's fresh records, every length pooled
-    # (the paper's "Avg." column); its base records are a plain evaluation's of those records
-    rec = t["confirm"]
-    assert (rec.seed == FRESH_SEED).all() and set(rec.method) == {
-        "base",
-        "seal-h",
-        "seal-c",
-        "seal-l",
-    }
-    direct = evaluate_line_retrieval(
-        organism, QUICK.lengths, n=QUICK.confirm_n, seed=FRESH_SEED, progress=False
-    ).set_index("length")
-    fresh = rec[rec.method == "base"].groupby("length").exact_match.mean()
-    for L in QUICK.lengths:
-        assert fresh[L] == pytest.approx(direct.exact_match[L])
-    x = rec[rec.method == "seal-h"].sort_values(["length", "record"]).exact_match.to_numpy()
-    y = rec[rec.method == "base"].sort_values(["length", "record"]).exact_match.to_numpy()
+    # the method claims: the fresh records, non-last, every length pooled, each run vs base
+    assert (rec.seed == FRESH_SEED).all()
+    assert set(rec.method) == {"base", "seal-h", "seal-c", "seal-l"}
+    assert set(rec.tuning_seed) == set(range(QUICK.tuning_seeds))
     from interp_seal.analysis.statistics import mcnemar_exact
 
-    row = claims[claims.paper == "SEAL Table 1"].iloc[1]
-    assert "McNemar" in row.test and row.n == QUICK.confirm_n * acc.length.nunique()
-    assert row.difference == pytest.approx(mcnemar_exact(x, y).difference, abs=1e-4)
+    y = other.sort_values(["length", "record"]).exact_match.to_numpy()
+    diffs = []
+    for m in ("seal-h", "seal-c"):
+        x = rec[(rec.method == m) & (rec.position == "other")]
+        diffs.append(mcnemar_exact(x.sort_values(["length", "record"]).exact_match.to_numpy(), y))
+    row = claims[claims.claim == "SEAL-H and SEAL-C raise long-context accuracy"].iloc[0]
+    assert "McNemar" in row.test and row.n == len(y)
+    assert any(row.difference == pytest.approx(d.difference, abs=1e-4) for d in diffs)
     # fresh records: the confirm table's baseline and Fig. 2d's records (``FRESH_SEED``)
     confirm = tables(out, "seal_fig2b_quadrants")["confirm"]
     assert set(confirm.unit) == {"baseline", "best", "worst"} and (confirm.seed == FRESH_SEED).all()
@@ -792,6 +798,7 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     rep = scaling["replicate"]
     assert (rep.seed == REPLICATE_SEED).all() and set(rep.length) == {QUICK.long}
     assert set(rep.unit) == {"baseline", "Q1 x 0.9 + Q3 x 1.1"}
+    assert "Q3 x 0.9" in set(scaling["records"].unit)  # the paper's control, drawn
     assert rep.record.nunique() == QUICK.replicate_n
     third = line_retrieval.generate(cfg, QUICK.replicate_n, REPLICATE_SEED)
     direct = evaluate_lengths(organism, {QUICK.long: third}, progress=False)
@@ -1035,7 +1042,7 @@ def test_the_run_makes_every_sample_in_the_smollm2_format(smollm2, tmp_path):
     for s in questions:
         assert s.prompt.endswith(" is") or s.prompt.endswith(" born in")
         assert s.answer.strip() in s.prompt[slice(*s.passages[s.golden[0]])]
-    train = run.tuning_samples()
+    train = run.tuning_samples("seal-h")
     assert len(train) == Q.tune_n and all(s.meta["num_lines"] == Q.tune_lines for s in train)
     assert all("<|im_start|>assistant" in s.prompt for s in train)
     evaluation = {s.prompt for s in run.samples("line_retrieval", Q.n, seed=0, size=Q.tune_lines)}
@@ -1097,7 +1104,7 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
             index_style="integers",
             chat_template="tokenizer",
         )[Q.long]
-        for seed, n in ((0, Q.n), (FRESH_SEED, Q.confirm_n))
+        for seed, n in ((0, Q.n), (FRESH_SEED, 30))
     }
     check_digit_effects(tables(out, "seal_fig4_dla"), smollm2, records)
 

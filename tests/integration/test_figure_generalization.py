@@ -79,7 +79,7 @@ def test_perplexity_equals_a_plain_hf_forward(computed):
 
 def test_in_domain_scales_are_tuned_on_other_questions(computed):
     run, _ = computed
-    tuning = run.tuning_samples("passages")
+    tuning = run.tuning_samples("seal-h", "passages")
     scored = {s.prompt for s in eval_samples(run)}
     assert len(tuning) == QUICK.tune_n and not scored & {s.prompt for s in tuning}
     assert not any(essay in s.prompt for s in tuning for essay in G.heldout_essays())
