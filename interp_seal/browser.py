@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,11 @@ def launch_chromium():
 
 def start(command: list[str], ready: str, *, cwd: Path, timeout: float = 120) -> subprocess.Popen:
     """Run ``command`` in ``cwd`` (its own process group, one torch thread) until a line
-    containing ``ready`` shows; ``AssertionError`` with its output if it does not."""
+    containing ``ready`` shows; ``AssertionError`` with its output if it does not.
+
+    ``proc.output`` is the list of lines it has printed (stdout and stderr), kept up to date by a
+    thread that reads the pipe to its end: the tests read the server's log, and a pipe nobody
+    reads would block a chatty server once full."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen(
         command,
@@ -102,11 +107,18 @@ def start(command: list[str], ready: str, *, cwd: Path, timeout: float = 120) ->
         line = proc.stdout.readline()
         seen.append(line)
         if ready in line:
+            proc.output = seen
+            threading.Thread(target=_read_to_end, args=(proc, seen), daemon=True).start()
             return proc
         if not line and proc.poll() is not None:
             break
     stop(proc)
     raise AssertionError(f"{command[:4]} did not start:\n{''.join(seen)[-3000:]}")
+
+
+def _read_to_end(proc: subprocess.Popen, lines: list[str]) -> None:
+    for line in proc.stdout:
+        lines.append(line)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -118,6 +130,23 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def kernel_processes(proc: subprocess.Popen) -> list:
+    """The live kernel processes (``psutil.Process``) of a server started by ``start``; a kernel
+    shut down just now may linger as a zombie and is left out."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "ipykernel_launcher" in " ".join(
+                child.cmdline()
+            ):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def serve_dashboard(

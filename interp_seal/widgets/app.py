@@ -13,12 +13,13 @@ The server is locked down the way Jupyter's own servers are: a random token per 
 requests whose ``Host`` is not a local name (DNS rebinding) or whose ``Origin`` is not the page
 itself are refused, even with the token; it listens on 127.0.0.1 only; kernels of closed tabs
 are culled after ``idle_timeout`` seconds without a connection (``CULL_IDLE_S`` by default).
-Beyond Jupyter's defaults: the token never reaches a log line (``redact.py``); the login cookie
-is ``SameSite=Strict; HttpOnly``, and a request that has only that cookie and comes from
-another page (another site, or another port of 127.0.0.1) is refused with 403; at most
-``max_kernels`` kernels run (one per tab, each holding a model), a page past the bound gets a
-one-line 503; every response says ``Referrer-Policy: no-referrer``; and the page loads nothing
-from outside the server (``template/index.html.j2`` drops the CDN links of Voila's template).
+Beyond Jupyter's defaults: the token never reaches a log line (``redact.py``; only the URL
+printed at start shows it); the login cookie is ``SameSite=Strict; HttpOnly``, and a request
+that has only that cookie and comes from another page (another site, or another port of
+127.0.0.1) is refused with 403; at most ``max_kernels`` kernels run (one per tab, each holding a
+model), a page past the bound gets a one-line 503; every response says ``Referrer-Policy:
+no-referrer``; and the page loads nothing from outside the server (``template/index.html.j2``
+drops the CDN links of Voila's template).
 Scale files and merged checkpoints land in the directory the command was started in
 (``save_dir``), never in Voila's temporary directory, and paths outside it are refused.
 
@@ -74,10 +75,11 @@ def cross_site(request) -> str | None:
     own = f"{request.protocol}://{request.host}".lower()
     for name in ("Origin", "Referer"):
         if name in request.headers:
-            url = urlparse(request.headers[name])
-            origin = f"{url.scheme}://{url.netloc}".lower()  # never a Referer's query (a token)
-            if origin != own:
-                return f"{name}: {origin}"
+            value = request.headers[name]
+            url = urlparse(value)
+            origin = f"{url.scheme}://{url.netloc}".lower()
+            if origin != own:  # the reason never shows a Referer's query (it may hold a token)
+                return f"{name}: {origin if url.netloc else value.split('?')[0]}"
     return None
 
 

@@ -8,14 +8,24 @@
    click, the finished update within 0.3 s of the kernel's own compute time), and that the
    grid fits an 800 px window.
 2. JupyterLab renders ``notebooks/dashboard.ipynb``'s widgets after running it.
+3. A small served page loads nothing from outside its server (every request the browser makes,
+   and the URLs in its HTML), every response says ``Referrer-Policy: no-referrer``, and closing
+   the tab stops its kernel; a page on another port of 127.0.0.1, which the browser sends the
+   login cookie from (same site), can neither frame nor open the dashboard.
 
 When no browser can be started the tests skip, except under CI (``$CI`` set), where they fail.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
+import threading
+import time
+import uuid
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -28,6 +38,7 @@ from interp_seal.browser import (
     curves,
     figure,
     grid_cells_inside,
+    kernel_processes,
     launch_chromium,
     open_dashboard,
     serve_dashboard,
@@ -169,3 +180,91 @@ def test_jupyterlab_renders_the_dashboard_notebook(chromium, tmp_path):
         page.close()
     finally:
         stop(lab)
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory):
+    """A dashboard on one length of two records: the page, not the numbers, is under test."""
+    port, token = free_port(), "small-token-0123456789abcdef"
+    proc = serve_dashboard(
+        port=port, token=token, lengths=(10,), n=2, cwd=tmp_path_factory.mktemp("small")
+    )
+    yield {"url": f"http://127.0.0.1:{port}/", "token": token, "proc": proc}
+    stop(proc)
+
+
+def kernel_ids(server) -> set[int]:
+    return {k.pid for k in kernel_processes(server["proc"])}
+
+
+# XML namespace names (the loading spinner's SVG) are identifiers, never fetched
+NAMESPACES = re.compile(r'(?:xmlns(?::\w+)?|rdf:resource)="[^"]*"')
+
+
+def test_the_page_loads_only_from_its_server_and_its_kernel_stops_with_the_tab(
+    chromium, small_server
+):
+    own = small_server["url"]
+    before = kernel_ids(small_server)
+    context = chromium.new_context()  # outlives the tab, as a browser does (its beacon is sent)
+    page = context.new_page()
+    requested, responses = [], []
+    page.on("request", lambda r: requested.append(r.url))
+    page.on("response", lambda r: responses.append(r))
+    html = page.goto(f"{own}?token={small_server['token']}", timeout=60_000).text()
+    page.wait_for_function(SHOWN, arg="vs context length", timeout=300_000)
+    assert figure(page, "Head edits") is not None  # the widgets (font-awesome icons too) drew
+    assert [u for u in requested if not u.startswith((own, f"blob:{own}"))] == []
+    assert re.findall(r"https?://[^\s\"'<>]+", NAMESPACES.sub("", html)) == []
+    served = [r for r in responses if r.url.startswith(own)]
+    assert served and all(r.headers.get("referrer-policy") == "no-referrer" for r in served)
+    opened = kernel_ids(small_server) - before
+    assert len(opened) == 1
+    # the page's beforeunload POST shuts its kernel down (not the idle culling, 10 minutes away)
+    page.close(run_before_unload=True)
+    deadline = time.monotonic() + 30
+    while opened & kernel_ids(small_server) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    context.close()
+    assert not opened & kernel_ids(small_server)
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_page_on_another_port_can_neither_frame_nor_open_the_dashboard(
+    chromium, small_server, tmp_path
+):
+    dashboard = small_server["url"]
+    (tmp_path / "index.html").write_text(
+        f'<a id="go" href="{dashboard}">dashboard</a><iframe src="{dashboard}"></iframe>'
+    )
+    site = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path))
+    )
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    context = chromium.new_context()
+    try:
+        # log in as the printed URL does (a request that starts no kernel): the cookie
+        login = f"{dashboard}api/kernels/{uuid.uuid4()}?token={small_server['token']}"
+        assert context.request.get(login).status == 404
+        before = kernel_ids(small_server)
+        page = context.new_page()
+        answers = []
+        page.on("response", lambda r: answers.append(r) if r.url == dashboard else None)
+        page.goto(f"http://127.0.0.1:{site.server_port}/")  # the iframe loads
+        page.click("#go")
+        page.wait_for_url(dashboard)
+        assert [r.status for r in answers] == [403, 403]  # the frame, then the link
+        # the browser did send the cookie (same site): the server refused it
+        assert all("username-" in r.request.all_headers().get("cookie", "") for r in answers)
+        assert "Head-pruning dashboard" not in page.content()
+        assert kernel_ids(small_server) <= before
+        # the same cookie with the URL typed in opens the page
+        assert page.goto(dashboard, timeout=60_000).status == 200
+        page.close(run_before_unload=True)
+    finally:
+        context.close()
+        site.shutdown()

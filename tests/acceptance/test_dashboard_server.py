@@ -1,4 +1,5 @@
-"""The served dashboard is not an open door: token, Host and Origin checks, kernels, memory.
+"""The served dashboard is not an open door: token, Host and Origin checks, the login cookie
+from other pages, the kernel bound, headers, the token kept out of the log, kernels, memory.
 
 One ``interp-seal dashboard`` server for the module, started in a fresh launch directory with
 a known ``--token``. (The page's static assets, public files of the installed packages, are
@@ -22,7 +23,7 @@ import pytest
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
-from interp_seal.browser import start, stop
+from interp_seal.browser import kernel_processes, start, stop
 from interp_seal.cli import main
 from interp_seal.cli.dashboard import free_port
 from interp_seal.widgets.app import message_header
@@ -61,16 +62,19 @@ def request(port: int, path: str, headers: dict | None = None) -> http.client.HT
 
 def kernels(server) -> list[psutil.Process]:
     """The server's live kernel processes (a kernel shut down just now may linger as a zombie)."""
-    found = []
-    for child in psutil.Process(server["proc"].pid).children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "ipykernel_launcher" in " ".join(
-                child.cmdline()
-            ):
-                found.append(child)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-    return found
+    return kernel_processes(server["proc"])
+
+
+def set_cookies(response) -> list[str]:
+    return [value for name, value in response.getheaders() if name.lower() == "set-cookie"]
+
+
+def login_cookie(port: int) -> str:
+    """The ``Cookie`` header of a browser that has logged in with the token (a request for a
+    kernel that does not exist: it starts nothing)."""
+    response = request(port, f"/api/kernels/{uuid.uuid4()}?token={TOKEN}")
+    login = [c for c in set_cookies(response) if c.startswith("username-")]
+    return login[0].split(";")[0]
 
 
 def open_page(server) -> str:
@@ -165,6 +169,135 @@ def test_the_kernel_websocket_needs_the_token_and_the_pages_origin(server):
     assert websocket_status(port, kernel, "?token=wrong-token-0123456789", own, **run) == 403
     assert websocket_status(port, kernel, f"?token={TOKEN}", foreign, **run) == 403
     assert websocket_status(port, kernel, f"?token={TOKEN}", rebinding, **run) == 403
+
+
+def test_the_login_cookies_are_same_site_strict(server):
+    """The login cookie is ``HttpOnly`` too; ``_xsrf`` cannot be: the page's script reads it."""
+    port = server["port"]
+    login = set_cookies(request(port, f"/api/kernels/{uuid.uuid4()}?token={TOKEN}"))
+    assert login and all(c.startswith("username-") for c in login)
+    assert all("SameSite=Strict" in c and "HttpOnly" in c for c in login), login
+    error_page = request(port, "/", {"Host": "evil.example.com"})  # its form sets _xsrf
+    xsrf = [c for c in set_cookies(error_page) if c.startswith("_xsrf=")]
+    assert xsrf and all("SameSite=Strict" in c for c in xsrf), xsrf
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},  # a page on another site: SameSite=Strict stops the
+        {"Sec-Fetch-Site": "same-site"},  # cookie; on another port of 127.0.0.1 it does not
+        {"Origin": "http://127.0.0.1:1"},
+        {"Origin": "null"},  # a sandboxed frame
+        {"Referer": "http://evil.example.com/page"},
+    ],
+    ids=["cross-site", "another-port", "foreign-origin", "null-origin", "foreign-referer"],
+)
+def test_the_login_cookie_alone_from_another_page_is_refused(server, headers):
+    port = server["port"]
+    cookie = {"Cookie": login_cookie(port)}
+    before = {k.pid for k in kernels(server)}
+    assert request(port, "/", cookie | headers).status == 403
+    assert request(port, f"/api/kernels/{uuid.uuid4()}", cookie | headers).status == 403
+    kernel = str(uuid.uuid4())
+    assert websocket_status(port, kernel, "", cookie | headers) == 403
+    assert websocket_status(port, kernel, "", cookie | headers, path="execution") == 403
+    assert {k.pid for k in kernels(server)} <= before  # nothing started
+    # the same cookie from the page itself, a typed URL or a script logs in (404: no such kernel)
+    own = f"http://127.0.0.1:{port}"
+    for same in ({"Sec-Fetch-Site": "same-origin", "Origin": own}, {"Sec-Fetch-Site": "none"}, {}):
+        assert request(port, f"/api/kernels/{uuid.uuid4()}", cookie | same).status == 404
+        assert websocket_status(port, kernel, "", cookie | same) == 404
+
+
+def test_every_response_says_no_referrer(server):
+    """The page's URL holds the token: no response lets the browser pass it on. Jupyter's own
+    security headers stay."""
+    port = server["port"]
+    page = request(port, f"/?token={TOKEN}")  # (its kernel is culled once idle)
+    asset = re.search(r'(?:src|href)="(/voila/[^"]+)"', page.body.decode()).group(1)
+    responses = {
+        "page": page,
+        "asset": request(port, asset),
+        "login redirect": request(port, "/"),
+        "login page": request(port, "/login"),
+        "refused host": request(port, f"/?token={TOKEN}", {"Host": "evil.example.com"}),
+        "no such kernel": request(port, f"/api/kernels/{uuid.uuid4()}?token={TOKEN}"),
+    }
+    assert [page.status, responses["login redirect"].status] == [200, 302]
+    for name, response in responses.items():
+        assert response.getheader("Referrer-Policy") == "no-referrer", name
+    assert page.getheader("X-Content-Type-Options") == "nosniff"
+    assert "frame-ancestors 'self'" in page.getheader("Content-Security-Policy")
+
+    async def handshake():
+        kernel = KERNEL_ID.search(page.body.decode()).group(0)
+        ws = await _websocket(
+            port, kernel, f"?token={TOKEN}", {"Origin": f"http://127.0.0.1:{port}"}
+        )
+        ws.close()
+        return ws.headers.get("Referrer-Policy")
+
+    assert asyncio.run(handshake()) == "no-referrer"
+
+
+def test_the_token_never_reaches_the_log(server):
+    """Accepted and refused requests carry the token in the query and in headers; the only
+    line with the token is the URL printed at start (the user needs it)."""
+    port = server["port"]
+    kernel = open_page(server)
+    assert request(port, f"/api/kernels/{kernel}?token={TOKEN}").status == 200
+    assert (
+        request(port, f"/api/kernels/{kernel}", {"Authorization": f"token {TOKEN}"}).status == 200
+    )
+    refused = [
+        (f"/api/kernels/{uuid.uuid4()}?token={TOKEN}", {}),  # 404, logged with its URL
+        (f"/api/kernels/{uuid.uuid4()}?token={TOKEN}x", {}),  # a near miss
+        (f"/?token={TOKEN}", {"Host": "evil.example.com"}),
+        (f"/api/kernels/{kernel}", {"Authorization": f"token {TOKEN}", "Host": "10.1.2.3"}),
+        (f"/login?next=%2F%3Ftoken%3D{TOKEN}", {"Host": "10.1.2.3"}),
+        ("/", {"Cookie": login_cookie(port), "Referer": f"http://evil.example.com/?token={TOKEN}"}),
+        (
+            f"/voila/files/nothing?token={TOKEN}",
+            {"Referer": f"http://127.0.0.1:{port}/?token={TOKEN}"},
+        ),
+    ]
+    for path, headers in refused:
+        assert request(port, path, headers).status >= 400, path
+    foreign = {"Origin": "http://evil.example.com", "Authorization": f"token {TOKEN}"}
+    assert websocket_status(port, kernel, f"?token={TOKEN}", foreign) == 403
+    end = str(uuid.uuid4())  # the last request: once its line shows, the others' have
+    assert request(port, f"/api/kernels/{end}?token={TOKEN}").status == 404
+    deadline = time.monotonic() + 30
+    while end not in "".join(server["proc"].output) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = "".join(server["proc"].output)
+    assert end in log
+    assert f"/api/kernels/{end}?token=[redacted]" in log  # the requests were logged, hidden
+    url = f"interp-seal dashboard for organism: http://127.0.0.1:{port}/?token={TOKEN}"
+    assert [line for line in log.splitlines() if TOKEN in line] == [url]
+
+
+def test_a_page_past_the_kernel_bound_gets_a_short_503(tmp_path):
+    port = free_port()
+    command = [sys.executable, "-m", "interp_seal.cli", "dashboard", "--model", "organism"]
+    command += ["--lengths", "10", "--n", "2", "--port", str(port), "--token", TOKEN]
+    proc = start(command + ["--max-kernels", "1"], "is running at", cwd=tmp_path)
+    try:
+        bounded = {"proc": proc, "port": port}
+        assert request(port, f"/?token={TOKEN}").status == 200
+        assert len(kernels(bounded)) == 1
+        second = request(port, f"/?token={TOKEN}")
+        assert second.status == 503
+        assert second.body.decode() == (
+            "The dashboard already runs 1 kernel, as many as --max-kernels 1 allows: close a "
+            "dashboard tab (its kernel stops), or restart interp-seal dashboard with a larger "
+            "--max-kernels.\n"
+        )
+        assert second.getheader("Referrer-Policy") == "no-referrer"
+        assert len(kernels(bounded)) == 1
+    finally:
+        stop(proc)
 
 
 def _message(msg_type: str, content: dict) -> str:

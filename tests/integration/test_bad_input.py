@@ -734,6 +734,11 @@ HOSTILE_CASES = {
         message=r"--save-dir .*a_file is not a directory",
         early=True,
     ),
+    "dashboard-max-kernels-zero": Case(
+        argv="dashboard --model {ckpt} --max-kernels 0",
+        message=r"argument --max-kernels: must be a whole number >= 1, got 0",
+        early=True,
+    ),
 }
 CLI_CASES |= HOSTILE_CASES
 
