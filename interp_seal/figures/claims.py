@@ -727,12 +727,17 @@ def claims_table(data: Data) -> pd.DataFrame:
 
 
 def _corrected(table: pd.DataFrame) -> pd.DataFrame:
-    """Holm's correction across the gallery's claims: a verdict stands only where its adjusted
+    """Holm's correction across the gallery's claims, all of them as the plan lists them: a
+    claim without a test yet (its figure not computed) enters with p = 1, which gives every
+    tested claim the largest multiplier it could get, so a verdict read from a partial gallery
+    cannot be overturned by the claims still to come. A verdict stands only where its adjusted
     p is below ``ALPHA``; one significant before the correction but not after is *not shown*,
     and says so."""
-    adjusted = holm(table["raw_p"].to_numpy(dtype=float))
+    raw = table["raw_p"].to_numpy(dtype=float)
+    adjusted = holm(np.where(np.isnan(raw), 1.0, raw))
+    adjusted = np.where(np.isnan(raw), np.nan, adjusted)
     table = table.assign(p_holm=[float(f"{p:.3g}") if p == p else math.nan for p in adjusted])
-    m = int((~np.isnan(adjusted)).sum())
+    m = len(table)
     for i, p in enumerate(adjusted):
         if table.at[i, "verdict"] in ("supported", "contradicted") and not p < ALPHA:
             was = table.at[i, "verdict"]

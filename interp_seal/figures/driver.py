@@ -119,6 +119,7 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         "figure": spec.name,
         "paper": spec.paper,
         "model": run.model,
+        "device": _device(run),
         # this run's time plus that of the records earlier (interrupted) runs computed
         "cpu_seconds": round(time.process_time() - cpu + run.earlier.cpu, 1),
         "wall_seconds": round(time.perf_counter() - wall + run.earlier.wall, 1),
@@ -129,6 +130,16 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
     write_text(path, json.dumps(doc, indent=1, default=str))
     result.computed.append(spec.name)
     return load_tables(path)[0]  # draw from what is on disk, as a later run will
+
+
+def _device(run: FigureRun) -> str:
+    """Where the model ran: ``cpu``, or the accelerator's name (``cuda: NVIDIA H100 ...``)."""
+    import torch
+
+    device = next(run.handle.model.parameters()).device
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
 
 
 def _command(model: str, out: Path, quick: bool) -> str:

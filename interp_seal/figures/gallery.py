@@ -28,17 +28,28 @@ ORGANISM_NOTE = (
 SMOLLM2_NOTE = (
     "SmolLM2-135M-Instruct (8,192-token window) in the regimes where it retrieves and degrades: "
     "LongEval records with integer line indices, every prompt inside its own chat template, "
-    "needles and passage questions with their answer's lead-in forced (`lead_in`); SEAL Table 2 "
-    "runs on needles past the window. How each size was picked, from measurements: "
-    "`figures/README.md` (section on this gallery) and `interp_seal/figures/presets/smollm2.json`. The "
-    "compute total above is a lower bound: about 270 CPU min of shared steps (the head sweep, "
-    "a confirmation, a training, masking conditions) were computed before sweeps and trainings "
-    "booked their own time; `figures/README.md` itemises them. One store ran on a GPU: MuDAF "
-    "Fig. 4's fresh questions past the first 440 (1,440 questions, 5 min on an H100, float32; "
-    "its per-question outcomes equal the CPU's on the 240 questions both computed), so that "
-    "figure's CPU seconds include 297 s of a process driving the GPU."
+    "needles and passage questions with their answer's lead-in forced (`lead_in`). How each "
+    "size was picked, from measurements: `figures/README.md` (section on this gallery) and "
+    "`interp_seal/figures/presets/smollm2.json`. SEAL Table 2 runs on needles past the window, "
+    "not on line retrieval as in the paper: on records whose queried line is not the last, "
+    "SmolLM2's base accuracy is 0.05-0.15 at 3-10 lines (a few hundred tokens), so there is no "
+    "line-retrieval regime past its window in which an extension could be told to recover. "
+    "The figures on this page were computed under the pre-registered design on an H100 lent for "
+    "15 minutes (float32; each marked with its device). The others resume with the command "
+    "above; SEAL Table 2 stopped there when an attention call at 9-12K tokens asked for 38 GiB "
+    "more than the GPU had free (its tunings are stored under `work/`)."
 )
+
 NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}
+
+
+def _compute(doc: dict) -> str:
+    """A figure's compute time, with the device the model ran on when it was not the CPU (the
+    CPU seconds are then the driving process's, the wall clock is the figure's)."""
+    device = doc.get("device", "cpu")
+    if device == "cpu":
+        return f"{doc['cpu_seconds']:.0f} s CPU"
+    return f"{doc['wall_seconds']:.0f} s wall clock on {device}"
 
 
 def write_gallery(out: str | Path, *, command: str, png: bool = True, png_problem=None) -> Path:
@@ -52,8 +63,11 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
             data[spec.name], docs[spec.name] = load_tables(path)
     claims = claims_table(data)
     write_table(claims, out / "claims.csv")
-    cpu = sum(d["cpu_seconds"] for d in docs.values())
-    wall = sum(d["wall_seconds"] for d in docs.values())
+    on_cpu = [d for d in docs.values() if d.get("device", "cpu") == "cpu"]
+    cpu = sum(d["cpu_seconds"] for d in on_cpu)
+    wall = sum(d["wall_seconds"] for d in on_cpu)
+    accelerated = {d["device"] for d in docs.values() if d not in on_cpu}
+    elsewhere = sum(d["wall_seconds"] for d in docs.values() if d not in on_cpu)
     lines = [
         f"# Paper figures regenerated on `{run['model']}`",
         "",
@@ -65,7 +79,13 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
         "",
         f"Compute time of the data on disk: **{cpu / 60:.1f} min CPU** ({wall / 60:.1f} min wall "
         "clock), one torch thread, summed over the figures (a figure that first needs a shared "
-        "step, e.g. a tuned model, carries its cost).",
+        "step, e.g. a tuned model, carries its cost)"
+        + (
+            f"; and {elsewhere / 60:.1f} min wall clock on {', '.join(sorted(accelerated))} for "
+            f"{len(docs) - len(on_cpu)} figure(s), each marked below."
+            if accelerated
+            else "."
+        ),
         "",
     ]
     if run["model"] in NOTES:
@@ -118,7 +138,7 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
             lines += [f"**Against the paper's description:** {against}", ""]
         lines += [
             f"Interactive: [{spec.name}.html]({spec.name}.html). Data: {csvs}. "
-            f"Compute: {docs[spec.name]['cpu_seconds']:.0f} s CPU.",
+            f"Compute: {_compute(docs[spec.name])}.",
             "",
             f"**Paper ({spec.paper}):**",
             "",
@@ -133,27 +153,24 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         return "(no claim has its figures in this directory)"
     rows = [
         "Verdicts are computed (`interp_seal/figures/claims.py`; the statistical tests are in "
-        "`interp_seal/analysis/statistics.py`) at level 0.05: methods scored on the same records "
-        "are compared record by record (exact McNemar test, paired bootstrap 95 % interval; "
-        "SEAL Table 1's method claims pool the records of every length, the paper's Avg. "
-        "column); per-question retrieval scores by the Wilcoxon signed-rank test, logit "
-        "differences per record by the exact sign test; "
-        "*comparable* needs a TOST equivalence test within 0.10 and both arms above the "
-        "baseline; outcomes on different records use Fisher's exact test. *supported*: "
-        "significant in the claimed direction; *contradicted*: significant the other way; "
-        "*not shown*: neither, with the records a test would need (80 % power) in *n needed*. "
-        "The claims are one family: each p is adjusted by Holm's step-down procedure across "
-        "every claim with a test (*Holm p*), and a verdict stands only where the adjusted p is "
-        "below 0.05. A row's test, n, difference, interval and p are those of the test that "
-        "decides it. "
-        "A row of several tests is supported only if all are. Heads a sweep chose, SEAL "
-        "Fig. 4's records and Table 1's methods are tested on `confirm_n` fresh records (seed "
-        "2), a number chosen by that power calculation on a pilot run (seed 0 or 1) whose "
-        "records the test does not reuse. SEAL Fig. 2d, undecided on those, is tested again, "
-        "alone, on a replication: `replicate_n` records of a third seed (3), sized by the "
-        "confirmation's power calculation. MuDAF's masking and target claims are tested on "
-        "fresh questions (seed 2; `confirm_questions` + `more_questions`), their heads chosen "
-        "on the pilot's.",
+        "`interp_seal/analysis/statistics.py`) at level 0.05, each by the test `plan.json` named "
+        "before the data: methods scored on the same records are compared record by record "
+        "(exact McNemar test, paired bootstrap 95 % interval); per-question retrieval scores by "
+        "the Wilcoxon signed-rank test, logit margins per record by the exact sign test; "
+        "*comparable* needs a TOST equivalence test within 0.10 (the plan says why) and both "
+        "arms above the baseline; outcomes on different records use Fisher's exact test. "
+        "*supported*: significant in the claimed direction; *contradicted*: significant the "
+        "other way; *not shown*: neither, with the records a new plan would need (80 % power) "
+        "in *n needed*. The claims are one family: each p is adjusted by Holm's step-down "
+        "procedure across all of the plan's claims, a claim not yet tested counting as p = 1 "
+        "(*Holm p*), and a verdict stands only where the adjusted p is below 0.05. A row's "
+        "test, n, difference, interval and p are those of the test that decides it; a row of "
+        "several tests (each tuning run, each method) is supported only if all are. SEAL "
+        "Table 1's claims are read on `confirm_n` fresh records per length (seed 2) whose "
+        "queried line is not the last, every length pooled, for each of `tuning_seeds` tuning "
+        "runs; heads a sweep chose and SEAL Fig. 4's records on fresh records too; Fig. 2d's "
+        "scaling on a replication of its own seed (3); MuDAF's masking and target claims on "
+        "fresh questions (seed 2), their heads chosen on the pilot's.",
         "",
         "| claim | paper | measured | test | n | difference [95 % interval] | p | Holm p "
         "| n needed | verdict |",

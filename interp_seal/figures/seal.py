@@ -149,12 +149,10 @@ def fig2b_draw(t: Tables):
             go.Scatter(
                 x=[at.delta_mid, at.delta_mid],
                 y=[at.delta_long, fresh],
-                mode="lines+markers+text",
+                mode="lines+markers",
                 marker={"symbol": ["circle", "diamond-open"], "size": [1, 12], "color": "black"},
                 line={"color": "black", "dash": "dot", "width": 1},
-                text=["", f"L{layer}H{head} ({role}), fresh"],
-                textposition="middle right",
-                name=f"{role} head on {g.record.nunique()} fresh records",
+                name=f"{role} head L{layer}H{head} on {g.record.nunique()} fresh records (diamond)",
                 hovertemplate=f"L{layer}H{head} {role}: fresh delta %{{y:+.3f}}<extra></extra>",
             )
         )

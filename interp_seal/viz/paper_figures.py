@@ -121,7 +121,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         specs=[[{}] * len(methods)] * 3
         + [[{"colspan": len(methods)}] + [None] * (len(methods) - 1)],
         subplot_titles=[f"{m}: (a) heads" for m in methods]
-        + [f"{m}: (b) embedding + MLPs, less the digits' mean" for m in methods]
+        + [f"{m}: (b) embedding + MLPs" for m in methods]
         + [f"{m}: (c) final logits" for m in methods]
         + [f"logit(correct) - logit(strongest wrong) on {n_rec} fresh record(s)"],
         vertical_spacing=0.1,
@@ -199,7 +199,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         fig.update_xaxes(title_text="digit", row=3, col=c)
         for r in (1, 2, 3):
             fig.update_yaxes(range=ranges[r], row=r, col=c)
-    rows_y = ((1, "direct effect (logit)"), (2, "effect - digits' mean"), (3, "logit"))
+    rows_y = ((1, "direct effect (logit)"), (2, "effect less digits' mean"), (3, "logit"))
     for r, what in rows_y:
         fig.update_yaxes(title_text=what, row=r, col=1)
     for rec, g in records.groupby("record", sort=False):

@@ -27,14 +27,15 @@ def missing(data):
 
 
 def test_verdicts_stand_only_after_holms_correction(monkeypatch):
-    rows = [("one", 0.001, "supported"), ("two", 0.02, "supported"), ("three", 0.5, "not shown")]
+    rows = [("one", 0.001, "supported"), ("two", 0.01, "supported"), ("three", 0.5, "not shown")]
     fake = [(name, "paper", lambda d, p=p, v=v: check(v, p, 0.1)) for name, p, v in rows] + [
         ("none", "paper", lambda d: (_ for _ in ()).throw(C.MissingData("fig")))
     ]
     monkeypatch.setattr(C, "CLAIMS", fake)
     table = C.claims_table({}).set_index("claim")
-    # m = 3 tested claims: 0.001 x 3 = 0.003, max(0.003, 0.02 x 2) = 0.04, 0.5 x 1 -> 0.5
-    assert table.p_holm.tolist()[:3] == [0.003, 0.04, 0.5]
+    # m = 4 claims, the untested one entering with p = 1 (the plan's family, not the tested
+    # part of it): 0.001 x 4 = 0.004, max(0.004, 0.01 x 3) = 0.03, 0.5 x 2 -> 1
+    assert table.p_holm.tolist()[:3] == [0.004, 0.03, 1.0]
     assert table.loc["two", "verdict"] == "supported"
     monkeypatch.setattr(
         C,
@@ -42,9 +43,9 @@ def test_verdicts_stand_only_after_holms_correction(monkeypatch):
         [*fake[:1], ("two", "paper", lambda d: check("supported", 0.03, 0.1)), *fake[2:]],
     )
     table = C.claims_table({}).set_index("claim")
-    assert table.loc["two", "verdict"] == "not shown"  # 0.03 alone, 0.06 after Holm
+    assert table.loc["two", "verdict"] == "not shown"  # 0.03 alone, 0.09 after Holm
     assert (
-        "supported at p 0.03 alone; not after Holm's correction across 3 claims"
+        "supported at p 0.03 alone; not after Holm's correction across 4 claims"
         in (table.loc["two", "n_needed"])
     )
     assert table.loc["none", "verdict"] == "not shown" and math.isnan(table.loc["none", "p_holm"])
