@@ -93,22 +93,25 @@ def top_heads(heads: pd.DataFrame, k: int) -> tuple[tuple[int, int], ...]:
 
 
 def target_sets(run: FigureRun) -> dict[str, tuple]:
-    """MuDAF's strong targets and its weak control (Sec. 4.2, 4.4), by a rule relative to the
-    model's own scores.
+    """``head_sets`` on the base model's retrieval scores at ``mudaf_k``."""
+    return head_sets(base_scores(run), run.sizes.mudaf_k)
 
-    *Strong*: the ``mudaf_k`` highest-scoring heads. The paper draws them with
+
+def head_sets(heads: pd.DataFrame, k: int) -> dict[str, tuple]:
+    """MuDAF's strong targets and its weak control (Sec. 4.2, 4.4), by a rule relative to the
+    model's own scores (``heads``: every head's ``f1``).
+
+    *Strong*: the ``k`` highest-scoring heads. The paper draws them with
     P ~ softmax(R_h / 0.05); on Llama-3.1-8B, whose best heads score ~0.9 and most near 0,
     that draw all but always returns the top heads. On a model whose scores are compressed
     (SmolLM2's best F1 is ~0.2) the same temperature spreads the draw over heads scoring 0,
     so the draw would no longer mean "strong": the top k is what the paper's draw amounts to
     where scores separate, and stays so where they do not.
-    *Weak*: ``mudaf_k`` heads drawn (seed 0) from those with R_h < 0.1 (the paper's
-    threshold), or, where fewer score below it, from the lower half of the ranking.
+    *Weak*: ``k`` heads drawn (seed 0) from those with R_h < 0.1 (the paper's threshold), or,
+    where fewer score below it, from the lower half of the ranking.
 
     Refuses sets whose mean score does not put strong above weak (no contrast to test).
     """
-    heads = base_scores(run)
-    k = run.sizes.mudaf_k
     strong = top_heads(heads, k)
     chosen = set(strong)
     pool = heads[[(int(a), int(b)) not in chosen for a, b in heads[["layer", "head"]].values]]

@@ -4,13 +4,15 @@ and head sets that mean what their names say (``figures.mudaf.target_sets``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from interp_seal.figures import QUICK, regenerate
 from interp_seal.figures import mudaf as M
-from interp_seal.figures.heldout import Ledger, LeakError, units
+from interp_seal.figures.heldout import LeakError, Ledger, units
 from interp_seal.figures.plan import gallery_plan, plan_hash
 from interp_seal.figures.run import DATA_SEED, FigureRun
 from interp_seal.tasks.needle import SEAL_NEEDLES, read_haystack
@@ -125,3 +127,34 @@ def test_strong_targets_are_the_top_heads_and_score_above_the_weak(run, monkeypa
     monkeypatch.setattr(M, "base_scores", lambda r: _heads([0.0] * 24))
     with pytest.raises(ValueError, match="do not score above the weak"):
         M.target_sets(run)
+
+
+GALLERIES = sorted(p.parent for p in Path("figures").glob("*/plan.json"))
+
+
+@pytest.mark.parametrize("gallery", GALLERIES, ids=[g.name for g in GALLERIES])
+def test_committed_galleries_strong_targets_score_above_the_weak(gallery):
+    """Every gallery of the pre-registered design: the head sets drawn from its stored base
+    scores (MuDAF Fig. 3) put the strong targets above the weak, and a figure that stored its
+    targets stored these."""
+    from interp_seal.figures.tables import load_tables
+
+    heads = load_tables(gallery / "data" / "mudaf_fig3_scores.json")[0]["heads"]
+    k = json.loads((gallery / "run.json").read_text())["sizes"].get("mudaf_k", 4)
+    sets = M.head_sets(heads, k)
+    f1 = heads.set_index(["layer", "head"]).f1
+    strong, weak = ([f1[h] for h in sets[g]] for g in ("mudaf", "mudaf-weak"))
+    assert min(strong) > max(weak), (strong, weak)
+    path = gallery / "data" / "mudaf_fig5_targets.json"
+    if path.exists():
+        stored = load_tables(path)[0]["targets"]
+        for group, hs in sets.items():
+            rows = stored[stored.group == group]
+            assert set(zip(rows.layer, rows["head"], strict=True)) == set(hs)
+            np.testing.assert_allclose(
+                rows.f1, [f1[(a, b)] for a, b in zip(rows.layer, rows["head"], strict=True)]
+            )
+
+
+def test_at_least_the_smollm2_gallery_is_of_the_new_design():
+    assert Path("figures/smollm2") in GALLERIES
