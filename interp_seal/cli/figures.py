@@ -31,6 +31,11 @@ def register(subparsers) -> None:
     p.add_argument(
         "--quick", action="store_true", help="CI-sized experiments (the model's small preset)"
     )
+    p.add_argument(
+        "--keep-models",
+        action="store_true",
+        help="with --quick: keep the tuned model checkpoints under OUT/work (removed by default)",
+    )
     p.add_argument("--no-png", action="store_true", help="write data and HTML only")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads")
     p.add_argument("--list", action="store_true", help="list the figures and exit")
@@ -61,7 +66,26 @@ def run(args) -> None:
         command=command,
         load_options=model_options(args),
     )
+    freed = "" if not args.quick or args.keep_models else _drop_models(result.out / "work")
     print(
         f"figures: computed {len(result.computed)}, reused {len(result.reused)} -> "
-        f"{result.out / 'README.md'}"
+        f"{result.out / 'README.md'}{freed}"
+    )
+
+
+def _drop_models(work: Path) -> str:
+    """Remove the tuned models' checkpoints (``work/<tag>/model``: full copies of the model,
+    ~50 MB each on the organism, hundreds for a real model) that a ``--quick`` run leaves; the
+    data, the small stores and the scale files stay, so the gallery redraws and resumes (a
+    figure computed later retunes what it needs). Says how much it freed."""
+    import shutil
+
+    folders = [p for p in work.glob("*/model") if (p / "config.json").is_file()]
+    size = sum(f.stat().st_size for p in folders for f in p.rglob("*") if f.is_file())
+    for p in folders:
+        shutil.rmtree(p)
+    return (
+        f" ({len(folders)} tuned models removed, {size / 2**20:.0f} MB; --keep-models keeps them)"
+        if folders
+        else ""
     )
