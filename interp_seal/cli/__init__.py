@@ -118,6 +118,20 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"interp-seal {args.command}: error: {os_error_line(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interp-seal {args.command}: {interrupted_line(args)}", file=sys.stderr)
+        return 130
+
+
+def interrupted_line(args) -> str:
+    """What Ctrl-C kept, in one line: resumable commands write each finished part as they go
+    (and a refused or interrupted run's marker is released), so the line says how to go on."""
+    out = getattr(args, "out", None)
+    if out is None:
+        return "interrupted; nothing was written"
+    if hasattr(args, "resume"):
+        return f"interrupted; finished parts are kept in {out}: rerun with --resume to continue"
+    return f"interrupted; {out} holds only what was finished (rerun the command to redo it)"
 
 
 if __name__ == "__main__":
