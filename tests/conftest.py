@@ -1,5 +1,14 @@
 """Shared fixtures: no network, one torch thread, tiny random checkpoints of each family.
 
+One thread in every process, whatever the shell says. Several tests compare numbers computed
+in two processes: a notebook's kernel and this one, a CLI subprocess and an in-process run,
+torchrun's ranks and one process. A float32 sum reduced over 1 thread and over 2 differs in
+its last bits, and training amplifies that (SEAL-C scales trained on 2 threads in a kernel and
+on 1 here differed by 7.7e-4). So the thread count is set here, before torch is imported,
+not left to the caller's ``OMP_NUM_THREADS``: this process runs one torch thread, and every
+process a test starts inherits ``OMP_NUM_THREADS=1`` (torch reads it at import; the notebooks
+pass it to ``torch.set_num_threads``).
+
 Tiny checkpoints are real ``save_pretrained`` directories (config + safetensors +
 ``tokenizer.json``) loaded back through ``load_model``: the same path a hub model takes.
 RMSNorm weights are ``1 + 0.3 * randn`` so that bugs hidden by all-ones norms show up.
@@ -12,7 +21,7 @@ import shutil
 import socket
 import tempfile
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # this process and its children
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -8,9 +8,13 @@
 Lengths are lines per LongEval record. Each command writes to ``OUT``: ``manifest.json`` and
 ``records.jsonl`` (per-sample results, appended as the sweep runs, so ``--resume`` continues a
 killed sweep), ``results.csv`` (or ``.parquet``) with columns layer, head, channel, length,
-metric, value, baseline, delta, and self-contained HTML figures: ``head_deltas.html`` (layer x
+metric, value, baseline, delta, and HTML figures: ``head_deltas.html`` (layer x
 head heatmap per length) and, with two or more lengths, ``quadrants.html`` (the first length
 against the last, SEAL Fig. 2b, also ``quadrants.csv``); ``channel_map.html`` for channel sweeps.
+The figures load ``OUT/plotly.min.js``, written once. Every table ends with its provenance
+(``interp_seal.provenance``): ``model``, ``seed``, ``n`` (the records a row's value is a mean
+over) and, in ``results.csv``, ``value_ci_low`` / ``value_ci_high``, the 95 % Wilson interval
+of ``value`` on ``exact_match`` rows (empty on ``answer_logprob`` rows).
 ``--screen K`` (models with many heads) prices every head by attribution patching, sweeps
 exactly the ``--candidates`` heads with the largest estimated magnitude (on ``--confirm-records``
 records per length) and reports the K most helpful and K most harmful
@@ -206,19 +210,23 @@ def run_head_sweep(args: argparse.Namespace) -> int:
             **sweep_args,
         )
         table, metric = screen.table, "answer_logprob"
-        written.append(write_table(screen.estimates, args.out / "screen_estimates.csv"))
+        estimates = _provenance(screen.estimates, args)  # over every record of a length
+        written.append(write_table(estimates, args.out / "screen_estimates.csv"))
         print(f"screen: most helpful {screen.helpful}, most harmful {screen.harmful}")
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs
     written += [
-        write_table(table, args.out / f"results.{args.format}"),
+        write_table(_provenance(table, args), args.out / f"results.{args.format}"),
         write_html(head_delta_heatmap(table, metric=metric), args.out / "head_deltas.html"),
     ]
     lengths = sorted(args.lengths)
     if len(lengths) >= 2:
         quadrants = head_quadrants(table, mid=lengths[0], long=lengths[-1], metric=metric)
+        rows = table[(table.metric == metric) & (table.length == lengths[-1])]
+        rows = rows[["layer", "head"]].assign(n=_records(rows, args))
+        n = quadrants.heads.merge(rows, on=["layer", "head"], how="left")["n"]
         written += [
-            write_table(quadrants.heads, args.out / "quadrants.csv"),
+            write_table(_provenance(quadrants.heads, args, n), args.out / "quadrants.csv"),
             write_html(quadrant_scatter(quadrants), args.out / "quadrants.html"),
         ]
         print(
@@ -247,11 +255,38 @@ def run_channel_sweep(args: argparse.Namespace) -> int:
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs
     written = [
-        write_table(table, args.out / f"results.{args.format}"),
+        write_table(_provenance(table, args), args.out / f"results.{args.format}"),
         write_html(channel_map(table), args.out / "channel_map.html"),
     ]
     _print_summary(table, written)
     return 0
+
+
+def _records(table, args: argparse.Namespace):
+    """How many records each row of a sweep table is a mean over: ``--n`` per length, or
+    ``--confirm-records`` on a screened sweep's exact rows."""
+    import pandas as pd
+
+    n = pd.Series(args.n, index=table.index)
+    if getattr(args, "confirm_records", None) and "source" in table:
+        n[table["source"] == "exact"] = min(args.confirm_records, args.n)
+    return n
+
+
+def _provenance(table, args: argparse.Namespace, n=None):
+    """``table`` with ``model``, ``seed``, ``n`` (default: ``_records``) and, on the
+    ``exact_match`` rows of a sweep table, the Wilson interval of ``value`` appended."""
+    from interp_seal.provenance import with_provenance
+
+    sweep = "metric" in table
+    return with_provenance(
+        table,
+        model=args.model,
+        seed=args.seed,
+        n=_records(table, args) if n is None else n,
+        proportions=("value",) if sweep else (),
+        where=table["metric"].eq("exact_match") if sweep else None,
+    )
 
 
 def _print_summary(table, written: list[Path]) -> None:

@@ -16,6 +16,9 @@ residual stream (layer x position), and writes ``OUT/patching.csv`` and ``OUT/pa
 By-position patching covers the positions where the prompts differ and the last ``--last``
 positions (``--last 0``: every position). ``--atp`` adds attribution patching next to exact
 head patching and head ablation (``OUT/atp.csv``, ``OUT/atp.html``) with Spearman correlations.
+
+Every CSV ends with the columns ``model``, ``seed``, ``n`` (1: one record) and ``sample``
+(``interp_seal.provenance``); the HTML pages load ``plotly.min.js``, written once into ``OUT``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from interp_seal.cli.common import (
     positive_int,
 )
 from interp_seal.defaults import CORRUPTIONS, DLA_VARIANTS
-from interp_seal.outputs import write_table, write_text
+from interp_seal.outputs import write_html, write_table
 
 
 def register(subparsers) -> None:
@@ -100,13 +103,12 @@ def _setup(args: argparse.Namespace):
     return load_model(args.model, **model_options(args)), sample
 
 
-def write_page(path: Path, figures) -> None:
-    """Several plotly figures in one self-contained HTML page (written atomically)."""
-    parts = [
-        fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
-        for i, fig in enumerate(figures)
-    ]
-    write_text(path, "<html><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+def _provenance(table, args: argparse.Namespace):
+    """``table`` with ``model``, ``seed``, ``n`` (1: one record) and ``sample`` (which record
+    of the seed) appended (``interp_seal.provenance``)."""
+    from interp_seal.provenance import with_provenance
+
+    return with_provenance(table, model=args.model, seed=args.seed, n=1).assign(sample=args.sample)
 
 
 def run_dla(args: argparse.Namespace) -> int:
@@ -126,9 +128,9 @@ def run_dla(args: argparse.Namespace) -> int:
     single = logit_attribution(handle, ids, [correct, wrong], variant=args.variant)
     diff = logit_diff_attribution(handle, ids, correct, wrong, variant=args.variant)
     table = pd.concat([single.table, diff.table], ignore_index=True)
-    write_table(table, args.out / "dla.csv")
+    write_table(_provenance(table, args), args.out / "dla.csv")
     figures = [dla_figure(diff)] + [dla_figure(single, t) for t in single.logits]
-    write_page(args.out / "dla.html", figures)
+    write_html(figures, args.out / "dla.html")
     print(f"{handle.name_or_path}: line retrieval, {args.num_lines} lines, seed {args.seed}")
     for result in (single, diff):
         for name, logit in result.logits.items():
@@ -169,7 +171,7 @@ def run_patch(args: argparse.Namespace) -> int:
         ],
         ignore_index=True,
     )
-    write_table(table, args.out / "patching.csv")
+    write_table(_provenance(table, args), args.out / "patching.csv")
     clean_ld, corrupted_ld = whole.attrs["clean_logit_diff"], whole.attrs["corrupted_logit_diff"]
     title = (
         f"Activation patching ({args.corrupt} corruption): clean LD {clean_ld:.3f}, "
@@ -177,7 +179,7 @@ def run_patch(args: argparse.Namespace) -> int:
     )
     tokens = pair_labels(handle.tokenizer, pair.clean_ids.tolist(), pair.corrupted_ids.tolist())
     figure = patching_figure(table, title=title, tokens=tokens)
-    write_page(args.out / "patching.html", [figure])
+    write_html(figure, args.out / "patching.html")
     print(f"{handle.name_or_path}: {T} tokens, prompts differ at positions {differ}")
     print(f"  logit difference clean {clean_ld:.4f}, corrupted {corrupted_ld:.4f}")
     best = table[table.site == "head"].nlargest(5, "value")
@@ -185,9 +187,9 @@ def run_patch(args: argparse.Namespace) -> int:
     print(f"wrote {args.out / 'patching.csv'} and {args.out / 'patching.html'}")
     if args.atp:
         comparison = compare_with_exact(handle, pair, batch_size=args.batch_size)
-        write_table(comparison.table, args.out / "atp.csv")
-        write_page(
-            args.out / "atp.html", [attribution_scatter(comparison.table, comparison.spearman)]
+        write_table(_provenance(comparison.table, args), args.out / "atp.csv")
+        write_html(
+            attribution_scatter(comparison.table, comparison.spearman), args.out / "atp.html"
         )
         rho = ", ".join(f"{m} {r:.3f}" for m, r in comparison.spearman.items())
         print(f"  attribution patching vs exact, Spearman: {rho}")

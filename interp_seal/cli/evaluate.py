@@ -8,7 +8,11 @@
 
 ``lines`` measures greedy exact match on LongEval line retrieval by teacher forcing (one
 forward per record) for each number of lines, optionally with heads ablated, prints the table
-and writes ``OUT/accuracy.csv`` and ``OUT/accuracy.html`` (the figure, self-contained).
+and writes ``OUT/accuracy.csv`` and ``OUT/accuracy.html`` (the figure; it loads
+``OUT/plotly.min.js``, written once). The CSV's columns are the printed table's, then its
+provenance (``interp_seal.provenance``): ``model``, ``seed`` and the 95 % Wilson interval of
+each proportion over the ``n`` records (``exact_match_ci_low``, ``exact_match_ci_high``,
+``first_token_ci_low``, ``first_token_ci_high``); ``generated.csv`` ends the same way.
 ``generated`` scores model outputs: LongEval records (``expected_number``) by the last integer,
 LongBench QA records (``answers``) by token F1; predictions are matched to records line by line
 and read from the ``pred`` field (LongBench's prediction files) unless ``--field`` says otherwise.
@@ -103,9 +107,11 @@ def run_lines(args: argparse.Namespace) -> int:
     import torch
 
     from interp_seal.evaluation import accuracy_table, line_retrieval_samples, score_lengths
+    from interp_seal.evaluation.lengths import ACCURACY_PROPORTIONS
     from interp_seal.interventions import ablate
     from interp_seal.models import load_model
     from interp_seal.outputs import write_html, write_table
+    from interp_seal.provenance import with_provenance
     from interp_seal.viz import accuracy_figure
 
     if args.threads is not None:
@@ -128,7 +134,10 @@ def run_lines(args: argparse.Namespace) -> int:
     print(f"LongEval line retrieval, {handle.name_or_path}{ablated}, seed {args.seed}")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.out is not None:
-        write_table(table, args.out / "accuracy.csv")
+        provenance = with_provenance(
+            table, model=args.model, seed=args.seed, proportions=ACCURACY_PROPORTIONS
+        )
+        write_table(provenance, args.out / "accuracy.csv")
         title = f"LongEval line retrieval: {Path(handle.name_or_path).name}{ablated}"
         write_html(accuracy_figure(table, title=title), args.out / "accuracy.html")
         print(f"wrote {args.out / 'accuracy.csv'} and {args.out / 'accuracy.html'}")
@@ -150,6 +159,7 @@ def _generate_and_report(args, handle, samples, intervention, forced=None) -> No
     """Generate-then-score ``samples``; print the summary, write ``generated*.csv`` to --out."""
     from interp_seal.evaluation import evaluate_generated
     from interp_seal.outputs import write_table
+    from interp_seal.provenance import with_provenance
 
     result = evaluate_generated(
         handle,
@@ -165,7 +175,13 @@ def _generate_and_report(args, handle, samples, intervention, forced=None) -> No
     )
     print(result.summary.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.out is not None:
-        write_table(result.summary, args.out / "generated.csv")
+        summary = with_provenance(
+            result.summary,
+            model=args.model,
+            seed=getattr(args, "seed", None),  # `generate` reads its records from a file
+            proportions=("exact_match", "generated_accuracy"),
+        )
+        write_table(summary, args.out / "generated.csv")
         write_table(result.records, args.out / "generated_records.csv")
         print(f"wrote {args.out / 'generated.csv'} and {args.out / 'generated_records.csv'}")
 

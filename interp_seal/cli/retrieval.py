@@ -14,7 +14,11 @@ samples when re-run with ``--resume`` on the same ``--out``; they write ``OUT/he
 ``OUT/per_sample_scores.csv`` and ``OUT/head_scores.html``; ``passage-scores`` also writes
 ``OUT/passage_attention.html`` (MuDAF Fig. 10 for the first sample). ``masking`` (MuDAF Fig. 4)
 appends each finished condition to ``OUT/conditions.jsonl`` and writes ``OUT/masking.csv`` and
-``OUT/masking.html``.
+``OUT/masking.html``. The HTML pages load ``OUT/plotly.min.js``, written once.
+``head_scores.csv`` and ``masking.csv`` end with their provenance (``interp_seal.provenance``):
+``model``, ``n`` (samples scored) and the 95 % Wilson interval of each proportion (``em``;
+``exact_match``, ``first_token``). The samples come from a file, so there is no ``seed``
+column (masking's own ``seed`` is the seed of its random head draws).
 """
 
 from __future__ import annotations
@@ -145,10 +149,14 @@ def _setup(args: argparse.Namespace, needs: str | None = None):
     return handle, samples
 
 
-def _write_heads(out: Path, heads, per_sample, value: str, title: str) -> None:
+def _write_heads(args, heads, per_sample, value: str, title: str) -> None:
+    from interp_seal.provenance import with_provenance
     from interp_seal.viz.passages import head_score_heatmap
 
-    write_table(heads, out / "head_scores.csv")
+    out, n = args.out, per_sample["sample"].nunique()  # samples scored
+    proportions = ["em"] if "em" in heads else []  # passage scores' EM; copy-paste has none
+    provenance = with_provenance(heads, model=args.model, n=n, proportions=proportions)
+    write_table(provenance, out / "head_scores.csv")
     write_table(per_sample, out / "per_sample_scores.csv")
     write_html(head_score_heatmap(heads, value=value, title=title), out / "head_scores.html")
     print(heads.head(16).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -169,7 +177,7 @@ def run_passage_scores(args: argparse.Namespace) -> int:
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs
     title = f"MuDAF retrieval score (F1, eps={args.eps}): {Path(handle.name_or_path).name}"
-    _write_heads(args.out, scores.heads, scores.per_sample, "f1", title)
+    _write_heads(args, scores.heads, scores.per_sample, "f1", title)
     write_html(passage_heatmap(scores.attention[0]), args.out / "passage_attention.html")
     return 0
 
@@ -183,13 +191,14 @@ def run_needle_scores(args: argparse.Namespace) -> int:
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs
     title = f"Retrieval Head copy-paste score: {Path(handle.name_or_path).name}"
-    _write_heads(args.out, scores.heads, scores.per_sample, "score", title)
+    _write_heads(args, scores.heads, scores.per_sample, "score", title)
     print(f"{int(scores.heads['retrieval_head'].sum())} heads score above {args.threshold}")
     return 0
 
 
 def run_masking(args: argparse.Namespace) -> int:
     from interp_seal.analysis.masking import MaskingConfig, masking_experiment
+    from interp_seal.provenance import with_provenance
     from interp_seal.viz.passages import masking_bars
 
     config = MaskingConfig(
@@ -210,7 +219,10 @@ def run_masking(args: argparse.Namespace) -> int:
     )
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs
-    write_table(frame.drop(columns="correct"), args.out / "masking.csv")
+    table = frame.drop(columns="correct")
+    proportions = ("exact_match", "first_token")
+    table = with_provenance(table, model=args.model, n=table["n_samples"], proportions=proportions)
+    write_table(table, args.out / "masking.csv")
     metric = "qa_f1" if args.qa_f1 else "exact_match"
     write_html(masking_bars(frame, metric=metric), args.out / "masking.html")
     print(frame.to_string(index=False, float_format=lambda x: f"{x:.4f}"))

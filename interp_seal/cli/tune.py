@@ -20,6 +20,9 @@ checkpoint.
 SEAL writes ``OUT/scales.safetensors`` (with metadata); LoRA / DoRA (merged), MuDAF and SFT
 write the tuned model as a plain HF checkpoint in ``OUT/model`` (MuDAF adds ``OUT/heads.json``);
 ``merge`` folds a scale file into a plain HF checkpoint.
+``evaluate`` (``OUT/accuracy.csv``) and ``retrieval`` (``OUT/retrieval.csv``) end their tables
+with their provenance (``interp_seal.provenance``): ``model`` (the base model), ``seed``, ``n``
+and the 95 % Wilson interval of each proportion (exact match, first token; EM).
 """
 
 from __future__ import annotations
@@ -420,7 +423,13 @@ def run_evaluate(args) -> None:
     )
     print(table.pivot(index="method", columns="length", values="exact_match").to_string())
     if args.out:
-        write_table(table, args.out / "accuracy.csv")
+        from interp_seal.evaluation.lengths import ACCURACY_PROPORTIONS
+        from interp_seal.provenance import with_provenance
+
+        provenance = with_provenance(
+            table, model=args.model, seed=args.seed, proportions=ACCURACY_PROPORTIONS
+        )
+        write_table(provenance, args.out / "accuracy.csv")
 
 
 def run_retrieval(args) -> None:
@@ -452,7 +461,12 @@ def run_retrieval(args) -> None:
     shown = table[table["target"]] if targets else table[table["rank"] <= 8]
     print(shown.pivot(index=["layer", "head"], columns="method", values="f1").to_string())
     if args.out:
-        write_table(table, args.out / "retrieval.csv")
+        from interp_seal.provenance import with_provenance
+
+        provenance = with_provenance(
+            table, model=args.model, seed=args.seed, n=len(samples), proportions=("em",)
+        )
+        write_table(provenance, args.out / "retrieval.csv")
 
 
 if __name__ == "__main__":  # `python -m interp_seal.cli.tune ...` == `interp-seal tune ...`

@@ -28,6 +28,8 @@ from interp_seal.tasks.chat import check_template, wrap_samples
 from interp_seal.tasks.sample import Sample
 
 ACCURACY_COLUMNS = ("length", "n", "n_tokens", "exact_match", "first_token", "answer_logprob")
+ACCURACY_PROPORTIONS = ("exact_match", "first_token")
+"""The columns of the accuracy table that are fractions of its ``n`` records (binomial)."""
 
 
 def summarize(scores: Sequence[AnswerScore]) -> dict[str, int | float]:

@@ -11,12 +11,15 @@ import json
 import random
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from interp_seal.analysis.statistics import wilson
 from interp_seal.cli import main
-from interp_seal.evaluation import evaluate_line_retrieval
+from interp_seal.evaluation import ACCURACY_COLUMNS, evaluate_line_retrieval
+from interp_seal.evaluation.lengths import ACCURACY_PROPORTIONS
 from interp_seal.interventions import ablate
 from interp_seal.models import load_model
 from interp_seal.models.load import ORGANISM_DIR
@@ -92,6 +95,26 @@ def test_accuracy_high_when_short_and_degrades_when_long(organism, card):
     assert 0.2 <= long <= 0.7  # the card's stated range at its longest length
     # the card's accuracy (200 samples, seed 0) contains these first 40 samples
     assert abs(card["accuracy"][str(SHORT)] - short) <= 0.05
+
+
+def test_evaluate_lines_csv_says_where_its_numbers_come_from(tmp_path):
+    """The Quick start's command, small: ``accuracy.csv`` ends with the model, the seed and
+    each proportion's 95 % Wilson interval over its ``n`` records (the table's own ``n``)."""
+    out, n = tmp_path / "results", 12
+    argv = ["evaluate", "lines", "--lengths", str(SHORT), str(LONG), "--n", str(n), "--seed", "0"]
+    assert main([*argv, "--out", str(out)]) == 0
+    table = pd.read_csv(out / "accuracy.csv")
+    intervals = [f"{c}_ci_{side}" for c in ACCURACY_PROPORTIONS for side in ("low", "high")]
+    assert list(table.columns) == [*ACCURACY_COLUMNS, "model", "seed", *intervals]
+    assert table.model.tolist() == ["organism"] * 2 and table.seed.tolist() == [0, 0]
+    assert table.n.tolist() == [n, n]  # the records of each length
+    assert 0 < table.exact_match.iloc[1] < 1  # at 200 lines: an interval on both sides
+    for column in ACCURACY_PROPORTIONS:
+        bounds = table[f"{column}_ci_low"], table[f"{column}_ci_high"]
+        for p, low, high in zip(table[column], *bounds, strict=True):
+            k = round(p * n)  # records answered right
+            assert p == pytest.approx(k / n) and low <= p <= high
+            assert (low, high) == pytest.approx(wilson(k, n), abs=1e-12)
 
 
 def _pruning_moves_accuracy(organism, card, n: int, per_side: int) -> None:

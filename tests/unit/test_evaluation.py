@@ -293,8 +293,16 @@ def test_cli_lines(llama_checkpoint, llama, tmp_path, capsys):
     table = pd.read_csv(out / "accuracy.csv")
     iv = ablate(llama.spec, [(1, 2)], "zero")
     expected = evaluate_line_retrieval(llama, [2, 4], n=5, seed=1, intervention=iv, progress=False)
-    pd.testing.assert_frame_equal(table, expected, check_dtype=False)
-    assert "plotly" in (out / "accuracy.html").read_text()[:5000].lower()
+    intervals = [
+        "exact_match_ci_low",
+        "exact_match_ci_high",
+        "first_token_ci_low",
+        "first_token_ci_high",
+    ]
+    assert list(table.columns) == [*expected.columns, "model", "seed", *intervals]  # new ones last
+    pd.testing.assert_frame_equal(table[expected.columns], expected, check_dtype=False)
+    assert (table.model == llama_checkpoint).all() and (table.seed == 1).all()
+    assert 'src="plotly.min.js"' in (out / "accuracy.html").read_text()
     printed = capsys.readouterr().out
     assert "heads 1.2 ablated (zero)" in printed and "exact_match" in printed
     with pytest.raises(SystemExit):  # argparse: status 2, the flag and the format named

@@ -190,7 +190,11 @@ def test_dla_figure_and_cli(llama_checkpoint, handles, tmp_path, capsys):
     ]
     assert main([*argv, "--threads", "1"]) == 0
     table = pd.read_csv(out / "dla.csv", keep_default_na=False, na_values=[""])
-    assert (out / "dla.html").stat().st_size > 0
+    assert list(table.columns)[-4:] == ["model", "seed", "n", "sample"]  # one record: n = 1
+    assert (table[["seed", "n", "sample"]] == [0, 1, 0]).all().all()
+    page = (out / "dla.html").read_text()  # three figures, plotly.js loaded once from beside it
+    assert page.count("Plotly.newPlot") == 3 and page.count('src="plotly.min.js"') == 1
+    assert len(page) < 100_000 and (out / "plotly.min.js").is_file()
     sample = generate(LineRetrievalConfig(num_lines=4), 1, seed=0)[0]
     encoded = sample.encode(handle.tokenizer)
     with torch.no_grad():

@@ -444,7 +444,11 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
     ]
     assert main(args) == 0
     heads = pd.read_csv(out / "head_scores.csv")
-    assert list(heads.columns) == ["layer", "head", "f1", "em", "rank"] and len(heads) == 8
+    provenance = ["model", "n", "em_ci_low", "em_ci_high"]  # samples from a file: no seed
+    assert list(heads.columns) == ["layer", "head", "f1", "em", "rank", *provenance]
+    assert len(heads) == 8 and (heads.model == llama_checkpoint).all() and (heads.n == 3).all()
+    for row in heads.itertuples():
+        assert (row.em_ci_low, row.em_ci_high) == pytest.approx(wilson(round(row.em * 3), 3))
     lines = (out / "per_sample.jsonl").read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[0])["golden"] == list(mdqa[0].golden)
     assert main(args) == 2  # an earlier run's results are not reused silently
@@ -481,7 +485,9 @@ def test_cli_passage_scores_needle_scores_and_masking(llama_checkpoint, mdqa, tm
         )
         == 0
     )
-    assert len(pd.read_csv(masked / "masking.csv")) == 1 + 2 * 2
+    masking = pd.read_csv(masked / "masking.csv")
+    assert len(masking) == 1 + 2 * 2 and (masking.n == masking.n_samples).all()
+    assert (masking.exact_match_ci_low <= masking.exact_match).all()
 
     assert (
         main(

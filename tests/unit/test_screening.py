@@ -249,7 +249,13 @@ def test_cli_screen_flag(tmp_path, llama_checkpoint, capsys):
         "se",
         "baseline",
         "confirmed",
+        "model",
+        "seed",
+        "n",
     ]
+    assert (table.n == 2).all() and table.value_ci_low.notna().eq(
+        table.metric == "exact_match"
+    ).all()
     assert {"head_deltas.html", "quadrants.html", "quadrants.csv"} <= {
         p.name for p in out.iterdir()
     }

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import build_checkpoint
+from plotly.offline import get_plotlyjs
 
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_of, quadrant_scale_table
 from interp_seal.analysis.statistics import wilson
@@ -423,9 +424,21 @@ def test_cli_head_and_channel_sweeps(tmp_path, llama_checkpoint, capsys):
     assert main(argv) == 0
     table = pd.read_csv(out / "results.csv")
     assert len(table) == 2 * 4 * 2 * 2  # 2 layers x 4 heads x 2 lengths x 2 metrics
-    assert {"head_deltas.html", "quadrants.html", "quadrants.csv"} <= {
-        p.name for p in out.iterdir()
-    }
+    assert list(table.columns)[-5:] == ["model", "seed", "n", "value_ci_low", "value_ci_high"]
+    assert (table.model == llama_checkpoint).all() and (table.seed == 0).all()
+    exact = table.metric == "exact_match"  # the interval of a proportion, on its rows only
+    assert (table.n == 2).all() and table.value_ci_low.notna().eq(exact).all()
+    for row in table[exact].itertuples():
+        assert (row.value_ci_low, row.value_ci_high) == pytest.approx(wilson(row.value * 2, 2))
+    assert list(pd.read_csv(out / "quadrants.csv").columns)[-3:] == ["model", "seed", "n"]
+    # the two pages of one directory share one plotly.js, written once beside them
+    pages = [out / "head_deltas.html", out / "quadrants.html"]
+    assert [p.name for p in out.glob("*.js")] == ["plotly.min.js"]
+    assert (out / "plotly.min.js").read_text() == get_plotlyjs()
+    for page in pages:
+        html = page.read_text()
+        assert page.stat().st_size < 100_000 and html.count('src="plotly.min.js"') == 1
+        assert get_plotlyjs()[:200] not in html  # not embedded
     assert "Pearson r" in capsys.readouterr().out
     assert main(argv) == 2  # the output is taken: needs --resume
     assert "holds the results of an earlier run" in capsys.readouterr().err
