@@ -17,7 +17,8 @@ One task per file; ``read_samples`` tells the task from the first record's field
   order, as its ``json.dump`` writes them).
 - **needle**: ``prompt``, ``answer``, ``needle`` (the sentence), ``needle_span`` (its
   ``[start, end)`` characters in ``prompt``), ``needle_id``, ``question``, ``depth_percent``,
-  ``context_length``.
+  ``context_length``; optionally ``haystack``, a digest of the haystack text the needle was
+  hidden in (``needle.haystack_digest``).
 - **passages**: LongBench's fields (``input``, ``context``, ``answers``, ``length``,
   ``dataset``, ``language``, ``all_classes``, ``_id``), plus ``golden`` (0-based passage ids)
   when known. LongBench's own files read as they are; golden ids can come from a separate
@@ -171,13 +172,13 @@ def _needle_from_record(record: dict) -> Sample:
             f"field 'needle_span': prompt[{start}:{end}] is {found[:60]!r}, not the needle "
             f"{record['needle'][:60]!r}"
         )
-    meta_fields = ("needle_id", "question", "depth_percent", "context_length")
+    meta_fields = ("needle_id", "question", "depth_percent", "context_length", "haystack")
     return Sample(
         task="needle",
         prompt=record["prompt"],
         answer=record["answer"],
         needle=(start, end),
-        meta={k: record[k] for k in meta_fields},
+        meta={k: record[k] for k in meta_fields if k in record},
     )
 
 
@@ -209,7 +210,7 @@ FORMATS: dict[str, _Format] = {
             "depth_percent": "a number from 0 to 100",
             "context_length": "an integer >= 1",
         },
-        optional={},
+        optional={"haystack": "a string"},
         to_record=_needle_to_record,
         from_record=_needle_from_record,
     ),

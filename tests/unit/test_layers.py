@@ -27,6 +27,7 @@ FLOORS = {
     "analysis": 7,
     "tuning": 8,
     "viz": 8,
+    "provenance": 8,
     "organism": 9,
     "figures": 9,
     "widgets": 9,
