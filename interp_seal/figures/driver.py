@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from plotly.offline import get_plotlyjs
 from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
@@ -42,8 +41,6 @@ from interp_seal.figures.sizes import preset_sizes
 from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_html, write_table, write_text
 from interp_seal.records import open_manifest
-
-PLOTLY_JS = "plotly.min.js"  # one copy per gallery directory, beside the pages that load it
 
 
 @dataclass(kw_only=True)
@@ -81,16 +78,13 @@ def regenerate(
     (out / "data").mkdir(parents=True, exist_ok=True)
     run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
     result = GalleryResult(out=out)
-    plotly_js = out / PLOTLY_JS
-    if not plotly_js.exists() or plotly_js.read_text() != get_plotlyjs():
-        write_text(plotly_js, get_plotlyjs())
     window = getattr(run.handle.model.config, "max_position_embeddings", None)
     drawing = Drawing(model=model, sizes=sizes.as_dict(), window=window)
     with PngExporter(enabled=png) as exporter:
         for spec in tqdm(specs, desc="figures", disable=not progress):
             tables = _data(spec, run, result)
             fig = spec.finish(spec.draw(tables), tables, drawing)
-            write_html(fig, out / f"{spec.name}.html", include_plotlyjs=PLOTLY_JS, div_id=spec.name)
+            write_html(fig, out / f"{spec.name}.html", div_id=spec.name)
             exporter.write(fig, out / f"{spec.name}.png")
         result.png, result.png_problem = exporter.available, exporter.problem
     write_gallery(
