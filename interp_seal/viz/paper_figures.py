@@ -665,9 +665,9 @@ def generalization_bars(
         x=1,
         xref="x2 domain",
         xanchor="right",
-        y=1,
+        y=0.99,
         yref="y2 domain",
-        yanchor="bottom",
+        yanchor="top",
         showarrow=False,
         bgcolor="rgba(255,255,255,0.8)",
     )
@@ -684,7 +684,7 @@ def generalization_bars(
     )
     # a linear axis: a rise in perplexity (damage) reads as the height it is
     peak = max(top, uniform) if uniform <= 1.5 * top else top
-    fig.update_yaxes(title_text="perplexity (lower = better)", range=[0, 1.15 * peak], col=2)
+    fig.update_yaxes(title_text="perplexity (lower = better)", range=[0, 1.25 * peak], col=2)
     fig.update_xaxes(title_text="what the SEAL scales were tuned on")
     return fig
 
