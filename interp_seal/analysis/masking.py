@@ -226,7 +226,7 @@ def masking_experiment(
         shard = Shard.current()
         log = RecordStore(results, shard) if results is not None else None
         data = fingerprint(
-            handle.name_or_path,
+            handle.identity,
             [(s.prompt, s.answer) for s in samples],
             config.qa_f1,
             config.max_new_tokens,

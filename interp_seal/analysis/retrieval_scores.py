@@ -434,7 +434,7 @@ def passage_retrieval_scores(
                 "prefix": pa.prefix.tolist(),
             }
 
-        setting = {"model": handle.name_or_path, "score": "passage attention"}
+        setting = {"model": handle.identity, "score": "passage attention"}
         setting |= edits_manifest(handle)
         if config.convention != "paper":
             setting["convention"] = config.convention
@@ -505,7 +505,7 @@ def needle_retrieval_scores(
                 niah |= {"rouge1_recall": recall, "kept": recall > peers.ROUGE_RECALL}
             return {"score": cp.score.tolist(), "generated": list(cp.generated), "niah": niah}
 
-        setting = {"model": handle.name_or_path, "max_new_tokens": config.max_new_tokens}
+        setting = {"model": handle.identity, "max_new_tokens": config.max_new_tokens}
         setting |= edits_manifest(handle)
         if peer:
             setting["convention"] = config.convention

@@ -299,7 +299,7 @@ def _estimated_rows(estimates: pd.DataFrame) -> pd.DataFrame:
 def _screen_manifest(handle, samples, mode, factor, mean_z) -> dict:
     """What a screen is: the model, the records, the edit."""
     return {
-        "model": handle.name_or_path,
+        "model": handle.identity,
         "geometry": handle.spec.as_dict(),
         "dtype": str(handle.dtype),
         "samples": fingerprint(

@@ -253,7 +253,7 @@ def sweep_manifest(
     }
     tables = [[iv.scale, iv.offset, iv.uniform] for iv in interventions]
     return {
-        "model": handle.name_or_path,
+        "model": handle.identity,
         "geometry": handle.spec.as_dict(),
         "dtype": str(handle.dtype),
         "samples": samples,

@@ -267,7 +267,7 @@ def _train(args, tuner, handle, samples, cfg):
     if result.is_main_process:
         log = {
             "method": tuner.method,
-            "model": handle.name_or_path,
+            "model": handle.identity,
             "task": args.task,
             "trainable_parameters": count.trainable,
             "base_parameters": count.base,
@@ -304,7 +304,7 @@ def run_seal(args) -> None:
             ScaleFile(
                 scales=tuner.scales.detach().cpu(),
                 spec=handle.spec,
-                model=handle.name_or_path,
+                model=handle.identity,
                 granularity=args.granularity,
                 task=args.task,
                 hyperparameters=_hyperparameters(args, cfg),

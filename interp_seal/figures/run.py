@@ -439,7 +439,7 @@ class FigureRun:
                     ScaleFile(
                         scales=tuner.scales.detach().cpu(),
                         spec=self.handle.spec,
-                        model=self.handle.name_or_path,
+                        model=self.handle.identity,
                         granularity=granularity,
                         task=task,
                         hyperparameters=hyper,

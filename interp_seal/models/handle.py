@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -117,6 +118,20 @@ class ModelHandle:
 
     def embed(self) -> nn.Embedding:
         return get_module(self.model, self.family.embed)
+
+    @property
+    def identity(self) -> str:
+        """What was loaded, named the same on every machine (the manifests of resumable runs
+        record it): a GGUF conversion by its cache entry, whose name carries the file's
+        content digest (``gguf.cache_dir``), not by where the cache lives; anything else by
+        ``name_or_path``. A run resumed on another machine then meets the same identity."""
+        from interp_seal.models.gguf import cache_root
+
+        path = Path(self.name_or_path)
+        root = cache_root()
+        if path.parent == root or (path.is_dir() and path.resolve().parent == root.resolve()):
+            return f"gguf-conversion:{path.name}"
+        return str(self.name_or_path)
 
     @property
     def device(self) -> torch.device:

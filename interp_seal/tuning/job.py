@@ -99,7 +99,7 @@ class TuneResult:
         file = ScaleFile(
             scales=self.scales,
             spec=self.handle.spec,
-            model=self.handle.name_or_path,
+            model=self.handle.identity,
             granularity=GRANULARITY[self.method],
             task="",
             hyperparameters={"lr": self.config.lr, "epochs": self.config.epochs},

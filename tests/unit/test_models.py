@@ -173,3 +173,19 @@ def test_known_family_with_auto_map_uses_the_builtin_code(tmp_path, llama_checkp
 def test_unknown_backend_is_refused(llama_checkpoint):
     with pytest.raises(ValueError, match="unknown backend 'vllm'"):
         load_model(llama_checkpoint, backend="vllm")
+
+
+def test_a_gguf_conversion_is_named_the_same_under_any_cache_root(monkeypatch, tmp_path):
+    """Resume manifests record ``handle.identity``: a run converted under one machine's cache
+    and resumed under another's meets the same name (the entry's content digest)."""
+    import dataclasses
+
+    from interp_seal.models import load_model
+
+    organism = load_model("organism")
+    assert organism.identity == organism.name_or_path
+    for root in (tmp_path / "a", tmp_path / "b"):
+        monkeypatch.setenv("INTERP_SEAL_CACHE", str(root))
+        entry = root / "gguf" / "Model.Q4_1-0123456789abcdef"
+        moved = dataclasses.replace(organism, name_or_path=str(entry))
+        assert moved.identity == "gguf-conversion:Model.Q4_1-0123456789abcdef"
