@@ -35,8 +35,8 @@ SMOLLM2_NOTE = (
     "SmolLM2's base accuracy is 0.05-0.15 at 3-10 lines (a few hundred tokens), so there is no "
     "line-retrieval regime past its window in which an extension could be told to recover. "
     "The figures on this page were computed under the pre-registered design, seven on an H100 "
-    "lent for 15 minutes (float32; each marked with its device), Fig. 2c and Table 4 on one CPU "
-    "thread. The others resume with the command above; SEAL Table 2 stopped on the H100 when "
+    "lent for 15 minutes (float32; each marked with its device), Fig. 2c, Table 3 and Table 4 "
+    "on one CPU thread. The others resume with the command above; SEAL Table 2 stopped on the H100 when "
     "an attention call at 9-12K tokens asked for 38 GiB more than the GPU had free (its "
     "tunings are stored under `work/`)."
 )
