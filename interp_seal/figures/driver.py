@@ -130,7 +130,7 @@ def _device(run: FigureRun) -> str:
     """Where the model ran: ``cpu``, or the accelerator's name (``cuda: NVIDIA H100 ...``)."""
     import torch
 
-    device = next(run.handle.model.parameters()).device
+    device = run.handle.device
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
     return device.type

@@ -65,10 +65,11 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
     claims = claims_table(data)
     write_table(claims, out / "claims.csv")
     on_cpu = [d for d in docs.values() if d.get("device", "cpu") == "cpu"]
+    off_cpu = [d for d in docs.values() if d.get("device", "cpu") != "cpu"]
     cpu = sum(d["cpu_seconds"] for d in on_cpu)
     wall = sum(d["wall_seconds"] for d in on_cpu)
-    accelerated = {d["device"] for d in docs.values() if d not in on_cpu}
-    elsewhere = sum(d["wall_seconds"] for d in docs.values() if d not in on_cpu)
+    accelerated = {d["device"] for d in off_cpu}
+    elsewhere = sum(d["wall_seconds"] for d in off_cpu)
     lines = [
         f"# Paper figures regenerated on `{run['model']}`",
         "",
@@ -83,7 +84,7 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
         "step, e.g. a tuned model, carries its cost)"
         + (
             f"; and {elsewhere / 60:.1f} min wall clock on {', '.join(sorted(accelerated))} for "
-            f"{len(docs) - len(on_cpu)} figure(s), each marked below."
+            f"{len(off_cpu)} figure(s), each marked below."
             if accelerated
             else "."
         ),
