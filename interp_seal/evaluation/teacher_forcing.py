@@ -42,6 +42,9 @@ from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ModelHandle
 from interp_seal.tasks.sample import Encoded, Sample
 
+MAX_BATCH_TOKENS = 32_768
+"""Padded tokens per teacher-forced forward (``teacher_force``'s default)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class AnswerScore:
@@ -113,6 +116,7 @@ def teacher_force(
     *,
     intervention: HeadIntervention | None = None,
     batch_size: int = 8,
+    max_batch_tokens: int = MAX_BATCH_TOKENS,
     progress: bool = False,
 ) -> list[AnswerScore]:
     """Score every sample's answer under teacher forcing, in the order given.
@@ -124,10 +128,16 @@ def teacher_force(
             samples), e.g. ``ablate(handle.spec, [(3, 5)])``. Teacher forcing is the
             long-context path, so it always runs on the HF backend (sdpa, hooks).
         batch_size: samples per forward.
+        max_batch_tokens: padded tokens per forward (rows x the longest row); a sample
+            longer than this runs alone. Long contexts thus run a few rows at a time: on CUDA
+            in float32 with grouped-query attention, torch's sdpa takes its math kernel, whose
+            T x T weights for 8 rows of SmolLM2 at 12K tokens would need 38 GiB.
         progress: show a progress bar over batches.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if batch_size < 1 or max_batch_tokens < 1:
+        raise ValueError(
+            f"batch_size and max_batch_tokens must be >= 1, got {batch_size}, {max_batch_tokens}"
+        )
     if intervention is not None and intervention.batched:
         raise ValueError(
             "teacher_force applies one scale table to every sample; evaluate each table of a "
@@ -135,7 +145,14 @@ def teacher_force(
         )
     encoded = encode_samples(handle, samples)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    for i in order:  # longest first: a batch's first row sets its width
+        if batches and len(batches[-1]) < batch_size:
+            width = len(encoded[batches[-1][0]])
+            if (len(batches[-1]) + 1) * width <= max_batch_tokens:
+                batches[-1].append(i)
+                continue
+        batches.append([i])
     scores: list[AnswerScore | None] = [None] * len(encoded)
     pad_id = pad_id_of(handle.tokenizer)
     for rows in tqdm(batches, desc="teacher forcing", disable=not progress, leave=False):

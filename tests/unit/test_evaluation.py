@@ -140,6 +140,34 @@ def test_intervention_changes_scores_and_batching_does_not(llama):
     assert [s.answer_logprob for s in plain] != pytest.approx([s.answer_logprob for s in many])
 
 
+def test_a_token_budget_splits_long_batches_without_changing_scores(llama, monkeypatch):
+    import interp_seal.evaluation.teacher_forcing as tf
+
+    samples = records(3, 5) + records(8, 4, seed=3)
+    widths = sorted((len(s.encode(llama.tokenizer)) for s in samples), reverse=True)
+    budget = 3 * widths[-1]  # wide rows go two by two, the narrowest three at a time
+    shapes = []
+    forward = tf.answer_logits
+
+    def spy(handle, batch, intervention=None):
+        shapes.append(tuple(batch.ids.shape))
+        return forward(handle, batch, intervention)
+
+    monkeypatch.setattr(tf, "answer_logits", spy)
+    split = teacher_force(llama, samples, batch_size=9, max_batch_tokens=budget)
+    assert all(rows * width <= budget for rows, width in shapes)
+    assert [rows for rows, _ in shapes] == [2, 2, 2, 3] and shapes[0][1] == widths[0]
+    shapes.clear()
+    whole = teacher_force(llama, samples, batch_size=9)
+    assert shapes == [(9, widths[0])]
+    for a, b in zip(split, whole, strict=True):
+        assert a.predicted == b.predicted
+        assert a.answer_logprob == pytest.approx(b.answer_logprob, rel=1e-5, abs=1e-5)
+    shapes.clear()
+    teacher_force(llama, samples[:2], max_batch_tokens=1)  # a sample always runs, alone
+    assert [rows for rows, _ in shapes] == [1, 1]
+
+
 def test_refuses_samples_longer_than_the_window(llama):
     long = records(250, 1)  # ~2.5K tokens, the tiny checkpoints have 2048 positions
     assert len(long[0].encode(llama.tokenizer)) > llama.spec.max_positions
