@@ -1,4 +1,5 @@
-"""Random checkpoints of each supported family, saved like any hub model: for tests.
+"""Random checkpoints of each supported family, saved like any hub model, and the allocator's
+peak while a call runs: for tests and benchmarks.
 
 Useful to test a pipeline end to end without a trained model: the checkpoint is a real
 ``save_pretrained`` directory (config + safetensors + ``tokenizer.json``) that ``load_model``
@@ -6,12 +7,17 @@ reads through the same path as a hub model. RMSNorm weights are ``1 + 0.3 * rand
 norms hide direct-logit-attribution bugs) and other weights ``std * randn``, so next-token
 distributions are peaked and argmaxes rarely tie.
 
+``allocated_peak(run)`` is how the memory planner's CPU validation
+(``tests/integration/test_plan.py``) and ``benchmarks/bench_paper_scale.py`` measure memory on
+the CPU: the most bytes torch's allocator held at once while ``run()`` ran.
+
 This module sits above the library's layers (it takes the organism's word-level tokenizer), so
 nothing in the library imports it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -63,9 +69,8 @@ def save_random_checkpoint(
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        **dict(FAMILIES[family].random_config),  # given to the config class: derived fields follow
     )
-    for key, value in FAMILIES[family].random_config:
-        setattr(config, key, value)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.config.architectures = [type(model).__name__]
@@ -80,3 +85,22 @@ def save_random_checkpoint(
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+def allocated_peak(run: Callable[[], object]) -> int:
+    """The most bytes torch's allocator held at once while ``run()`` ran, counted from its start:
+    the running sum of the profiler's allocation (+) and free (-) events (``torch.profiler``
+    with ``profile_memory``). What a device allocator would have to hold beyond what was
+    allocated before the call (weights, inputs). The resident set size of the process is no
+    good for this: at a few MB it moves by allocator and kernel bookkeeping as much as by
+    tensors."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        run()
+    events = [e for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]"]
+    held = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        held += event.nbytes()
+        peak = max(peak, held)
+    return peak

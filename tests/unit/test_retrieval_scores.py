@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import DISTINCT_FAMILIES, build_checkpoint
+from transformers import AutoModelForCausalLM
 
 from interp_seal.analysis.masking import (
     MaskingConfig,
@@ -42,6 +44,14 @@ from interp_seal.viz.passages import head_score_heatmap, masking_bars, passage_h
 @pytest.fixture(scope="module")
 def handle(llama_checkpoint):
     return load_model(llama_checkpoint)
+
+
+@pytest.fixture(scope="module", params=DISTINCT_FAMILIES)
+def family_pair(request, tmp_path_factory):
+    """One checkpoint per family, loaded and as an eager twin (full patterns: the reference)."""
+    path = build_checkpoint(tmp_path_factory.mktemp(f"scores_{request.param}"), request.param)
+    eager = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    return load_model(path), eager
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +96,8 @@ def brute_force_passage_attention(eager, sample: Sample, tokenizer) -> np.ndarra
     return out
 
 
-def test_passage_scores_match_brute_force(handle, eager, mdqa, tmp_path):
+def test_passage_scores_match_brute_force(family_pair, mdqa, tmp_path):
+    handle, eager = family_pair
     eps = 0.2
     scores = passage_retrieval_scores(handle, mdqa, PassageScoreConfig(eps=eps), progress=False)
     per_sample_f1, per_sample_em = [], []
@@ -192,13 +203,13 @@ def test_copy_hits_hand_computed():
     assert hits.tolist() == [[True, False, False], [False, False, True]]
 
 
-def copying_prompt(handle) -> torch.Tensor:
+def copying_prompt(handle, seed: int = 0) -> torch.Tensor:
     """A prompt whose greedy continuation starts with the token repeated in its needle span.
 
     Random models do not copy by themselves: iterate "fill the needle with the token the model
     emits" until that token is a fixed point, so that some heads genuinely score.
     """
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     for _ in range(20):
         prefix = torch.randint(4, handle.spec.vocab_size, (8,), generator=gen)
         token, seen = int(prefix[0]), set()
@@ -232,16 +243,20 @@ def brute_force_copy_paste(eager, prompt: torch.Tensor, needle, steps: int) -> n
     return score
 
 
-def test_copy_paste_matches_brute_force(handle, eager):
-    prompt = copying_prompt(handle)
+def test_copy_paste_matches_brute_force(family_pair):
+    handle, eager = family_pair
+    for seed in range(10):  # a prompt on which some heads copy the needle token
+        prompt = copying_prompt(handle, seed)
+        expected = brute_force_copy_paste(eager, prompt, (9, 15), steps=4)
+        if expected.sum() > 0:
+            break
     enc = Encoded(
         input_ids=torch.cat([prompt, torch.tensor([5, 6, 7])]),
         answer_start=len(prompt),
         needle=(9, 15),
     )
     result = copy_paste_score(handle, enc, max_new_tokens=4)
-    expected = brute_force_copy_paste(eager, prompt, (9, 15), steps=4)
-    assert result.score.sum() > 0  # some heads copy the needle token
+    assert result.score.sum() > 0
     np.testing.assert_allclose(result.score, expected, atol=1e-12)
     assert len(result.generated) == 4 and result.generated[0] == int(prompt[9])
     assert len(copy_paste_score(handle, enc).generated) == 3  # default: the answer's length
@@ -294,7 +309,8 @@ def test_needle_bad_input(handle):
 # -- masking (MuDAF Fig. 4) ---------------------------------------------------------------
 
 
-def test_masking_matches_direct_ablation(handle, mdqa, tmp_path):
+def test_masking_matches_direct_ablation(family_pair, mdqa, tmp_path):
+    handle, _ = family_pair
     ranked = pd.DataFrame(
         {"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3], "rank": range(1, 9)}
     )

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import build_checkpoint
+from conftest import DISTINCT_FAMILIES, build_checkpoint
 from plotly.offline import get_plotlyjs
 
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_of, quadrant_scale_table
@@ -42,9 +42,9 @@ from interp_seal.viz.sweeps import (
 QUIET = SweepOptions(progress=False, batch_rows=6, batch_samples=2)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=DISTINCT_FAMILIES)
 def handle(request, tmp_path_factory):
-    """3 layers (so edited forwards cross a middle layer): GQA llama, multi-head qwen2."""
+    """3 layers (so edited forwards cross a middle layer), one checkpoint per family."""
     path = tmp_path_factory.mktemp(f"sweep_{request.param}")
     return load_model(build_checkpoint(path, request.param, n_layers=3, seed=1))
 

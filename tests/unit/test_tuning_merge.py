@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from conftest import build_checkpoint
+from conftest import DISTINCT_FAMILIES, build_checkpoint
 
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.interventions.hf import hf_logits
@@ -15,9 +15,9 @@ from interp_seal.tuning.merge import merge_into, merged_model, save_merged
 from interp_seal.tuning.scales import scale_shape
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=DISTINCT_FAMILIES)
 def checkpoint(request, tmp_path_factory):
-    """llama: GQA (2 query heads per KV head); qwen2: multi-head with q/k/v biases."""
+    """One per family: GQA (2 query heads per KV head) but qwen2, multi-head with biases."""
     return build_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
 
 

@@ -111,6 +111,29 @@ def test_captured_queries_and_keys_give_the_models_attention(family_checkpoint):
         torch.testing.assert_close(rows[:, 0], expected[layer][0, :, -1], rtol=0, atol=1e-6)
 
 
+def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
+    """The contrastive loss of a layer-1 head reaches that layer's q and k (projections, and
+    the family's q/k norms where it has them) and everything below, and nothing else: not the
+    layer's values and output, not its MLP, not the layers above."""
+    handle = load_model(family_checkpoint)
+    _, batch = _line_batch(handle)
+    tuner = MudafTuner(handle, MudafConfig(heads=((1, 0),), alpha=1.0))
+    with tuner.step_context():
+        tuner(batch)["loss"].backward()
+    family = handle.family
+    layer, attn = f"{family.layers}.1", f"{family.layers}.1.{family.attn}"
+    q_k = [family.q_proj, family.k_proj, *filter(None, (family.q_norm, family.k_norm))]
+    reached = (
+        f"{family.layers}.0.",  # layer 1's input
+        f"{family.embed}.",
+        f"{layer}.{family.input_norm}.",
+        *(f"{attn}.{name}." for name in q_k),
+    )
+    for name, param in handle.model.named_parameters():
+        moved = param.grad is not None and bool(param.grad.abs().max() > 0)
+        assert moved == name.startswith(reached), name
+
+
 def test_tuner_contrastive_term_matches_a_manual_computation(llama_checkpoint):
     handle = load_model(llama_checkpoint)
     samples, batch = _line_batch(handle, n=2, seed=3)
