@@ -17,9 +17,11 @@ Memory is linear in ``T``; the model itself runs its usual sdpa attention.
 
 Two capture routes give identical numbers (the same ops on the same tensors):
 
-- ``backend="hf"``: forward hooks on ``q_proj`` / ``k_proj`` keep the projections and a hook
-  on the attention module (which receives ``position_embeddings = (cos, sin)``) applies the
-  model's own RoPE function (``Family.rope_function``) to them. With a KV cache (decoding) the keys come from
+- ``backend="hf"``: forward hooks on ``q_proj`` / ``k_proj`` keep the projections, split into
+  heads with the family's q / k norms where it has them (``ModelHandle.split_heads``: Qwen3's
+  per-head norms, OLMo 2's norms over the whole projection), and a hook on the attention
+  module (which receives ``position_embeddings = (cos, sin)``) applies the model's own RoPE
+  function (``Family.rope_function``) to them. With a KV cache (decoding) the keys come from
   the cache, which stores them post-RoPE, so each step costs one row per head.
 - ``backend="nnsight"``: reads the output of the first call of the family's RoPE function
   (``Family.rope_function``) in the attention module's source inside an nnsight trace, e.g.
@@ -118,21 +120,21 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
     """Call ``on_qk(layer, attn, kwargs, q, k)`` at every forward inside the block.
 
     ``q`` ``(B, H, T, D)`` and ``k`` ``(B, KV, T, D)`` are the listed layer's queries and keys
-    of the positions this forward feeds, after RoPE: the model family's own RoPE function on
-    the ``(cos, sin)`` its attention module receives. ``kwargs`` are
+    of the positions this forward feeds, after the family's q / k norms and RoPE
+    (``ModelHandle.split_heads``, then the family's own RoPE function on the ``(cos, sin)`` its
+    attention module receives). ``kwargs`` are
     that module's keyword arguments (the KV cache, ``position_ids``). The tensors stay in the
     autograd graph. All hooks are removed on exit.
     """
-    H, KV, D = handle.spec.n_heads, handle.spec.n_kv_heads, handle.spec.d_head
     with ExitStack() as hooks:
         for layer in layers:
             attn = handle.attn(layer)
             rope = handle.rope(layer)
             proj: dict[str, Tensor] = {}
 
-            def keep(name: str, heads: int, proj=proj):
+            def keep(name: str, layer=layer, proj=proj):
                 def hook(_mod, _args, out):
-                    proj[name] = out.view(*out.shape[:2], heads, D).transpose(1, 2)
+                    proj[name] = handle.split_heads(layer, name, out)  # q/k norm included
 
                 return hook
 
@@ -140,8 +142,8 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
                 cos, sin = kwargs["position_embeddings"]
                 on_qk(layer, mod, kwargs, *rope(proj.pop("q"), proj.pop("k"), cos, sin))
 
-            hooks.enter_context(handle.proj(layer, "q_proj").register_forward_hook(keep("q", H)))
-            hooks.enter_context(handle.proj(layer, "k_proj").register_forward_hook(keep("k", KV)))
+            hooks.enter_context(handle.proj(layer, "q_proj").register_forward_hook(keep("q")))
+            hooks.enter_context(handle.proj(layer, "k_proj").register_forward_hook(keep("k")))
             hooks.enter_context(attn.register_forward_hook(rotate, with_kwargs=True))
         yield
 

@@ -238,8 +238,8 @@ def _last_layer_at(
     rope = handle.rope(last)
     x = handle.norm(last, "input")(hidden)
     cos, sin = kwargs["position_embeddings"]  # (1, pos, D): shared by every row
-    q = handle.proj(last, "q_proj")(_at(x, query)).view(B, Q, H, D).transpose(1, 2)
-    k = handle.proj(last, "k_proj")(x).view(B, T, KV, D).transpose(1, 2)
+    q = handle.split_heads(last, "q", handle.proj(last, "q_proj")(_at(x, query)))  # (B, H, Q, D)
+    k = handle.split_heads(last, "k", handle.proj(last, "k_proj")(x))  # (B, KV, T, D)
     v = handle.proj(last, "v_proj")(x).view(B, T, KV, D)
     # the family's own RoPE; an empty second operand rotates one tensor only
     q = rope(q, q[:, :0], cos[0][query], sin[0][query])[0]  # (row, head, answer, D)

@@ -83,6 +83,22 @@ class ModelHandle:
         """One of ``"q_proj"``, ``"k_proj"``, ``"v_proj"``, ``"o_proj"`` of ``layer``."""
         return get_module(self.attn(layer), getattr(self.family, which))
 
+    def split_heads(self, layer: int, which: str, out: torch.Tensor) -> torch.Tensor:
+        """``layer``'s ``q_proj`` (``which="q"``) or ``k_proj`` (``"k"``) output ``(B, T, n*D)``
+        as the attention reads it before RoPE, ``(B, n, T, D)``: split into heads, with the
+        family's q / k norm applied where its row names one (``Family.q_norm``, over each head
+        or the whole projection). Every place that recomputes queries or keys goes through here.
+        """
+        n = {"q": self.spec.n_heads, "k": self.spec.n_kv_heads}[which]
+        path = self.family.q_norm if which == "q" else self.family.k_norm
+        norm = None if path is None else get_module(self.attn(layer), path)
+        if norm is not None and self.family.qk_norm_over == "projection":
+            out = norm(out)
+        heads = out.view(*out.shape[:-1], n, self.spec.d_head)  # (B, T, n, D)
+        if norm is not None and self.family.qk_norm_over == "head":
+            heads = norm(heads)
+        return heads.transpose(1, 2)
+
     def mlp(self, layer: int) -> nn.Module:
         return get_module(self.layers()[layer], self.family.mlp)
 

@@ -8,10 +8,14 @@ nothing else: the analyses, the forward engine, both row-wise attention capture 
 loading and the random test checkpoints all read these rows (``tests/unit/test_families.py``
 registers families, one with renamed attention and MLP modules, and runs the parity checks).
 
-What a row cannot express, and every supported family shares: a decoder-only causal LM whose
-attention has *separate* q / k / v / o projections (no fused ``qkv``), pre-norm decoder
-layers, rotate-half RoPE applied by one module-level function of the modeling file, and GQA
-query head ``i`` reading KV head ``i // group_size``.
+Rows are data wherever a family's particulars are: norms on the queries and keys before RoPE
+(``q_norm`` / ``k_norm``, over each head or the whole projection) are a row field applied in one
+place (``ModelHandle.split_heads``). What a row cannot express, and every supported family
+shares: a decoder-only causal LM whose attention has *separate* q / k / v / o projections (no
+fused ``qkv``), pre-norm decoder layers, rotate-half RoPE over every channel of a head applied
+by one module-level function of the modeling file, plain softmax attention (no logit
+soft-capping, no attention sinks), a dense MLP, and GQA query head ``i`` reading KV head
+``i // group_size``.
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -23,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
+
+QK_NORM_SCOPES = ("head", "projection")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +52,12 @@ class Family:
             window of None there means full attention.
         rope_function: the modeling file's function that rotates q and k; the nnsight capture
             route reads its first call's output inside the attention module's source.
+        q_norm, k_norm: dotted paths, relative to the attention module, of norms the family
+            applies to the queries / keys before RoPE (Qwen3, OLMo 2); None: no such norm.
+        qk_norm_over: what those norms normalise: ``"head"`` (each head's ``d_head`` channels
+            after the head split: Qwen3) or ``"projection"`` (the whole ``q_proj`` / ``k_proj``
+            output before the split: OLMo 2). ``ModelHandle.split_heads`` applies them, the
+            one place the engine turns projections into per-head queries and keys.
         gguf_architecture: llama.cpp's ``general.architecture`` for GGUF files of this family
             (None: not loadable from GGUF; llama.cpp writes Mistral models as "llama").
         random_config: config overrides for random test checkpoints (e.g. no sliding window,
@@ -71,8 +83,17 @@ class Family:
     post_attention_norm: str = "post_attention_layernorm"
     sliding_window: str | None = None
     rope_function: str = "apply_rotary_pos_emb"
+    q_norm: str | None = None
+    k_norm: str | None = None
+    qk_norm_over: str = "head"
     gguf_architecture: str | None = None
     random_config: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self):
+        if self.qk_norm_over not in QK_NORM_SCOPES:
+            raise ValueError(
+                f"qk_norm_over must be one of {QK_NORM_SCOPES}, got {self.qk_norm_over!r}"
+            )
 
 
 FAMILIES: dict[str, Family] = {
@@ -83,6 +104,12 @@ FAMILIES: dict[str, Family] = {
         random_config=(("sliding_window", None),),
     ),
     "qwen2": Family(name="qwen2", sliding_window="sliding_window", gguf_architecture="qwen2"),
+    "qwen3": Family(
+        name="qwen3",
+        sliding_window="sliding_window",
+        q_norm="q_norm",
+        k_norm="k_norm",
+    ),
 }
 
 
