@@ -312,28 +312,9 @@ def _dla_command(handle, ids) -> None:
     logit_diff_attribution(handle, ids, wrong + 1, wrong)
 
 
-def _allocated_peak(profiler) -> int:
-    """The most bytes torch's allocator held at once during a profiled block, counted from
-    its start: the running sum of the profiler's allocation (+) and free (-) events."""
-    events = [e for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]"]
-    held = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        held += event.nbytes()
-        peak = max(peak, held)
-    return peak
-
-
-def _peak(run) -> int:
-    """Peak bytes torch allocates while ``run()`` runs."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        run()
-    return _allocated_peak(profiler)
-
-
 def _measure(model: str, cases: list[Case], lengths: list[int]) -> list[dict]:
     from interp_seal.models import load_model
+    from interp_seal.testing import allocated_peak
 
     torch.set_num_threads(1)
     handle = load_model(model)
@@ -343,7 +324,7 @@ def _measure(model: str, cases: list[Case], lengths: list[int]) -> list[dict]:
         {
             "analysis": case.analysis,
             "length": length,
-            "measured": _peak(_runner(handle, case, length)),
+            "measured": allocated_peak(_runner(handle, case, length)),
         }
         for case in cases
         for length in lengths
