@@ -18,8 +18,10 @@ z             head outputs, the ``o_proj`` input             ``blocks.{l}.attn.h
               ``(B, P, H, D)``, edits applied
 pattern       attention rows of the kept positions over     ``blocks.{l}.attn.hook_pattern``
               every key ``(B, H, P, T)``
-attn_out      attention output (``o_proj``'s)               ``blocks.{l}.hook_attn_out``
-mlp_out       MLP output                                    ``blocks.{l}.hook_mlp_out``
+attn_out      attention output (``o_proj``'s, through the   ``blocks.{l}.hook_attn_out``
+              family's post-attention norm if it has one)
+mlp_out       MLP output (through the post-MLP norm if      ``blocks.{l}.hook_mlp_out``
+              the family has one)
 scale         final norm's RMS ``(B, P, 1)`` (no layer)     ``ln_final.hook_scale``
 ============  ===========================================  =================================
 
@@ -192,18 +194,21 @@ def _layer_hooks(handle: ModelHandle, layer: int, names, acts: dict, at) -> Exit
         acts["mlp_out", layer] = at(out)
 
     block, o_proj = handle.layers()[layer], handle.proj(layer, "o_proj")
+    # what each sublayer adds to the residual stream: through its post-norm where there is one
+    attn_writes = handle.norm(layer, "post_attn") or o_proj
+    mlp_writes = handle.norm(layer, "post_mlp") or handle.mlp(layer)
     if {"resid_pre", "resid_mid"} & set(names):
         hooks.enter_context(block.register_forward_pre_hook(resid_pre, with_kwargs=True))
     if "resid_post" in names:
         hooks.enter_context(block.register_forward_hook(resid_post))
     if {"attn_out", "resid_mid"} & set(names):
-        hooks.enter_context(o_proj.register_forward_hook(attn_out))
+        hooks.enter_context(attn_writes.register_forward_hook(attn_out))
     if "z" in names:
         hooks.enter_context(o_proj.register_forward_pre_hook(z))
     if "v" in names:
         hooks.enter_context(handle.proj(layer, "v_proj").register_forward_hook(v))
     if "mlp_out" in names:
-        hooks.enter_context(handle.mlp(layer).register_forward_hook(mlp_out))
+        hooks.enter_context(mlp_writes.register_forward_hook(mlp_out))
     return hooks
 
 

@@ -23,6 +23,14 @@ alone through the rest of the model:
   position, so signs, rankings and "which digit wins" (SEAL Fig. 4) are the same as in
   ``"frozen_norm"``; only the units differ.
 
+Families that normalise a sublayer's output before it joins the residual stream (OLMo 2's
+``post_attn`` / ``post_mlp`` norms, ``Family``) write ``n_l(o_l)`` instead of the attention
+output ``o_l = sum_h W_O[:, h] z_{l,h} + b_O,l``. A head's part is then its block through that
+RMSNorm with the RMS of ``o_l`` frozen from the clean run (``frozen_norm``: ``w_l * W_O[:, h]
+z_{l,h} / rms(o_l)``), the same linearisation as the final norm's, so the parts still sum to
+the stream exactly; the MLP's part is the post-MLP norm's output. Both variants freeze these
+sublayer norms (``"seal"`` drops only the final norm's factor).
+
 For the difference between two tokens (SEAL Fig. 4: the correct vs the wrong digit) the
 direction ``W_U[t]`` becomes ``W_U[correct] - W_U[wrong]``.
 
@@ -233,7 +241,12 @@ def residual_parts(
     hooks = [(handle.embed(), "forward", keep_output("embed"))]
     for layer in range(L):
         hooks.append((handle.proj(layer, "o_proj"), "pre", keep_input(f"z{layer}")))
-        hooks.append((handle.mlp(layer), "forward", keep_output(f"mlp{layer}")))
+        post_attn, post_mlp = handle.norm(layer, "post_attn"), handle.norm(layer, "post_mlp")
+        if post_attn is not None:  # its input, o_proj's output, gives the RMS to freeze
+            hooks.append((post_attn, "pre", keep_input(f"attn{layer}")))
+        # what the MLP half writes: the MLP's output, through the family's post-MLP norm
+        mlp_writes = handle.mlp(layer) if post_mlp is None else post_mlp
+        hooks.append((mlp_writes, "forward", keep_output(f"mlp{layer}")))
     hooks.append((handle.final_norm(), "pre", keep_input("x")))
     with torch.no_grad(), ExitStack() as installed:
         for module, kind, fn in hooks:
@@ -250,10 +263,12 @@ def residual_parts(
         o_proj = handle.proj(layer, "o_proj")
         w_o = o_proj.weight.detach().double().view(-1, H, D)  # (d_model, H, D)
         heads = torch.einsum("hd,mhd->hm", seen[f"z{layer}"].view(H, D), w_o)
-        parts += list(heads)
+        post_attn = handle.norm(layer, "post_attn")
+        frozen = 1 if post_attn is None else frozen_norm(post_attn, seen[f"attn{layer}"])
+        parts += list(heads * frozen)
         labels += [("head", layer, h) for h in range(H)]
         if o_proj.bias is not None:
-            parts.append(o_proj.bias.detach().double())
+            parts.append(o_proj.bias.detach().double() * frozen)
             labels.append(("attn_bias", layer, None))
         parts.append(seen[f"mlp{layer}"])
         labels.append(("mlp", layer, None))
@@ -268,6 +283,15 @@ def residual_parts(
                 "component the decomposition does not know about, so DLA would be wrong"
             )
     return parts, labels, x, logits
+
+
+def frozen_norm(norm: torch.nn.Module, x: Float[Tensor, " d_model"]) -> Float[Tensor, " d_model"]:
+    """``w / rms(x)``: an RMSNorm ``w * c / rms(c)`` as the linear map it is on its input ``x``
+    (float64), so each part ``c`` of ``x`` maps to ``c * frozen_norm(norm, x)`` and the parts
+    map to ``norm(x)`` together (a family's post-sublayer norms; the final norm's own factor
+    is split out in ``attribute`` for its variants)."""
+    rms = torch.sqrt(x.double().pow(2).mean() + norm.variance_epsilon)
+    return norm.weight.detach().double().to(x.device) / rms
 
 
 def strongest_wrong_token(

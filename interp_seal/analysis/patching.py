@@ -53,8 +53,14 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp_seal.engine import WHOLE_PROMPT, LayerInputs, SharedPrefix, mlp_half, run_layers
-from interp_seal.engine.layers import attn_output
+from interp_seal.engine import (
+    WHOLE_PROMPT,
+    LayerInputs,
+    SharedPrefix,
+    attn_half,
+    mlp_half,
+    run_layers,
+)
 from interp_seal.interventions import HeadEdit
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks import line_retrieval
@@ -362,7 +368,7 @@ def _run_from(
     L = handle.spec.n_layers
     if site == "head":
         v = None if v is None else v.expand(len(x), *v.shape)
-        resid = inputs.resid[layer] + attn_output(handle, layer, x, v)
+        resid = attn_half(handle, layer, inputs.resid[layer], x, v)
         hidden, first = mlp_half(handle, layer, resid), layer + 1
     else:
         hidden, first = x, layer

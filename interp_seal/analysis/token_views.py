@@ -14,7 +14,8 @@ Transformer Circuits": the OV circuit read per source position)::
     DLA_h = sum_j a_{p,j} * (v_j . u),   u = W_O[:, h]^T (w * d) / rms(x)
 
 with ``w`` the final RMSNorm weight and ``rms(x)`` frozen from the clean run (``"frozen_norm"``;
-``"seal"`` drops the ``1/rms(x)`` factor, as in ``logit_attribution``). The terms sum to the
+``"seal"`` drops the ``1/rms(x)`` factor, as in ``logit_attribution``), and, in families with a
+norm on the attention output (OLMo 2), that norm frozen too (``logit_attribution.frozen_norm``). The terms sum to the
 head's row of ``logit_attribution`` to float precision. One forward on the Hugging Face model
 records the layer's values at every position, the head's attention row at ``p`` (row-wise:
 ``attention_rows.post_rope_qk_hooks``, never ``T x T``) and ``z`` at ``p``, and checks that the
@@ -36,7 +37,13 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.analysis.attention_rows import attention_rows, post_rope_qk_hooks
-from interp_seal.analysis.logit_attribution import VARIANTS, Token, token_id, token_label
+from interp_seal.analysis.logit_attribution import (
+    VARIANTS,
+    Token,
+    frozen_norm,
+    token_id,
+    token_label,
+)
 from interp_seal.models.handle import ModelHandle
 from interp_seal.tasks import line_retrieval
 from interp_seal.tasks.sample import Sample, Span
@@ -128,12 +135,18 @@ def source_token_attribution(
     def keep_x(_mod, args):
         seen["x"] = args[0][0, position].detach().double()  # (d_model,)
 
+    def keep_attn_out(_mod, args):
+        seen["attn_out"] = args[0][0, position].detach().double()  # o_proj's output
+
     with torch.no_grad(), ExitStack() as hooks:
         hooks.enter_context(post_rope_qk_hooks(handle, [layer], keep_row))
         v_proj, o_proj = handle.proj(layer, "v_proj"), handle.proj(layer, "o_proj")
         hooks.enter_context(v_proj.register_forward_hook(keep_values))
         hooks.enter_context(o_proj.register_forward_pre_hook(keep_z))
         hooks.enter_context(handle.final_norm().register_forward_pre_hook(keep_x))
+        post_attn = handle.norm(layer, "post_attn")
+        if post_attn is not None:
+            hooks.enter_context(post_attn.register_forward_pre_hook(keep_attn_out))
         handle.model(input_ids[None].to(handle.device), logits_to_keep=1)
 
     attention, v, z = seen["a"].cpu(), seen["v"].cpu(), seen["z"].cpu()
@@ -152,7 +165,10 @@ def source_token_attribution(
     w_u = handle.unembed().weight.detach().double().cpu()  # (vocab, d_model)
     direction = w_u[a] - (w_u[b] if b is not None else 0)  # (d_model,)
     w_o = o_proj.weight.detach().double().cpu()[:, head * D : (head + 1) * D]  # (d_model, D)
-    u = w_o.T @ (norm.weight.detach().double().cpu() * direction) * scale  # (D,)
+    read = norm.weight.detach().double().cpu() * direction * scale  # (d_model,)
+    if post_attn is not None:  # the layer's post-attention norm, its RMS frozen
+        read = read * frozen_norm(post_attn, seen["attn_out"]).cpu()
+    u = w_o.T @ read  # (D,)
     return SourceAttribution(
         values=attention * (v @ u),
         attention=attention,

@@ -16,6 +16,7 @@ from interp_seal.engine.decode import greedy_decode
 from interp_seal.engine.forward import CleanRun, EditStack, answer_logits, clean_run, run_from_layer
 from interp_seal.engine.layers import (
     LayerInputs,
+    attn_half,
     attn_output,
     layer_output,
     mlp_half,
@@ -32,6 +33,7 @@ __all__ = [
     "LayerInputs",
     "SharedPrefix",
     "answer_logits",
+    "attn_half",
     "attn_output",
     "clean_run",
     "greedy_decode",

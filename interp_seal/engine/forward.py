@@ -42,7 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.engine.batch import AnswerBatch
-from interp_seal.engine.layers import LayerInputs, attn_output, mlp_half, run_layers
+from interp_seal.engine.layers import LayerInputs, attn_half, mlp_half, run_layers
 from interp_seal.interventions import HeadEdit, HeadIntervention
 from interp_seal.models import ModelHandle
 
@@ -203,7 +203,7 @@ def run_from_layer(
         if start < L - 1:
             v = rep(clean.v[start]) if handle.active_edit().uses_values(start) else None
             hidden = mlp_half(
-                handle, start, hidden + attn_output(handle, start, rep(clean.z[start]), v)
+                handle, start, attn_half(handle, start, hidden, rep(clean.z[start]), v)
             )
             hidden = run_layers(handle, hidden, range(start + 1, L - 1), clean.layer_kwargs)
         query = rep(clean.batch.query).to(handle.device)
@@ -236,7 +236,7 @@ def _last_layer_at(
     H, KV, D, G = spec.n_heads, spec.n_kv_heads, spec.d_head, spec.group_size
     Q = query.shape[1]
     rope = handle.rope(last)
-    x = handle.norm(last, "input")(hidden)
+    x = handle.apply_norm(last, "pre_attn", hidden)
     cos, sin = kwargs["position_embeddings"]  # (1, pos, D): shared by every row
     q = handle.split_heads(last, "q", handle.proj(last, "q_proj")(_at(x, query)))  # (B, H, Q, D)
     k = handle.split_heads(last, "k", handle.proj(last, "k_proj")(x))  # (B, KV, T, D)
@@ -259,7 +259,7 @@ def _last_layer_at(
     )
     # reshape, not view: CUDA kernels may return these rows in another memory order
     z = z.reshape(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
-    resid = _at(hidden, query) + attn_output(handle, last, z, v, query=query)
+    resid = attn_half(handle, last, _at(hidden, query), z, v, query=query)
     return mlp_half(handle, last, resid)
 
 

@@ -130,6 +130,25 @@ def attn_output(
     return handle.proj(layer, "o_proj").forward(z.flatten(-2))  # forward(): no edit hooks
 
 
+def attn_half(
+    handle: ModelHandle,
+    layer: int,
+    resid: Float[Tensor, "#row zpos d_model"],  # one row: shared by every row of z
+    z: Float[Tensor, "row zpos head d_head"],
+    v: Float[Tensor, "row vpos kv_head d_head"] | None = None,
+    *,
+    query: Int[Tensor, "row zpos"] | None = None,
+) -> Float[Tensor, "row zpos d_model"]:
+    """``resid + post_attn_norm(o_proj(edit(z)))``: the residual stream after ``layer``'s
+    attention, from the stream entering it and its heads' outputs (``attn_output``; the norm
+    only where the family puts one on the attention output, as OLMo 2 does)."""
+    return resid + handle.apply_norm(
+        layer, "post_attn", attn_output(handle, layer, z, v, query=query)
+    )
+
+
 def mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:
-    """``resid + mlp(post_attention_norm(resid))``: the second half of a decoder layer."""
-    return resid + handle.mlp(layer)(handle.norm(layer, "post_attention")(resid))
+    """``resid + post_mlp_norm(mlp(pre_mlp_norm(resid)))``: the second half of a decoder layer
+    (each norm only where the family has it)."""
+    out = handle.mlp(layer)(handle.apply_norm(layer, "pre_mlp", resid))
+    return resid + handle.apply_norm(layer, "post_mlp", out)

@@ -26,6 +26,7 @@ from interp_seal.models.edits import ComposedEdit
 from interp_seal.models.spec import Family, ModelSpec, get_attribute, get_module
 
 BACKENDS = ("hf", "nnsight", "transformer_lens")
+NORM_SITES = ("pre_attn", "post_attn", "pre_mlp", "post_mlp")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -102,10 +103,18 @@ class ModelHandle:
     def mlp(self, layer: int) -> nn.Module:
         return get_module(self.layers()[layer], self.family.mlp)
 
-    def norm(self, layer: int, which: str) -> nn.Module:
-        """A decoder layer's ``"input"`` (pre-attention) or ``"post_attention"`` (pre-MLP) norm."""
-        names = {"input": self.family.input_norm, "post_attention": self.family.post_attention_norm}
-        return get_module(self.layers()[layer], names[which])
+    def norm(self, layer: int, which: str) -> nn.Module | None:
+        """A decoder layer's ``"pre_attn"``, ``"post_attn"``, ``"pre_mlp"`` or ``"post_mlp"``
+        norm (``Family.pre_attn_norm``, ...), or None where the family has none there."""
+        if which not in NORM_SITES:
+            raise ValueError(f"unknown norm site {which!r}; choose one of {NORM_SITES}")
+        path = getattr(self.family, f"{which}_norm")
+        return None if path is None else get_module(self.layers()[layer], path)
+
+    def apply_norm(self, layer: int, which: str, x: torch.Tensor) -> torch.Tensor:
+        """``x`` through ``norm(layer, which)``; unchanged where the family has no norm there."""
+        norm = self.norm(layer, which)
+        return x if norm is None else norm(x)
 
     def sliding_window(self, layer: int) -> int | None:
         """The attention window of ``layer`` (None: the whole causal prefix)."""

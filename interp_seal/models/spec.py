@@ -10,12 +10,16 @@ registers families, one with renamed attention and MLP modules, and runs the par
 
 Rows are data wherever a family's particulars are: norms on the queries and keys before RoPE
 (``q_norm`` / ``k_norm``, over each head or the whole projection) are a row field applied in one
-place (``ModelHandle.split_heads``). What a row cannot express, and every supported family
-shares: a decoder-only causal LM whose attention has *separate* q / k / v / o projections (no
-fused ``qkv``), pre-norm decoder layers, rotate-half RoPE over every channel of a head applied
-by one module-level function of the modeling file, plain softmax attention (no logit
-soft-capping, no attention sinks), a dense MLP, and GQA query head ``i`` reading KV head
-``i // group_size``.
+place (``ModelHandle.split_heads``), and so is where a decoder layer's norms sit (before and / or
+after each sublayer: pre-norm Llama, post-sublayer OLMo 2, both for sandwich norms), applied by
+``ModelHandle.apply_norm`` in the engine's restarted layers (``engine.layers``) and in DLA.
+What a row cannot express, and every supported family shares: a decoder-only causal LM whose
+attention has *separate* q / k / v / o projections (no fused ``qkv``), a sequential residual
+block (attention, then MLP; no parallel residual), RMSNorms ``w * x / rms(x)`` (DLA reads
+``weight`` and ``variance_epsilon``; no ``1 + w`` offset), rotate-half RoPE over every channel
+of a head applied by one module-level function of the modeling file, plain softmax attention
+scaled by the module's ``scaling`` (no logit soft-capping, no attention sinks), a dense MLP,
+no embedding scale, and GQA query head ``i`` reading KV head ``i // group_size``.
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -42,8 +46,11 @@ class Family:
         q_proj, k_proj, v_proj, o_proj: projections inside ``attn``; ``o_proj``'s input is the
             concatenation of per-head outputs ``z`` (head ``h`` is columns ``h*d_head:(h+1)*d_head``).
         mlp: the MLP inside one decoder layer.
-        input_norm: the norm before attention inside one decoder layer.
-        post_attention_norm: the norm before the MLP inside one decoder layer.
+        pre_attn_norm, post_attn_norm, pre_mlp_norm, post_mlp_norm: the norms inside one
+            decoder layer, by where they sit (None where the family has none there): a decoder
+            layer computes ``h += post_attn(attn(pre_attn(h))); h += post_mlp(mlp(pre_mlp(h)))``.
+            Llama-style pre-norm layers have the two ``pre_`` norms; OLMo 2 only the two
+            ``post_`` norms, on the sublayer outputs before they join the residual stream.
         final_norm: the norm applied to the residual stream before the unembedding.
         unembed: the unembedding (``lm_head``).
         embed: the token embedding.
@@ -63,9 +70,9 @@ class Family:
         random_config: config overrides for random test checkpoints (e.g. no sliding window,
             so that every family computes the same kind of attention in parity tests).
 
-    Decoder layers are assumed pre-norm: ``h += attn(input_norm(h)); h += mlp(post_norm(h))``,
-    with the family's ``rope_function`` on q and k (looked up in the attention module's
-    modeling file) and GQA query head ``i`` reading KV head ``i // group_size``.
+    Attention applies the family's q / k norms and ``rope_function`` (looked up in the
+    attention module's modeling file) to q and k, and GQA query head ``i`` reads KV head
+    ``i // group_size``.
     """
 
     name: str
@@ -79,8 +86,10 @@ class Family:
     final_norm: str = "model.norm"
     unembed: str = "lm_head"
     embed: str = "model.embed_tokens"
-    input_norm: str = "input_layernorm"
-    post_attention_norm: str = "post_attention_layernorm"
+    pre_attn_norm: str | None = "input_layernorm"
+    post_attn_norm: str | None = None
+    pre_mlp_norm: str | None = "post_attention_layernorm"
+    post_mlp_norm: str | None = None
     sliding_window: str | None = None
     rope_function: str = "apply_rotary_pos_emb"
     q_norm: str | None = None

@@ -1,16 +1,17 @@
 """``run_with_cache``: every name equals the TransformerLens 4 bridge's cache of the same model.
 
 The bridge computes eager attention with its own hook points, an independent route to the same
-activations. Checked on the organism (GQA, trained weights) and on a random Qwen2 checkpoint
-(multi-head, q / k / v biases), at all positions, at a few positions (rows, no ``T x T``) and
-under an edit applied on both sides.
+activations. Checked on the organism (GQA, trained weights) and on a random checkpoint of each
+other family (Qwen2: multi-head, q / k / v biases; Qwen3: q / k norms; OLMo 2: norms on the
+sublayer outputs), at all positions, at a few positions (rows, no ``T x T``) and under an edit
+applied on both sides.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_checkpoint
+from conftest import DISTINCT_FAMILIES, build_checkpoint
 
 from interp_seal.analysis import run_with_cache
 from interp_seal.analysis.activation_cache import NAMES, ActivationCache
@@ -23,11 +24,14 @@ TOL = 1e-5  # of each tensor's largest magnitude: the bridge runs eager attentio
 # entries reach 6.3; float64 does not help: HF's RMSNorm computes in float32 either way)
 
 
-@pytest.fixture(scope="module", params=["organism", "qwen2"])
+@pytest.fixture(
+    scope="module", params=["organism", *(f for f in DISTINCT_FAMILIES if f != "llama")]
+)
 def handle(request, tmp_path_factory):
-    if request.param == "organism":
+    if request.param == "organism":  # the llama family, trained
         return load_model("organism")
-    return load_model(build_checkpoint(tmp_path_factory.mktemp("cache"), "qwen2", n_layers=2))
+    path = build_checkpoint(tmp_path_factory.mktemp("cache"), request.param, n_layers=2)
+    return load_model(path)
 
 
 def ids_for(handle, T: int = 12) -> torch.Tensor:

@@ -92,8 +92,8 @@ ROWS = {
         name=RENAMED_TYPE,
         attn="attention",
         mlp="feed_forward",
-        input_norm="attention_norm",
-        post_attention_norm="ffn_norm",
+        pre_attn_norm="attention_norm",
+        pre_mlp_norm="ffn_norm",
     ),
 }
 

@@ -84,12 +84,17 @@ def test_seal_variant_drops_only_the_rms_factor(llama_checkpoint, handles):
         assert total == pytest.approx(seal.logits[name] * rms, abs=1e-4)
 
 
-def test_head_effect_is_its_o_proj_block_through_the_frozen_norm(llama_checkpoint, handles):
+def rms(x: torch.Tensor, norm) -> torch.Tensor:
+    return torch.sqrt(x.double().pow(2).mean(-1) + norm.variance_epsilon)
+
+
+def test_head_effect_is_its_o_proj_block_through_the_frozen_norms(family_checkpoint, handles):
     """Hand computation: run ``o_proj`` itself on the captured ``z`` with every other head
-    zeroed, push that vector through ``w / rms`` and ``W_U``."""
+    zeroed, push that vector through the family's post-attention norm with the RMS of the
+    whole attention output (OLMo 2), then ``w / rms`` of the final norm and ``W_U``."""
     from interp_seal.interventions import capture_head_outputs
 
-    handle = handle_for(handles, llama_checkpoint)
+    handle = handle_for(handles, family_checkpoint)
     ids = prompt_ids(handle, seed=3)
     target = 25
     result = logit_attribution(handle, ids, [target])
@@ -99,8 +104,13 @@ def test_head_effect_is_its_o_proj_block_through_the_frozen_norm(llama_checkpoin
     for layer, head in [(0, 1), (handle.spec.n_layers - 1, 2)]:
         only = torch.zeros_like(zs[layer][0, -1])
         only[head] = zs[layer][0, -1, head]
+        o_proj, post = handle.proj(layer, "o_proj"), handle.norm(layer, "post_attn")
         with torch.no_grad():
-            vector = handle.proj(layer, "o_proj")(only.flatten()).double()
+            bias = 0 if o_proj.bias is None else o_proj.bias.double()
+            vector = o_proj(only.flatten()).double() - bias
+            if post is not None:  # the norm's own output, rescaled to the whole output's RMS
+                whole = o_proj(zs[layer][0, -1].flatten()).double()
+                vector = post(vector.float()).double() * rms(vector, post) / rms(whole, post)
         expected = float(w_u @ (w * vector)) / result.rms
         row = result.table.query("component == 'head' and layer == @layer and head == @head")
         assert float(row.value.iloc[0]) == pytest.approx(expected, abs=1e-5)
@@ -111,6 +121,13 @@ def test_matches_transformer_lens_bridge(family_checkpoint):
     through ``cache.logit_attrs`` on the bridge in compatibility mode (final norm folded into
     W_U; no centering and no value-bias folding, which would move per-head or per-token mass)."""
     handle = load_model(family_checkpoint)
+    if handle.family.post_attn_norm is not None:
+        pytest.skip(
+            "the bridge's head results and attn_out are taken before the post-attention norm "
+            "(OLMo 2), so its components do not sum to the logit (-0.21 against 0.18 on this "
+            "checkpoint); test_head_effect_is_its_o_proj_block_through_the_frozen_norms and the "
+            "sum to the logit are the references there"
+        )
     ids = prompt_ids(handle, seed=4)
     ours = logit_attribution(handle, ids, [10])
     ours_diff = logit_diff_attribution(handle, ids, 10, 11)

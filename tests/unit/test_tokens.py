@@ -173,15 +173,17 @@ def test_locked_query_shows_the_captured_and_the_full_row(organism, record, eage
 
 
 # -- DLA by source token -----------------------------------------------------------------------
-def by_hand(model, ids, layer, head, a, b) -> tuple[np.ndarray, float]:
+def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, float]:
     """Per-source-token direct effect on ``logit[a] - logit[b]`` at the last position from the
-    model's modules and its full eager attention, one source token at a time."""
+    model's modules and its full eager attention, one source token at a time; ``post_attn``
+    names the layer's norm on the attention output (OLMo 2), whose RMS is frozen."""
     cfg = model.config
     H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     attn = model.model.layers[layer].self_attn
     kept = {}
     hooks = [
         attn.v_proj.register_forward_hook(lambda _m, _a, out: kept.update(v=out[0].double())),
+        attn.o_proj.register_forward_hook(lambda _m, _a, out: kept.update(o=out[0, -1])),
         model.model.norm.register_forward_pre_hook(lambda _m, a: kept.update(x=a[0][0, -1])),
     ]
     try:
@@ -198,9 +200,15 @@ def by_hand(model, ids, layer, head, a, b) -> tuple[np.ndarray, float]:
     rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
     w_u = model.lm_head.weight.detach().double()
     direction = w_u[a] - w_u[b]
+    post = None if post_attn is None else model.model.layers[layer].get_submodule(post_attn)
     values = []
     for j in range(len(ids)):
         written = w_o @ (pattern[j] * v[j])  # what token j sends through this head
+        if post is not None:  # w * written / rms(o), o the whole attention output
+            o = kept["o"].double()
+            written = (
+                post.weight.double() * written / o.pow(2).mean().add(post.variance_epsilon).sqrt()
+            )
         values.append(float(direction @ (norm.weight.detach().double() * written) / rms))
     return np.array(values), float(rms)
 
@@ -246,7 +254,8 @@ def test_source_token_dla_on_every_family(family_checkpoint):
             assert float(split.values.sum()) == pytest.approx(
                 head_value(table, layer, head), abs=1e-5
             )
-    expected, _ = by_hand(model, ids[:18], 1, 2, 10, 11)  # one loop: a logit difference
+    post_attn = handle.family.post_attn_norm
+    expected, _ = by_hand(model, ids[:18], 1, 2, 10, 11, post_attn)  # one loop: a logit difference
     split = source_token_attribution(handle, ids[:18], 1, 2, 10, 11)
     np.testing.assert_allclose(split.values.numpy(), expected, atol=1e-5)
 

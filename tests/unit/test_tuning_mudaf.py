@@ -123,12 +123,10 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
     family = handle.family
     layer, attn = f"{family.layers}.1", f"{family.layers}.1.{family.attn}"
     q_k = [family.q_proj, family.k_proj, *filter(None, (family.q_norm, family.k_norm))]
-    reached = (
-        f"{family.layers}.0.",  # layer 1's input
-        f"{family.embed}.",
-        f"{layer}.{family.input_norm}.",
-        *(f"{attn}.{name}." for name in q_k),
-    )
+    below = [f"{family.layers}.0.", f"{family.embed}."]  # layer 1's input
+    if family.pre_attn_norm is not None:
+        below.append(f"{layer}.{family.pre_attn_norm}.")
+    reached = (*below, *(f"{attn}.{name}." for name in q_k))
     for name, param in handle.model.named_parameters():
         moved = param.grad is not None and bool(param.grad.abs().max() > 0)
         assert moved == name.startswith(reached), name
