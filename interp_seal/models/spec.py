@@ -119,6 +119,17 @@ FAMILIES: dict[str, Family] = {
         q_norm="q_norm",
         k_norm="k_norm",
     ),
+    "olmo2": Family(
+        name="olmo2",
+        # norms on the sublayer outputs, none on their inputs
+        pre_attn_norm=None,
+        post_attn_norm="post_attention_layernorm",
+        pre_mlp_norm=None,
+        post_mlp_norm="post_feedforward_layernorm",
+        q_norm="q_norm",
+        k_norm="k_norm",
+        qk_norm_over="projection",
+    ),
 }
 
 
