@@ -7,7 +7,7 @@ Commands (from the repository root)::
 
     # one GPU (H100 80 GB or H200), bfloat16, every geometry at 8K / 16K / 31K tokens
     python benchmarks/bench_paper_scale.py --device cuda --geometry longchat llama31 qwen25 \\
-        --timeout-per-cell 60 --stop-after 480 --out paper_scale.jsonl
+        --peers --timeout-per-cell 60 --stop-after 480 --out paper_scale.jsonl
     # the tables of one or several such runs (a later run's cells replace skipped ones)
     python benchmarks/bench_paper_scale.py --table paper_scale.jsonl
 
@@ -67,6 +67,18 @@ one at a time:
 - ``generate``: ``evaluation.generate_answers`` under a head edit (the sampled heads scaled by
   0.5): prefill, then ``--decode-tokens`` greedy steps on the KV cache.
 
+With ``--peers``, the same model through its peers' usual calls:
+
+- ``tl-run-with-cache``: TransformerLens 4's bridge booted on a private copy of the weights
+  (``handle.bridge()``; ``boot_s``), then ``run_with_cache`` of the record with every hook, as
+  its tutorials call it (eager attention: every layer's ``H x T x T`` scores and pattern stay
+  in the cache);
+- ``nnsight-patch``: patching of the sampled heads written with nnsight 0.8 on the same weights
+  (``handle.nnsight()``): one trace of the clean prompt saves their ``o_proj`` inputs, then one
+  trace of the corrupted prompt per head writes that head's clean output (full forwards with
+  the default KV cache and ``T x vocab`` logits). On the tiny float32 model it gives the
+  library's patched logit differences exactly; ``all_heads_s`` extrapolates it to every head.
+
 Each cell runs once, after a warm-up of every analysis on a 5-line record. On CUDA its seconds
 are wall seconds read after ``torch.cuda.synchronize`` and its peak is
 ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (weights included; the
@@ -88,7 +100,7 @@ traceback as ``status=error``, the run goes on, and the script exits with status
         wall_s=<seconds> peak_gib=<peak, weights included> plan_gib=<planned peak>
         ratio=<plan_gib / peak_gib> work_gib=<peak above what was allocated before the call>
         plan_work_gib=<planned peak minus weights> work_ratio=<plan_work_gib / work_gib>
-        [units=<sampled heads>/<all heads> all_heads_s=<extrapolated seconds>]
+        [units=<sampled heads>/<all heads> all_heads_s=<extrapolated seconds>] [boot_s=<s>]
         device=<device> dtype=<dtype> clock=wall_s
 
 ``ratio`` compares totals (dominated by the weights for light analyses); ``work_ratio`` is the
@@ -99,8 +111,9 @@ cells, a markdown table per geometry (analysis x length: seconds, peak / planned
 Expected run time on one H100 in bfloat16 (estimated from the FLOPs, not yet measured): a
 forward of 31K tokens through a 7B model takes ~1.5 s; at 31K a cell takes 2-10 s (the head
 sweep, the SEAL steps and the screen, whose head outputs and gradients, 2 x 16.6 GB in float32
-on LongChat, go to host memory, the longest); a geometry at 8K + 16K + 31K with its
-construction and warm-up ~2 minutes, the three ~6-7 minutes. ``--stop-after 480`` keeps one
+on LongChat, go to host memory, the longest; nnsight's patching, 9 full forwards, ~15 s); a
+geometry at 8K + 16K + 31K with its construction and warm-up ~2-3 minutes, the three ~7-8
+minutes. ``--stop-after 480`` keeps one
 command inside a 10-minute limit and still prints the tables of what ran; run the skipped
 geometries in a second command with the same ``--out`` and print both with ``--table``.
 ``interp-seal plan`` puts LongChat's patching at 31K tokens (four copies of its 15.5 GiB KV
@@ -115,6 +128,7 @@ import gc
 import json
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -152,6 +166,7 @@ ANALYSES = (
     "seal-c",
     "generate",
 )
+PEERS = ("tl-run-with-cache", "nnsight-patch")
 LENGTHS = (8192, 16384, 31744)
 TINY_LENGTHS = (256, 512)
 TINY_LAYERS, TINY_HEADS, TINY_D_HEAD = 4, 4, 16
@@ -400,7 +415,75 @@ def make_run(
                 progress=False,
             )
         )
-    raise ValueError(f"unknown analysis {analysis!r}; choose from {', '.join(ANALYSES)}")
+    if analysis == "tl-run-with-cache":
+        return tl_run_with_cache(handle, record, clock)
+    if analysis == "nnsight-patch":
+        return nnsight_patch(handle, record, heads, units)
+    raise ValueError(f"unknown analysis {analysis!r}; choose from {', '.join(ANALYSES + PEERS)}")
+
+
+def tl_run_with_cache(handle: ModelHandle, record: Record, clock: Clock) -> Run:
+    """TransformerLens 4: boot the bridge on a private copy of the weights (``handle.bridge()``,
+    its seconds in ``boot_s``), ``run_with_cache`` of the whole record with every hook (the
+    tutorials' call; eager attention keeps each layer's ``H x T x T`` scores and pattern), and
+    drop the bridge (``reset_backends``) so the copy leaves with the cell."""
+    run = Run(fn=lambda: None)
+
+    def cached():
+        start = clock()
+        try:
+            bridge = handle.bridge()
+            run.marks[:] = [clock() - start]
+            _, cache = bridge.run_with_cache(record.encoded.input_ids[None].to(handle.device))
+            return len(cache)
+        finally:
+            handle.reset_backends()
+
+    run.fn, run.extra = cached, lambda wall: {"boot_s": run.marks[0]}
+    return run
+
+
+def nnsight_patch(handle: ModelHandle, record: Record, heads: list[Head], units: str) -> Run:
+    """Activation patching written the nnsight way (``handle.nnsight()``, the same weights): one
+    trace of the clean prompt saves the sampled layers' head outputs (``o_proj``'s input), then
+    one trace of the corrupted prompt per sampled head writes that head's clean output at every
+    position and reads the last position's logit difference (full forwards with the model's
+    default KV cache and ``T x vocab`` logits, as a user's trace runs). ``all_heads_s``: the
+    clean trace plus the patched traces' seconds per head times the model's heads."""
+    pair, family, D = record.pair, handle.family, handle.spec.d_head
+    run = Run(fn=lambda: None)
+
+    def o_proj(model, layer: int):
+        return model.get(f"{family.layers}.{layer}.{family.attn}.{family.o_proj}")
+
+    def patched() -> list[float]:
+        model = handle.nnsight()
+        run.marks[:] = [time.perf_counter()]
+        clean = {}  # filled inside the trace (nnsight runs its body in its own scope)
+        with torch.no_grad(), model.trace(pair.clean_ids[None].to(handle.device)):
+            for layer in sorted({la for la, _ in heads}):
+                clean[layer] = o_proj(model, layer).input.save()
+        run.marks.append(time.perf_counter())
+        diffs = []
+        for layer, head in heads:
+            columns = slice(head * D, (head + 1) * D)
+            with torch.no_grad(), model.trace(pair.corrupted_ids[None].to(handle.device)):
+                z = o_proj(model, layer).input.clone()  # (1, T, H*D)
+                z[..., columns] = clean[layer][..., columns]
+                o_proj(model, layer).input = z
+                last = model.output.logits[0, -1].save()
+            diffs.append(float(last[pair.clean_token] - last[pair.corrupted_token]))
+        run.marks.append(time.perf_counter())
+        return diffs
+
+    def extrapolated(wall: float) -> dict:
+        clean = run.marks[1] - run.marks[0]
+        per_head = (run.marks[2] - run.marks[1]) / len(heads)
+        all_heads = handle.spec.n_layers * handle.spec.n_heads
+        return {"units": units, "all_heads_s": clean + per_head * all_heads}
+
+    run.fn, run.extra = patched, extrapolated
+    return run
 
 
 def dla_command(handle: ModelHandle, record: Record) -> None:
@@ -749,7 +832,10 @@ def main() -> int:
         help="model geometries to build (default: longchat)",
     )  # fmt: skip
     parser.add_argument("--lengths", nargs="+", type=int, help="target tokens per record")
-    parser.add_argument("--analyses", nargs="+", choices=ANALYSES, default=list(ANALYSES))
+    parser.add_argument("--analyses", nargs="+", choices=ANALYSES + PEERS, default=list(ANALYSES))
+    parser.add_argument(
+        "--peers", action="store_true", help=f"also run the peers: {', '.join(PEERS)}"
+    )
     parser.add_argument(
         "--tiny",
         action="store_true",
@@ -795,13 +881,17 @@ def main() -> int:
         f"transformers {transformers.__version__}; random weights: times and memory only",
         flush=True,
     )
-    tokenizer = line_retrieval_tokenizer()
+    if args.peers:
+        args.analyses = [*args.analyses, *PEERS]
     lengths = args.lengths or (TINY_LENGTHS if args.tiny else LENGTHS)
-    records = {n: line_record(tokenizer, target=n, seed=args.seed) for n in lengths}
-    warmup = line_record(tokenizer, lines=WARMUP_LINES, seed=args.seed)
-    cells = []
-    for geometry in args.geometry:
-        cells += run_geometry(geometry, tokenizer, records, warmup, settings, args)
+    with tempfile.TemporaryDirectory() as tmp:  # TransformerLens reloads the tokenizer from it
+        line_retrieval_tokenizer().save_pretrained(tmp)
+        tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(tmp)  # as load_model
+        records = {n: line_record(tokenizer, target=n, seed=args.seed) for n in lengths}
+        warmup = line_record(tokenizer, lines=WARMUP_LINES, seed=args.seed)
+        cells = []
+        for geometry in args.geometry:
+            cells += run_geometry(geometry, tokenizer, records, warmup, settings, args)
     print("\n" + markdown([c.row() for c in cells]))
     return 1 if any(c.status == "error" for c in cells) else 0
 

@@ -2,8 +2,9 @@
 runs at every length, its memory grows with the record, and the planner predicts it.
 
 The script runs as a subprocess, as on a GPU (``--tiny``: LongChat-7B-32K's, Llama-3.1-8B's and
-Qwen2.5-7B's configs cut to 4 layers x 4 heads of 16, float32, records of 250 and 505 tokens),
-and its RESULT lines are checked:
+Qwen2.5-7B's configs cut to 4 layers x 4 heads of 16, float32, records of 250 and 505 tokens,
+with ``--peers``: TransformerLens's ``run_with_cache`` and patching written with nnsight), and
+its RESULT lines are checked:
 
 - every analysis of ``ANALYSES`` at both lengths of every geometry, ``status=ok``, positive wall
   seconds, peak and bytes allocated during the call (``work_gib``);
@@ -19,7 +20,8 @@ and its RESULT lines are checked:
   (``strongest_wrong_token``); the screen's plan was 1.5-1.8x at this geometry while its
   backward kept every layer's activations (2x through test_plan.py's own measurement of a
   4-layer random Llama). Move an analysis to ``CLAIMED`` once its plan holds here;
-- the sampled head sweep and patching name their sample (8 of 16 heads) and an extrapolation.
+- the sampled head sweep and both patchings name their sample (8 of 16 heads) and an
+  extrapolation to every head.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ ANALYSES = (
     "seal-h",
     "seal-c",
     "generate",
+    "tl-run-with-cache",
+    "nnsight-patch",
 )
 CLAIMED = ("teacher-forcing", "head-sweep", "patching", "passage-scores", "needle-scores")
 OVER_PLANNED = ("screen", "dla")
@@ -57,7 +61,7 @@ def results() -> dict[tuple[str, int, str], dict[str, str]]:
     """``(geometry, target, analysis) -> RESULT keys`` of one ``--tiny`` run."""
     env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny", "--geometry", *GEOMETRIES],
+        [sys.executable, str(SCRIPT), "--tiny", "--peers", "--geometry", *GEOMETRIES],
         capture_output=True,
         text=True,
         env=env,
@@ -104,14 +108,14 @@ def test_planned_peaks_match_the_measured_ones(results):
             assert abs(ratio - 1) <= TOLERANCE, (geometry, target, analysis, row)
         elif analysis in OVER_PLANNED:
             assert float(row["work_ratio"]) >= 1 - TOLERANCE, (geometry, target, analysis, row)
-        else:  # tuning and generation: not planned
+        else:  # tuning, generation and the peers: not planned
             assert row["plan_gib"] == row["ratio"] == "na", (geometry, analysis, row)
 
 
 def test_sampled_analyses_state_their_sample(results):
     for geometry in GEOMETRIES:
         for target in TARGETS:
-            for analysis in ("head-sweep", "patching"):
+            for analysis in ("head-sweep", "patching", "nnsight-patch"):
                 row = results[geometry, target, analysis]
                 assert row["units"] == "8/16"  # 2 heads in each of the 4 layers, of 4 x 4
                 assert float(row["all_heads_s"]) > 0
