@@ -53,7 +53,7 @@ from interp_seal.testing import save_random_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "olmo2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe")
 # families whose random checkpoints compute different functions: mistral's (window off, see its
 # row) is llama's computation under another name, so the slower per-family tests skip it
 DISTINCT_FAMILIES = tuple(f for f in FAMILIES if f != "mistral")
@@ -92,6 +92,14 @@ def build_checkpoint(path, family: str = "llama", **kwargs) -> str:
     n_heads = kwargs.pop("n_heads", 4)
     n_kv_heads = n_heads if family == "qwen2" else 2
     return save_random_checkpoint(path, family, n_heads=n_heads, n_kv_heads=n_kv_heads, **kwargs)
+
+
+def float64(model):
+    """``model`` in float64, in place. Mixture-of-experts MLPs then run their experts one at a
+    time (``"eager"``): transformers' default grouped-mm kernel has no float64 on the CPU."""
+    model.double()
+    model.set_experts_implementation("eager")  # changes nothing in a dense model
+    return model
 
 
 @pytest.fixture(scope="session", params=FAMILIES)

@@ -18,8 +18,9 @@ attention has *separate* q / k / v / o projections (no fused ``qkv``), a sequent
 block (attention, then MLP; no parallel residual), RMSNorms ``w * x / rms(x)`` (DLA reads
 ``weight`` and ``variance_epsilon``; no ``1 + w`` offset), rotate-half RoPE over every channel
 of a head applied by one module-level function of the modeling file, plain softmax attention
-scaled by the module's ``scaling`` (no logit soft-capping, no attention sinks), a dense MLP,
-no embedding scale, and GQA query head ``i`` reading KV head ``i // group_size``.
+scaled by the module's ``scaling`` (no logit soft-capping, no attention sinks), an MLP module
+called on the residual stream alone (dense, or mixture-of-experts routing inside it), no
+embedding scale, and GQA query head ``i`` reading KV head ``i // group_size``.
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -129,6 +130,26 @@ FAMILIES: dict[str, Family] = {
         q_norm="q_norm",
         k_norm="k_norm",
         qk_norm_over="projection",
+    ),
+    # mixture-of-experts MLPs: the analyses call a layer's MLP module as a whole (the router
+    # picks each token's experts inside it), so an MoE block needs no row field
+    "mixtral": Family(
+        name="mixtral",
+        sliding_window="config.sliding_window",
+        random_config=(("sliding_window", None), ("num_local_experts", 4)),
+    ),
+    "qwen3_moe": Family(
+        name="qwen3_moe",
+        sliding_window="sliding_window",
+        q_norm="q_norm",
+        k_norm="k_norm",
+        # a dense MLP in layer 0, experts from layer 1 on
+        random_config=(
+            ("num_experts", 4),
+            ("num_experts_per_tok", 2),
+            ("moe_intermediate_size", 32),
+            ("mlp_only_layers", [0]),
+        ),
     ),
 }
 

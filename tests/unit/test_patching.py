@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import build_checkpoint
+from conftest import build_checkpoint, float64
 from transformer_lens import patching as tl_patching
 
 from interp_seal.analysis.attribution_patching import (
@@ -59,7 +59,9 @@ def loaded(family_checkpoint):
 
 @pytest.fixture(scope="module")
 def loaded64(family_checkpoint):
-    return load_model(family_checkpoint, dtype=torch.float64)
+    handle = load_model(family_checkpoint, dtype=torch.float64)
+    float64(handle.model)
+    return handle
 
 
 @pytest.fixture(scope="module")

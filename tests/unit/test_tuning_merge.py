@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from conftest import DISTINCT_FAMILIES, build_checkpoint
+from conftest import DISTINCT_FAMILIES, build_checkpoint, float64
 
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.interventions.hf import hf_logits
@@ -42,7 +42,7 @@ def test_merged_checkpoint_equals_the_scaled_model(checkpoint, tmp_path, granula
     """In float64: merging is exact, so the only difference left is rounding (~1e-16 relative);
     float32 rounding (~1e-5 on these logits) depends on the day's kernels."""
     handle = load_model(checkpoint)
-    handle.model.double()
+    float64(handle.model)
     grouped = into == "v_proj"  # v_proj folding needs equal scales per KV group under GQA
     scales = _scales(handle, granularity, grouped=grouped)
     ids = _ids(handle)
@@ -50,7 +50,7 @@ def test_merged_checkpoint_equals_the_scaled_model(checkpoint, tmp_path, granula
     assert (scaled - hf_logits(handle, ids)).abs().max() > 1e-2, "the scales change the model"
 
     out = save_merged(handle, scales, tmp_path / "merged", into=into)
-    plain = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64).eval()
+    plain = float64(transformers.AutoModelForCausalLM.from_pretrained(out)).eval()
     with torch.no_grad():
         merged = plain(ids).logits
     assert merged.dtype == torch.float64
