@@ -8,7 +8,8 @@ draws it, ``widgets`` composes figures into interactive views).
 - ``passages.py``: passage-level attention and retrieval-score heatmaps, masking (MuDAF Fig.
   3, 4, 10);
 - ``tuning.py``: loss curves, scale heatmaps, accuracy by method, target-head scores;
-- ``dashboard.py``: the dashboard's edit grid, accuracy curves and quadrant map;
+- ``dashboard.py``: the dashboard's edit grid, accuracy curves, one head's channel map and the
+  quadrant map;
 - ``paper_figures.py``: the multi-panel figures of the regenerated gallery;
 - ``tokens.py``: token-level views: a prompt's tokens coloured by one head's attention or by a
   signed per-token effect (DLA by source token, patching by position), windowed when long.

@@ -11,12 +11,14 @@ values to the browser.
   deltas and quadrant in its hover text; ``customdata`` carries ``(layer, head)`` for clicks.
 - ``accuracy_curves`` / ``set_accuracy``: accuracy against length, unedited and edited (SEAL
   Fig. 2d) with 95 % Wilson intervals, from a table shaped like ``EditEvaluator.evaluate``'s.
+- ``head_channel_map``: one head's channel map (SEAL Fig. 2c) as one heatmap, context length x
+  channel, pending channels blank, its title saying which edits it was computed under.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,11 +26,12 @@ import plotly.graph_objects as go
 
 from interp_seal.analysis.quadrants import HeadQuadrants
 from interp_seal.interventions import Head
-from interp_seal.viz.colors import EDITS
+from interp_seal.viz.colors import EDITS, SIGNED, symmetric_range
 from interp_seal.viz.evaluation import wilson_error_y
 from interp_seal.viz.sweeps import METRIC_NAMES, QUADRANT_COLORS
 
 FACTOR_SPAN = (0.0, 2.0)  # the edit colour scale: pruned .. kept .. doubled
+PENDING = "#f08c00"  # the outline of an edit that is queued or computing
 
 
 def edit_factors(n_layers: int, n_heads: int, edits: Mapping[Head, float]) -> np.ndarray:
@@ -75,26 +78,38 @@ def edit_grid(
     return fig
 
 
-def set_edits(fig: go.Figure, edits: Mapping[Head, float], *, selected: Head | None) -> None:
-    """Redraw ``edit_grid``'s cells and outline in place (a widget sends only what changed)."""
+def set_edits(
+    fig: go.Figure,
+    edits: Mapping[Head, float],
+    *,
+    selected: Head | None,
+    pending: Iterable[Head] = (),
+) -> None:
+    """Redraw ``edit_grid``'s cells and outlines in place (a widget sends only what changed):
+    ``selected`` outlined in blue, ``pending`` heads (edited, not computed yet) outlined with
+    orange dashes inside their cells."""
     trace = fig.data[0]
     factors = edit_factors(len(trace.y), len(trace.x), edits)
     trace.z = factors
     trace.text = [[_factor_label(f) for f in row] for row in factors]
-    shapes = []
+    shapes = [
+        _outline(head, {"color": PENDING, "width": 3, "dash": "dot"}, 0.38) for head in pending
+    ]
     if selected is not None:
-        layer, head = selected
-        shapes.append(
-            {
-                "type": "rect",
-                "x0": head - 0.5,
-                "x1": head + 0.5,
-                "y0": layer - 0.5,
-                "y1": layer + 0.5,
-                "line": {"color": "#1c7ed6", "width": 3},
-            }
-        )
+        shapes.append(_outline(selected, {"color": "#1c7ed6", "width": 3}, 0.5))
     fig.layout.shapes = shapes
+
+
+def _outline(head: Head, line: dict, half: float) -> dict:
+    layer, index = head
+    return {
+        "type": "rect",
+        "x0": index - half,
+        "x1": index + half,
+        "y0": layer - half,
+        "y1": layer + half,
+        "line": line,
+    }
 
 
 def _factor_label(factor: float) -> str:
@@ -225,5 +240,62 @@ def quadrant_map(quadrants: HeadQuadrants) -> go.Figure:
         yaxis={"title": f"delta at length {quadrants.long}", "range": [-extent, extent]},
         dragmode="lasso",
         template="plotly_white",
+    )
+    return fig
+
+
+def head_channel_map(
+    table: pd.DataFrame,
+    *,
+    head: Head,
+    channels: Sequence[int],
+    lengths: Sequence[int],
+    under: str,
+    metric: str = "exact_match",
+    unit: str = "lines",
+) -> go.Figure:
+    """``head``'s channel map: the change in ``metric`` when one of its channels is zeroed, one
+    row per context length, one column per channel (SEAL Fig. 2c for one head).
+
+    ``table`` is a channel sweep's (``channel``, ``length``, ``metric``, ``delta``); channels
+    it lacks yet are blank. ``under`` says what the map was computed under (the dashboard's
+    edits), in the subtitle. Signed colours (``colors.SIGNED``) symmetric about 0."""
+    grid = np.full((len(lengths), len(channels)), np.nan)
+    if not table.empty:
+        rows = table[table.metric == metric]
+        column = {c: j for j, c in enumerate(channels)}
+        row = {n: i for i, n in enumerate(lengths)}
+        for c, n, d in zip(rows.channel, rows.length, rows.delta, strict=True):
+            grid[row[int(n)], column[int(c)]] = float(d)
+    extent = symmetric_range(grid)
+    name = METRIC_NAMES.get(metric, metric)
+    label = f"L{head[0]}H{head[1]}"
+    fig = go.Figure(
+        go.Heatmap(
+            z=[[None if np.isnan(v) else v for v in r] for r in grid],
+            x=[str(c) for c in channels],
+            y=[f"{n}" for n in lengths],
+            colorscale=SIGNED,
+            zmin=-extent,
+            zmax=extent,
+            xgap=1,
+            ygap=1,
+            colorbar={"title": {"text": f"change in<br>{name}"}, "len": 0.9},
+            hovertemplate=f"{label} channel %{{x}}, %{{y}} {unit}: change %{{z:+.3f}}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title={
+            "text": f"Channel map of {label}: change in {name} when one channel is zeroed"
+            f"<br><span style='font-size:12px'>{under}</span>",
+            "x": 0.01,
+            "xanchor": "left",
+        },
+        xaxis={"title": f"channel of {label}'s output", "type": "category", "tickangle": 0},
+        yaxis={"title": f"context length ({unit})", "type": "category", "autorange": "reversed"},
+        template="plotly_white",
+        plot_bgcolor="#f1f3f5",  # pending channels: light grey, not white (= no change)
+        height=170 + 42 * len(lengths),
+        margin={"t": 70, "b": 50, "l": 80, "r": 10},
     )
     return fig

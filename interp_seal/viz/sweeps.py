@@ -56,6 +56,7 @@ def channel_map(
         y_title="head",
         scale_title=f"change in<br>{METRIC_NAMES.get(metric, metric)}",
         unit=unit,
+        shared_x_title=True,
     )
 
 
@@ -235,9 +236,12 @@ def _delta_panels(
     y_title: str,
     scale_title: str = "change",
     unit: str = "lines",
+    shared_x_title: bool = False,
 ) -> go.Figure:
     """One delta heatmap per length (``unit``), on a shared signed colour scale
-    (``colors.SIGNED``) symmetric about 0, its colour bar titled ``scale_title``."""
+    (``colors.SIGNED``) symmetric about 0, its colour bar titled ``scale_title``.
+    ``shared_x_title``: ``x_title`` once, centred under every panel (a long title repeated
+    under narrow panels overlaps its neighbours)."""
     lengths = sorted(rows.length.unique())
     extent = symmetric_range(rows.delta.to_numpy(dtype=float))
     fig = make_subplots(
@@ -259,8 +263,22 @@ def _delta_panels(
             row=1,
             col=col,
         )
-        fig.update_xaxes(title_text=x_title, row=1, col=col)
+        if not shared_x_title:
+            fig.update_xaxes(title_text=x_title, row=1, col=col)
     fig.update_yaxes(title_text=y_title, row=1, col=1, autorange="reversed")
+    if shared_x_title:
+        fig.add_annotation(
+            text=x_title,
+            x=0.5,
+            y=0,
+            xref="paper",
+            yref="paper",
+            yanchor="top",
+            yshift=-28,  # below the tick labels
+            showarrow=False,
+            font={"size": 14},
+        )
+        fig.update_layout(margin={"b": 70})
     fig.update_layout(
         title=title,
         coloraxis={

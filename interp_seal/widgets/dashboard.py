@@ -11,19 +11,25 @@ Panels, all driven by one ``DashboardState`` (``state.py``):
   match on a fixed set of LongEval records, computed by ``EditEvaluator`` from a cached clean run
   so that an edit costs only the layers from the lowest edited one up (SEAL Fig. 2d, live);
 - the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits;
-- the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c), filled
-  in ``CHANNEL_CHUNK`` channels at a time: with the click toggle on "channels", a click on a
-  head locks it and opens its channels instead of editing it;
+- the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c) under
+  the current edits (``runs.EditedRuns.channel_table``: each channel zeroed on top of the
+  edits, against the edited model; the map's title says so), filled in as channels finish,
+  with its progress and time beside the button that asked for it; with the click toggle on
+  "channels", a click on a head locks it and opens its channels instead of editing it;
 - save the edits as a per-head scale file (``interp-seal tune merge`` accepts it) or merge them
   into a checkpoint; the state as JSON, to copy, paste and restore.
 
 How a click feels: the widgets are built once and redrawn in place (``viz.dashboard.set_*``,
 ``redraw.py``), so a click sends the page about 50 KB of changed values instead of new figure
 widgets (5 MB of plotly.js each). ``apply`` changes the grid cell, the edit list and a status
-line first, then fills the accuracy curve in length by length as ``EditEvaluator`` finishes
-each (a pending length is a gap, never an old number), then the DLA panel; the status says what
-is computing and, when done, how long the update took. A click made meanwhile waits for the
-running update (the kernel handles one event at a time), so every state shown is a real one.
+line first, then fills the accuracy curve in length by length as the forwards finish (a
+pending length is a gap, never an old number), then the DLA panel; the status says what is
+computing and, when done, how long the update took. The forwards run from cached runs
+(``runs.EditedRuns``): an edit starts at its layer, and once a layer-0 edit is made, the
+edits above it start from a cached run of it instead of layer 0. With ``background=True`` (the
+served page) they run on a worker thread (``worker.py``): a click made during an update shows
+at once (its cell outlined with orange dots, the status line saying it is queued) and its
+update follows the running one, so every state shown is a real one.
 
 Colours mean one thing each (``viz.colors``): grey / white / orange for pruned / kept /
 amplified heads, blue / red for effects that help / hurt the answer, on ranges fixed per record
@@ -47,37 +53,39 @@ from html import escape
 from pathlib import Path
 
 import ipywidgets as w
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from interp_seal.analysis import SweepUnit, logit_attribution
+from interp_seal.analysis import logit_attribution
 from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.sweeps import ProgressCallback
 from interp_seal.evaluation import line_retrieval_samples
-from interp_seal.interventions import Head, ablate, scale_table
+from interp_seal.interventions import Head, scale_table
 from interp_seal.models import ModelHandle
 from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.outputs import atomic_dir
 from interp_seal.tuning import load_scales, save_merged
-from interp_seal.viz import accuracy_curves, channel_map, dla_figure, edit_grid
+from interp_seal.viz import accuracy_curves, dla_figure, edit_grid
 from interp_seal.viz.attribution import set_dla
 from interp_seal.viz.colors import symmetric_range
-from interp_seal.viz.dashboard import set_accuracy, set_edits
+from interp_seal.viz.dashboard import head_channel_map, set_accuracy, set_edits
 from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.redraw import redraw
+from interp_seal.widgets.runs import EditedRuns
 from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
+from interp_seal.widgets.worker import Worker
 
 DEFAULT_LENGTHS = (40, 80, 120, 160)  # lines: where the organism v2 degrades (docs/organism.md)
-CHANNEL_CHUNK = 16  # channels per step of a channel map: the map fills in as they finish
 HELP = (
     "<div style='max-width:900px'><b>How to use.</b> Click a head in the grid: keep &rarr; "
     "prune (x0) &rarr; scale (by the slider's factor) &rarr; keep. The cell changes at once; "
     "the accuracy curve then fills in length by length (solid: with your edits, dashed: the "
     "unedited model; bars: 95% Wilson intervals over the records). The outlined head is the "
-    "locked one: the slider rescales it, and its channel map opens with the button below (or "
-    "switch <i>a click</i> to <i>channels</i>). Grey cells are pruned, orange amplified; in "
-    "the attribution and channel maps blue helps the answer and red hurts it.</div>"
+    "locked one: the slider rescales it, and its channel map (under your edits) opens with "
+    "the button below (or switch <i>a click</i> to <i>channels</i>). A click made while an "
+    "update runs is outlined with orange dots and queued. Grey cells are pruned, orange "
+    "amplified; in the attribution and channel maps blue helps the answer and red hurts "
+    "it.</div>"
 )
 
 
@@ -92,6 +100,9 @@ class Dashboard:
         save_dir: where scale files and merged checkpoints go: relative paths resolve
             against it and paths outside it are refused (the served page passes the directory
             ``interp-seal dashboard`` was started in). None: the working directory, no limit.
+        background: compute on a worker thread, so that clicks made during an update show
+            at once and queue (the served page); False computes before each call returns
+            (scripts, tests; ``wait`` returns at once).
     """
 
     def __init__(
@@ -103,6 +114,7 @@ class Dashboard:
         metric: str = "exact_match",
         save_dir: str | os.PathLike | None = None,
         name: str | None = None,
+        background: bool = False,
     ):
         self.evaluator, self.handle, self.metric = evaluator, evaluator.handle, metric
         self.name = name or model_name(self.handle.name_or_path)
@@ -122,9 +134,18 @@ class Dashboard:
         self.updates = 0  # finished updates, shown on the page's status
         self._dla_ranges: dict[tuple[int, int], tuple[float, float]] = {}
         self.records = {length: len(encs) for length, encs in evaluator.encoded.items()}
-        self.unedited = evaluator.evaluate(None)
-        self.results = self._evaluate()
-        self.attribution = self._attribute()
+        self.runs = EditedRuns(evaluator)
+        self.unedited = self.runs.unedited
+        self.shown = self.state  # the state whose numbers the panels show
+        self.results = self._evaluate(self.state)
+        self.attribution = self._attribute(self.state)
+        self.channel_results: pd.DataFrame | None = None
+        self._ui = threading.RLock()  # the status line and the grid, changed from two threads
+        self._progress: tuple[str, int, int] | None = None  # what the worker computes now
+        self._queued: list[tuple[object, str, str]] = []  # (job key, kind, what) waiting
+        self._seconds = 0.0  # how long the last update computed
+        self._edit_requests = 0  # edits asked for so far: a map asked for before one stops
+        self.worker = Worker(background=background, on_error=self._failed)
         self._build()
 
     @classmethod
@@ -147,22 +168,26 @@ class Dashboard:
         )
         return cls(evaluator, **kwargs)
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every queued update and channel map has finished (background mode)."""
+        return self.worker.wait(timeout)
+
     # -- computing (library calls only) ----------------------------------------------------
     def intervention(self, state: DashboardState | None = None):
         """The ``HeadIntervention`` of ``state``'s edits (None when there are none)."""
         table = (state or self.state).table()
         return scale_table(self.handle.spec, table) if table else None
 
-    def _evaluate(self, on_length=None):
+    def _evaluate(self, state: DashboardState, on_length=None):
         with self.lock:
-            return self.evaluator.evaluate(self.intervention(), on_length=on_length)
+            return self.runs.evaluate(state.table(), on_length=on_length)
 
-    def _attribute(self):
+    def _attribute(self, state: DashboardState):
         """DLA of the chosen record's first answer token at the last prompt position, under the
         edits; the first time a record is shown, its unedited DLA fixes the panel's ranges."""
-        key = (self.state.dla_length, self.state.dla_record)
+        key = (state.dla_length, state.dla_record)
         enc = self.evaluator.encoded[key[0]][key[1]]
-        iv = self.intervention()
+        iv = self.intervention(state)
         result = self._attribution(enc, iv)
         if key not in self._dla_ranges:
             unedited = result if iv is None else self._attribution(enc, None)
@@ -181,20 +206,22 @@ class Dashboard:
             )
 
     def channel_table(self, head: Head, *, channels: Sequence[int] | None = None, on_progress=None):
-        """Per-channel pruning deltas of ``head`` on the dashboard's records (SEAL Fig. 2c);
-        ``channels`` defaults to all ``d_head``."""
+        """Per-channel pruning deltas of ``head`` on the dashboard's records (SEAL Fig. 2c)
+        under the shown edits: channel ``c`` zeroed on top of them (``head``'s own factor stays
+        on its other channels), against the edited model, as ``channel_sweep(...,
+        intervention=<the edits>)`` defines them. ``channels`` defaults to all ``d_head``;
+        ``on_progress(done, total, table so far)`` after each group of channels."""
         check_head(self.handle.spec, head)
-        channels = range(self.handle.spec.d_head) if channels is None else channels
-        layer, index = head
-        units = [
-            SweepUnit(
-                labels={"layer": layer, "head": index, "channel": c},
-                intervention=ablate(self.handle.spec, [(layer, index, c)], "zero"),
-            )
-            for c in channels
-        ]
         with self.lock:
-            return self.evaluator.sweep(units, on_progress=on_progress)
+            return self.runs.channel_table(
+                head,
+                self.shown.table(),
+                channels=channels,
+                on_progress=on_progress,
+                on_prepare=lambda: self._channel_note(
+                    head, "caching the run under the edits below it"
+                ),
+            )
 
     # -- widgets ---------------------------------------------------------------------------
     def _build(self) -> None:
@@ -284,9 +311,17 @@ class Dashboard:
             style={"button_width": "90px"},
         )
         self.channel_button = w.Button(
-            description="channel map of the outlined head", icon="search", layout=button
+            description="channel map of the outlined head",
+            icon="search",
+            tooltip="zero each channel of the outlined head in turn, under the current edits",
+            layout=w.Layout(width="auto"),
         )
         self.channel_button.on_click(lambda _: self.open_channels())
+        # the map's progress beside the button that asked for it
+        self.channel_busy = w.IntProgress(
+            value=0, min=0, max=1, layout=w.Layout(width="160px", visibility="hidden")
+        )
+        self.channel_status = w.HTML()
         self.channel_figure: go.FigureWidget | None = None
         self.channels = w.Box()
         lengths = self.evaluator.lengths
@@ -321,7 +356,10 @@ class Dashboard:
                 w.HTML("<b>Direct logit attribution</b> of a record's first answer token"),
                 w.Box([self.dla_length, self.dla_record], layout=wrap),
                 self.dla,
-                self.channel_button,
+                w.HBox(
+                    [self.channel_button, self.channel_busy, self.channel_status],
+                    layout=w.Layout(align_items="center"),
+                ),
                 self.channels,
                 w.Box([self.scale_path, self.save_button, self.load_button], layout=wrap),
                 w.Box([self.merge_path, self.merge_button], layout=wrap),
@@ -409,31 +447,59 @@ class Dashboard:
         self._guard(restore)
 
     def apply(self, state: DashboardState, *, record: bool = True) -> None:
-        """Make ``state`` the current one: the grid, edit list and controls change at once,
-        then the accuracy curve fills in length by length as exact results arrive (pending
-        lengths are gaps, never stale numbers), then the DLA panel. A click that arrives
-        meanwhile waits for this one (the kernel runs one event at a time)."""
-        started = time.perf_counter()
+        """Make ``state`` the current one: the grid, edit list and controls change at once;
+        then (on the worker, after any running update) the accuracy curve fills in length by
+        length as exact results arrive (pending lengths are gaps, never stale numbers), then
+        the DLA panel. While an earlier update runs, the status line says this one is queued
+        and the grid outlines its changed heads; queued states are computed latest first
+        (an update always computes the newest state asked for)."""
         if record and state != self.state:
             self.history.append(self.state)
         old, self.state = self.state, state
         self._render_controls()
-        if state.edits != old.edits:
+        self._submit(self._update, _change(old, state), kind="update")
+
+    def _submit(self, job, what: str, *, kind: str) -> None:
+        """Queue ``job``; if another is running, say at once that ``what`` waits its turn. An
+        edit stops a running channel map after its current channels (the map was of the old
+        edits; its button computes it again)."""
+        key = object()
+        with self._ui:
+            if what and self.worker.pending:
+                self._queued.append((key, kind, what))
+                self._show_status()
+            if kind == "update" and what:
+                self._edit_requests += 1
+        self.worker.submit(lambda: job(key))
+
+    def _start(self, key, kind: str) -> None:
+        """A job begins: it no longer waits (an update computes the newest state, so every
+        update waiting before it is done by it too)."""
+        with self._ui:
+            self._queued = [
+                q for q in self._queued if q[0] is not key and not (kind == "update" == q[1])
+            ]
+
+    def _update(self, key) -> None:
+        """The worker's part of ``apply``: compute the newest state asked for."""
+        self._start(key, "update")
+        started = time.perf_counter()
+        state, shown = self.state, self.shown
+        if state.edits != shown.edits:
             lengths = self.evaluator.lengths
+            what = f"exact match under {_edits(state)}"
             self._draw_accuracy(self.results.iloc[:0])
-            self._busy(f"exact match under {_edits(state)}", 0, len(lengths))
+            self._busy(what, 0, len(lengths))
 
             def partial(table: pd.DataFrame) -> None:
                 self._draw_accuracy(table)
-                self._busy(
-                    f"exact match under {_edits(state)}", table.length.nunique(), len(lengths)
-                )
+                self._busy(what, table.length.nunique(), len(lengths))
 
-            self.results = self._evaluate(on_length=partial)
+            self.results = self._evaluate(state, on_length=partial)
         if (state.edits, state.dla_length, state.dla_record) != (
-            old.edits,
-            old.dla_length,
-            old.dla_record,
+            shown.edits,
+            shown.dla_length,
+            shown.dla_record,
         ):
             self._busy(
                 f"direct logit attribution of record {state.dla_record} at "
@@ -441,9 +507,26 @@ class Dashboard:
                 0,
                 1,
             )
-            self.attribution = self._attribute()
+            self.attribution = self._attribute(state)
             self._draw_dla()
-        self._ready(time.perf_counter() - started)
+        self.shown = state
+        self._finish(time.perf_counter() - started)
+
+    def _finish(self, seconds: float) -> None:
+        """A job is done: the grid's pending outlines follow; the status says "ready" unless
+        another job waits (it takes over the status line)."""
+        with self._ui:
+            self._draw_grid()
+            if self.worker.pending <= 1:  # only this job
+                self._ready(seconds)
+
+    def _failed(self, err: Exception) -> None:
+        """A job raised: say so; the page stays usable."""
+        self._say(f"{type(err).__name__}: {err}", error=True)
+        with self._ui:
+            self._progress = None
+            if self.worker.pending <= 1:
+                self._ready()
 
     def output_path(self, path: str | os.PathLike) -> Path:
         """``path`` made absolute against ``save_dir``; ``ValueError`` if it leaves it."""
@@ -522,26 +605,69 @@ class Dashboard:
         return self._guard(merge, done="merged the edits into {}")
 
     def open_channels(self, channels: Sequence[int] | None = None) -> None:
-        """Show the locked head's channel map (all channels by default), drawn chunk by chunk
-        of channels as they are computed (pending channels blank)."""
+        """Show the locked head's channel map (all channels by default) under the current
+        edits, drawn as groups of channels finish (pending channels blank), its progress and
+        time beside the button."""
         head = self.state.selected
         if head is None:
             self._say("click a head first: the channel map opens for the locked head", error=True)
             return
         channels = list(range(self.handle.spec.d_head) if channels is None else channels)
-        what = f"channel map of L{head[0]}H{head[1]}"
+        label = f"L{head[0]}H{head[1]}"
+        self.channel_busy.layout.visibility = "visible"
+        self.channel_busy.bar_style, self.channel_busy.value = "warning", 0
+        self._channel_note(head, "queued after the running update" if self.worker.pending else "")
+        asked = self._edit_requests
+        self._submit(
+            lambda key: self._open_channels(key, head, channels, asked),
+            f"channel map of {label}",
+            kind="channels",
+        )
 
-        def open_map() -> None:
-            parts = []
-            for lo in range(0, len(channels), CHANNEL_CHUNK):
-                self._busy(what, lo, len(channels))
-                parts.append(self.channel_table(head, channels=channels[lo : lo + CHANNEL_CHUNK]))
-                done = pd.concat(parts, ignore_index=True)
-                self._draw_channels(done, channels)
-            self.channel_results = done
-            self._ready()
+    def _open_channels(self, key, head: Head, channels: list[int], asked: int) -> None:
+        """The worker's part of ``open_channels``."""
+        self._start(key, "channels")
+        started = time.perf_counter()
+        state = self.shown
+        label = f"L{head[0]}H{head[1]}"
+        under = _under(state, head)
+        what = f"channel map of {label}"
+        self.channel_busy.max, self.channel_busy.value = len(channels), 0
 
-        self._guard(open_map, done=what)
+        def progress(done: int, total: int, table: pd.DataFrame) -> None:
+            self._draw_channels(table, head, channels, under)
+            self.channel_busy.value = done
+            self._channel_note(head, f"channels {done} / {total}, {_took(started)}")
+            self._busy(what, done, total)
+            if done < total and self._edit_requests > asked:
+                raise _Stopped(f"stopped at {done} / {total} channels: an edit came first")
+
+        try:
+            progress(0, len(channels), pd.DataFrame())
+            table = self.channel_table(head, channels=channels, on_progress=progress)
+        except _Stopped as stop:
+            self.channel_busy.bar_style = "danger"
+            self._channel_note(head, f"{stop}; press the button again for the new edits")
+        else:
+            self.channel_results = table
+            self.channel_busy.bar_style = "success"
+            seconds = time.perf_counter() - started
+            self._channel_note(
+                head,
+                f"{len(channels)} channels under {_edits(state)} in {seconds:.1f} s",
+                seconds=seconds,
+            )
+            self._say(what)
+        self._finish(0.0)
+
+    def _channel_note(self, head: Head, text: str, *, seconds: float | None = None) -> None:
+        """The line beside the channel button; a finished map carries its compute time as
+        ``data-compute-s`` (the browser test and benchmark read it)."""
+        done = "" if seconds is None else f" data-compute-s='{seconds:.4f}'"
+        label = f"L{head[0]}H{head[1]}"
+        self.channel_status.value = (
+            f"<span data-channels='{label}'{done}>{label}: {escape(text)}</span>" if text else ""
+        )
 
     # -- rendering -------------------------------------------------------------------------
     def _guard(self, action, *, done: str | None = None):
@@ -560,23 +686,41 @@ class Dashboard:
 
     def _busy(self, what: str, done: int, total: int) -> None:
         """Say what is being computed and how far it is (shown at once, before the work)."""
-        self.busy.max, self.busy.value = max(total, 1), done
-        self.busy.bar_style = "warning"
-        self.status.value = (
-            "<span style='background:#fff3bf;padding:2px 6px'>computing "
-            f"{escape(what)}: {done}/{total}</span>"
-        )
+        with self._ui:
+            self._progress = (what, done, total)
+            self._show_status()
 
     def _ready(self, seconds: float = 0.0) -> None:
         """Say that the page is up to date; ``seconds``: how long the update computed. The
         status carries the update's number and time as data attributes (the browser test and
         benchmark read them)."""
-        self.updates += 1
-        self.busy.value, self.busy.bar_style = self.busy.max, "success"
-        took = f" (updated in {seconds:.2f} s)" if seconds else ""
+        with self._ui:
+            self.updates += 1
+            self._progress = None
+            self._seconds = seconds
+            self._show_status()
+
+    def _show_status(self) -> None:
+        """The status line: what the worker computes and what waits, or "ready"."""
+        queued = "; ".join(what for _, _, what in self._queued)
+        if self._progress is None and not queued:
+            self.busy.value, self.busy.bar_style = self.busy.max, "success"
+            took = f" (updated in {self._seconds:.2f} s)" if self._seconds else ""
+            self.status.value = (
+                f"<span data-update='{self.updates}' data-compute-s='{self._seconds:.4f}'>"
+                f"ready: {escape(_edits(self.state))}{took}</span>"
+            )
+            return
+        parts = []
+        if self._progress is not None:
+            what, done, total = self._progress
+            self.busy.max, self.busy.value = max(total, 1), done
+            parts.append(f"computing {escape(what)}: {done}/{total}")
+        self.busy.bar_style = "warning"
+        if queued:
+            parts.append(f"<b data-queued='{len(self._queued)}'>queued: {escape(queued)}</b>")
         self.status.value = (
-            f"<span data-update='{self.updates}' data-compute-s='{seconds:.4f}'>ready: "
-            f"{escape(_edits(self.state))}{took}</span>"
+            f"<span style='background:#fff3bf;padding:2px 6px'>{' &middot; '.join(parts)}</span>"
         )
 
     def _dla_range(self) -> dict[str, float]:
@@ -600,22 +744,33 @@ class Dashboard:
         with self.dla.batch_update():
             set_dla(self.dla, self.attribution, **self._dla_range())
 
-    def _draw_channels(self, table: pd.DataFrame, channels: Sequence[int]) -> None:
-        """The channel map of ``table``; channels not in it yet are blank."""
-        missing = sorted(set(channels) - set(table.channel))
-        if missing:  # pending channels: blank columns, so the map keeps its shape
-            first = table[table.channel == table.channel.iloc[0]]
-            pads = [first.assign(channel=c, value=np.nan, delta=np.nan) for c in missing]
-            table = pd.concat([table, *pads], ignore_index=True).sort_values("channel")
-        figure = channel_map(table, metric=self.metric)
+    def _draw_channels(
+        self, table: pd.DataFrame, head: Head, channels: Sequence[int], under: str
+    ) -> None:
+        """``head``'s channel map from ``table``; channels not in it yet are blank."""
+        figure = head_channel_map(
+            table,
+            head=head,
+            channels=channels,
+            lengths=self.evaluator.lengths,
+            under=under,
+            metric=self.metric,
+        )
         self.channel_figure = redraw(self.channel_figure, figure, self.channels)
+
+    def _draw_grid(self) -> None:
+        """The grid of the state asked for; heads whose edit is not computed yet outlined."""
+        state, shown = self.state, self.shown
+        asked, done = state.table(), shown.table()
+        pending = [h for h in set(asked) | set(done) if asked.get(h, 1) != done.get(h, 1)]
+        with self._ui, self.grid.batch_update():
+            set_edits(self.grid, asked, selected=state.selected, pending=sorted(pending))
 
     def _render_controls(self) -> None:
         """Everything that follows the state without computing: the grid, the slider and
         record controls, the list of edits and the state's JSON."""
         state = self.state
-        with self.grid.batch_update():
-            set_edits(self.grid, state.table(), selected=state.selected)
+        self._draw_grid()
         self._rendering = True  # widget values follow the state without firing edits
         try:
             self.factor.value = state.factor
@@ -632,6 +787,41 @@ class Dashboard:
         remove = w.Button(description="remove", icon="trash", layout=w.Layout(width="90px"))
         remove.on_click(lambda _, h=(layer, head): self.remove(h))
         return w.HBox([w.Label(f"L{layer}H{head}: {kind}"), remove])
+
+
+class _Stopped(Exception):
+    """A channel map stopped for an edit."""
+
+
+def _change(old: DashboardState, new: DashboardState) -> str:
+    """What the update from ``old`` to ``new`` computes, in a few words ("" for nothing)."""
+    before, after = old.table(), new.table()
+    changed = [h for h in sorted(set(before) | set(after)) if before.get(h) != after.get(h)]
+    words = [f"L{a}H{b} {_factor(after.get((a, b)))}" for a, b in changed]
+    if (old.dla_length, old.dla_record) != (new.dla_length, new.dla_record):
+        words.append(f"attribution of record {new.dla_record} at {new.dla_length} lines")
+    return ", ".join(words)
+
+
+def _factor(factor: float | None) -> str:
+    return "kept" if factor is None else "pruned" if factor == 0 else f"x{factor:.2f}"
+
+
+def _under(state: DashboardState, head: Head) -> str:
+    """The channel map's subtitle: the edits it is computed under."""
+    edits = state.table()
+    own = edits.get(tuple(head))
+    others = [f"L{a}H{b} {_factor(f)}" for (a, b), f in edits.items() if (a, b) != tuple(head)]
+    if len(others) > 6:
+        others = [*others[:6], f"{len(others) - 6} more"]
+    text = "under the current edits: " + (", ".join(others) if others else "no other head edited")
+    if own is not None:
+        text += f"; L{head[0]}H{head[1]}'s own {_factor(own)} kept on its other channels"
+    return text + ". Change against the edited model."
+
+
+def _took(started: float) -> str:
+    return f"{time.perf_counter() - started:.1f} s"
 
 
 def _edits(state: DashboardState) -> str:

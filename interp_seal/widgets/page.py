@@ -63,6 +63,7 @@ def show(status=None) -> None:
         save_dir=settings["save_dir"],
         name=settings["name"],
         on_progress=progress,
+        background=True,  # clicks during an update show at once, queued (worker.py)
     )
     if status is not None:
         status.layout.display = "none"

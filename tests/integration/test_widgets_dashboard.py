@@ -7,6 +7,8 @@ import html
 import inspect
 import json
 import re
+import threading
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -242,27 +244,61 @@ def test_channel_button_without_a_locked_head(dash):
     assert "click a head first" in dash.message.value and dash.channels.children == ()
 
 
+CHANNEL_CASES = {
+    # the head itself edited: its factor stays on the channels not zeroed (from the clean run)
+    "head edited": ({(0, 3): 0.5, (1, 2): 0.0}, (0, 3), [0, 7, 30]),
+    # edits below the head (and above it): the map runs from a cached run of the layer-0 edit
+    "edits below": ({(0, 1): 0.0, (1, 6): 1.5, (3, 5): 0.0}, (2, 3), [1, 12, 31]),
+}
+
+
 @pytest.mark.parametrize(
-    "channels",
-    [pytest.param(None, marks=pytest.mark.slow), [0, 7, 30]],
-    ids=["all", "three"],
+    "edits, head, channels",
+    [
+        *CHANNEL_CASES.values(),
+        pytest.param({(1, 2): 0.0}, (0, 3), None, marks=pytest.mark.slow, id="all channels"),
+    ],
+    ids=[*CHANNEL_CASES, "all channels"],
 )
-def test_channel_drill_down_equals_channel_sweep(organism, records, dash, channels):
-    dash.click((0, 3))
+def test_channel_map_under_the_edits_equals_channel_sweep_under_them(
+    organism, records, dash, edits, head, channels
+):
+    """The map is computed under the dashboard's edits: every value, baseline and delta equals
+    the library's channel sweep of the edited model (``intervention=`` the edits), and the
+    figure shows those deltas, its title naming the edits."""
+    dash.apply(
+        replace(dash.state, edits=tuple((a, b, f) for (a, b), f in edits.items()), selected=head)
+    )
     if channels is None:
         dash.channel_button.click()
     else:
         dash.open_channels(channels)
     table = dash.channel_results
-    ref = channel_sweep(organism, records, heads=[(0, 3)], channels=channels, options=_quiet())
+    iv = scale_table(organism.spec, edits)
+    ref = channel_sweep(
+        organism, records, heads=[head], channels=channels, intervention=iv, options=_quiet()
+    )
     n_channels = organism.spec.d_head if channels is None else len(channels)
     merged = table.merge(ref, on=["layer", "head", "channel", "length", "metric"])
-    assert len(merged) == len(ref) == 2 * len(LENGTHS) * n_channels
-    np.testing.assert_allclose(merged.delta_x, merged.delta_y, atol=1e-4)
-    z = np.array(dash.channel_figure.data[-1].z, dtype=float)[0]
-    last = ref[(ref.metric == "exact_match") & (ref.length == LENGTHS[-1])].sort_values("channel")
-    np.testing.assert_allclose(z, last.delta, atol=1e-9)
-    assert dash.busy.value == dash.busy.max == n_channels
+    assert len(merged) == len(ref) == len(table) == 2 * len(LENGTHS) * n_channels
+    exact = merged.metric == "exact_match"
+    for column in ("value", "baseline", "delta"):
+        np.testing.assert_array_equal(merged[exact][f"{column}_x"], merged[exact][f"{column}_y"])
+        np.testing.assert_allclose(merged[f"{column}_x"], merged[f"{column}_y"], atol=1e-4)
+    # the edits matter here: a map of the unedited model would have other baselines
+    assert not np.allclose(ref.baseline, ref.merge(dash.unedited, on=["length", "metric"]).value_y)
+    z = np.array(dash.channel_figure.data[0].z, dtype=float)  # rows: lengths, columns: channels
+    for row, length in enumerate(LENGTHS):
+        last = ref[(ref.metric == "exact_match") & (ref.length == length)].sort_values("channel")
+        np.testing.assert_array_equal(z[row], last.delta)
+    title = dash.channel_figure.layout.title.text
+    for a, b in edits:
+        if (a, b) != head:
+            assert f"L{a}H{b} " in title
+    if head in edits:
+        assert f"L{head[0]}H{head[1]}'s own x{edits[head]:.2f} kept on its other channels" in title
+    assert dash.channel_busy.value == dash.channel_busy.max == n_channels
+    assert f"{n_channels} channels under {len(edits)} edits" in dash.channel_status.value
 
 
 def test_drill_down_click_opens_channels_and_keeps_the_edits(organism, records, dash):
@@ -273,10 +309,11 @@ def test_drill_down_click_opens_channels_and_keeps_the_edits(organism, records, 
     click(dash, top, 3)  # drill into the head: locked, its channel map open, the edits unchanged
     assert dash.state.selected == (top, 3) and dash.state.table() == {(1, 2): 0.0}
     pd.testing.assert_frame_equal(dash.results, before)
-    ref = channel_sweep(organism, records, heads=[(top, 3)], options=_quiet())
+    under = scale_table(organism.spec, {(1, 2): 0.0})
+    ref = channel_sweep(organism, records, heads=[(top, 3)], intervention=under, options=_quiet())
     last = ref[(ref.metric == "exact_match") & (ref.length == LENGTHS[-1])].sort_values("channel")
-    z = np.array(dash.channel_figure.data[-1].z, dtype=float)[0]
-    np.testing.assert_allclose(z, last.delta, atol=1e-9)
+    z = np.array(dash.channel_figure.data[0].z, dtype=float)[-1]
+    np.testing.assert_array_equal(z, last.delta)
     dash.drill((organism.spec.n_layers, 0))
     assert "does not exist" in dash.message.value and dash.state.selected == (top, 3)
     dash.click_mode.value = "edit"
@@ -442,3 +479,50 @@ def test_a_click_shows_the_cell_at_once_then_exact_lengths_one_by_one(organism, 
         assert edited[:done] == pytest.approx(final[:done], abs=1e-9)
         assert edited[done:] == [None] * (len(LENGTHS) - done)
     assert "ready: 1 edit" in seen[-1][0] and seen[-1][2] == pytest.approx(final, abs=1e-9)
+
+
+class Gate:
+    """A lock the test opens: the dashboard's forwards wait at it while it is closed, so an
+    update is provably running when the next click arrives (a closed gate opens by itself
+    after 30 s, so a dashboard that computes in the click's thread fails, never hangs)."""
+
+    def __init__(self):
+        self.opened, self.entered = threading.Event(), threading.Event()
+        self.opened.set()
+
+    def __enter__(self):
+        self.entered.set()
+        self.opened.wait(30)
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_click_during_an_update_shows_queued_at_once_then_applies(organism, records, evaluator):
+    gate = Gate()
+    dash = Dashboard(evaluator, lock=gate, background=True)
+    unedited = shown(dash)
+    gate.opened.clear()
+    gate.entered.clear()
+    click(dash, 0, 3)  # layer 0: the update is now computing, held at the gate
+    assert gate.entered.wait(10)
+    assert "computing exact match under 1 edit" in dash.status.value
+    click(dash, 2, 1)  # made during the update: returns at once, shown queued
+    assert dash.state.table() == {(0, 3): 0.0, (2, 1): 0.0}
+    assert dash.grid.data[0].z[2][1] == 0 and dash.grid.data[0].text[2][1] == "x0"
+    dotted = {
+        (round(s.y0 + 0.38), round(s.x0 + 0.38))
+        for s in dash.grid.layout.shapes
+        if s.line.dash == "dot"
+    }
+    assert dotted == {(0, 3), (2, 1)}  # both edits outlined: neither is computed yet
+    assert "queued: L2H1 pruned" in dash.status.value and "data-update" not in dash.status.value
+    assert shown(dash)[1] == [None] * len(LENGTHS)  # gaps, never numbers of another state
+    gate.opened.set()
+    assert dash.wait(120)
+    final = brute(organism, records, {(0, 3): 0.0, (2, 1): 0.0})
+    np.testing.assert_allclose(shown(dash)[1], final.exact_match, atol=1e-9)
+    assert shown(dash)[0] == unedited[0]
+    assert dash.shown == dash.state and dash.history[-1].table() == {(0, 3): 0.0}
+    assert "ready: 2 edits" in dash.status.value and "queued" not in dash.status.value
+    assert [s.line.dash for s in dash.grid.layout.shapes] == [None]  # only the locked outline
