@@ -187,7 +187,7 @@ def _layer_hooks(handle: ModelHandle, layer: int, names, acts: dict, at) -> Exit
     def z(_mod, args):  # after the edit hooks: what o_proj receives
         acts["z", layer] = at(args[0].view(*args[0].shape[:2], H, D))
 
-    def v(_mod, _args, out):
+    def v(out):
         acts["v", layer] = at(out.view(*out.shape[:2], KV, D))
 
     def mlp_out(_mod, _args, out):
@@ -206,7 +206,7 @@ def _layer_hooks(handle: ModelHandle, layer: int, names, acts: dict, at) -> Exit
     if "z" in names:
         hooks.enter_context(o_proj.register_forward_pre_hook(z))
     if "v" in names:
-        hooks.enter_context(handle.proj(layer, "v_proj").register_forward_hook(v))
+        hooks.enter_context(handle.on_projection(layer, "v", v))
     if "mlp_out" in names:
         hooks.enter_context(mlp_writes.register_forward_hook(mlp_out))
     return hooks

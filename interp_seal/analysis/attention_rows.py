@@ -133,7 +133,7 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
             proj: dict[str, Tensor] = {}
 
             def keep(name: str, layer=layer, proj=proj):
-                def hook(_mod, _args, out):
+                def hook(out):
                     proj[name] = handle.split_heads(layer, name, out)  # q/k norm included
 
                 return hook
@@ -142,8 +142,8 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
                 cos, sin = kwargs["position_embeddings"]
                 on_qk(layer, mod, kwargs, *rope(proj.pop("q"), proj.pop("k"), cos, sin))
 
-            hooks.enter_context(handle.proj(layer, "q_proj").register_forward_hook(keep("q")))
-            hooks.enter_context(handle.proj(layer, "k_proj").register_forward_hook(keep("k")))
+            hooks.enter_context(handle.on_projection(layer, "q", keep("q")))
+            hooks.enter_context(handle.on_projection(layer, "k", keep("k")))
             hooks.enter_context(attn.register_forward_hook(rotate, with_kwargs=True))
         yield
 

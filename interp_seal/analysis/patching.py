@@ -211,15 +211,14 @@ def _kept_values(handle: ModelHandle, layers: Sequence[int], kept: dict[int, Ten
     KV, D = handle.spec.n_kv_heads, handle.spec.d_head
 
     def keep(layer):
-        def hook(_mod, _args, out):
+        def hook(out):
             kept[layer] = out[0].detach().view(-1, KV, D)
 
         return hook
 
     with ExitStack() as hooks:
         for layer in layers:
-            v_proj = handle.proj(layer, "v_proj")
-            hooks.enter_context(v_proj.register_forward_hook(keep(layer)))
+            hooks.enter_context(handle.on_projection(layer, "v", keep(layer)))
         yield
 
 

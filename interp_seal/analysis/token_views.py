@@ -126,7 +126,7 @@ def source_token_attribution(
         )  # (1, 1, 1, T)
         seen["a"] = rows[0, 0, 0].detach().double()
 
-    def keep_values(_mod, _args, out):
+    def keep_values(out):
         seen["v"] = out[0].detach().double().view(T, KV, D)[:, head // (H // KV)]  # (T, D)
 
     def keep_z(_mod, args):
@@ -140,8 +140,8 @@ def source_token_attribution(
 
     with torch.no_grad(), ExitStack() as hooks:
         hooks.enter_context(post_rope_qk_hooks(handle, [layer], keep_row))
-        v_proj, o_proj = handle.proj(layer, "v_proj"), handle.proj(layer, "o_proj")
-        hooks.enter_context(v_proj.register_forward_hook(keep_values))
+        o_proj = handle.proj(layer, "o_proj")
+        hooks.enter_context(handle.on_projection(layer, "v", keep_values))
         hooks.enter_context(o_proj.register_forward_pre_hook(keep_z))
         hooks.enter_context(handle.final_norm().register_forward_pre_hook(keep_x))
         post_attn = handle.norm(layer, "post_attn")

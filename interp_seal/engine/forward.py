@@ -151,7 +151,7 @@ def clean_run(
         return hook
 
     def keep_v(layer):
-        def hook(_mod, _args, out):
+        def hook(out):
             v[layer] = out.view(*out.shape[:2], KV, D)
 
         return hook
@@ -162,8 +162,7 @@ def clean_run(
             for layer in set(starts) - {L - 1}:
                 o_proj = handle.proj(layer, "o_proj")  # prepend: before the edit hooks
                 hooks.enter_context(o_proj.register_forward_pre_hook(keep_z(layer), prepend=True))
-                v_proj = handle.proj(layer, "v_proj")
-                hooks.enter_context(v_proj.register_forward_hook(keep_v(layer)))
+                hooks.enter_context(handle.on_projection(layer, "v", keep_v(layer)))
             with inputs:  # innermost: the forward it cuts short ends here
                 handle.model.base_model(input_ids=batch.ids.to(handle.device), use_cache=False)
         inputs.check_shared()
@@ -238,9 +237,11 @@ def _last_layer_at(
     rope = handle.rope(last)
     x = handle.apply_norm(last, "pre_attn", hidden)
     cos, sin = kwargs["position_embeddings"]  # (1, pos, D): shared by every row
-    q = handle.split_heads(last, "q", handle.proj(last, "q_proj")(_at(x, query)))  # (B, H, Q, D)
-    k = handle.split_heads(last, "k", handle.proj(last, "k_proj")(x))  # (B, KV, T, D)
-    v = handle.proj(last, "v_proj")(x).view(B, T, KV, D)
+    (q,) = handle.project(last, _at(x, query), "q")
+    k, v = handle.project(last, x, "k", "v")
+    q = handle.split_heads(last, "q", q)  # (B, H, Q, D)
+    k = handle.split_heads(last, "k", k)  # (B, KV, T, D)
+    v = v.view(B, T, KV, D)
     # the family's own RoPE; an empty second operand rotates one tensor only
     q = rope(q, q[:, :0], cos[0][query], sin[0][query])[0]  # (row, head, answer, D)
     k = rope(k, k[:, :0], cos, sin)[0]  # (row, kv_head, pos, D)

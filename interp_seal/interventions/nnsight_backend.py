@@ -40,8 +40,9 @@ def _edit_in_trace(model, family: Family, iv: HeadIntervention) -> None:
         attn = model.get(f"{family.layers}.{layer}.{family.attn}")
         v = None
         if iv.uses_values(layer):
-            out = attn.get(family.v_proj).output  # (B, T, KV*D)
-            v = out.view(*out.shape[:2], KV, D)
+            path, rows = family.projection("v", iv.spec)  # rows of a fused qkv_proj
+            out = attn.get(path).output  # (B, T, KV*D), or the fused (B, T, (H+2KV)*D)
+            v = (out if rows is None else out[..., rows]).reshape(*out.shape[:2], KV, D)
         o_proj = attn.get(family.o_proj)
         x = o_proj.input  # (B, T, H*D)
         o_proj.input = iv.edit(layer, x.view(*x.shape[:2], H, D), v).reshape(x.shape)

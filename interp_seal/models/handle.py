@@ -81,8 +81,54 @@ class ModelHandle:
         return get_module(self.layers()[layer], self.family.attn)
 
     def proj(self, layer: int, which: str) -> nn.Linear:
-        """One of ``"q_proj"``, ``"k_proj"``, ``"v_proj"``, ``"o_proj"`` of ``layer``."""
+        """One of ``"q_proj"``, ``"k_proj"``, ``"v_proj"``, ``"o_proj"`` of ``layer`` (or
+        ``"qkv_proj"``, the fused projection of families that have one, ``Family.qkv_proj``).
+        Queries, keys and values are read through ``project``, ``projection_weights`` and
+        ``on_projection``, which work on separate and fused projections alike."""
+        if which in ("q_proj", "k_proj", "v_proj") and self.family.qkv_proj is not None:
+            raise ValueError(
+                f"{self.family.name} computes q, k and v in one fused {self.family.qkv_proj!r}; "
+                f"read {which[0]} through project / projection_weights / on_projection"
+            )
         return get_module(self.attn(layer), getattr(self.family, which))
+
+    def _projection(self, layer: int, which: str) -> tuple[nn.Linear, slice | None]:
+        """The module computing ``which`` (``"q"``, ``"k"`` or ``"v"``) at ``layer`` and its
+        output rows (None: all of them; a fused projection's output is ``[q | k | v]``)."""
+        path, rows = self.family.projection(which, self.spec)
+        return get_module(self.attn(layer), path), rows
+
+    def project(self, layer: int, x: torch.Tensor, *which: str) -> tuple[torch.Tensor, ...]:
+        """``layer``'s ``which`` projections (``"q"``, ``"k"``, ``"v"``) of ``x``, computed by the
+        model's own modules (a fused projection runs once and is sliced), ``(..., n*D)`` each."""
+        outputs: dict[int, torch.Tensor] = {}
+        found = []
+        for name in which:
+            module, rows = self._projection(layer, name)
+            if id(module) not in outputs:
+                outputs[id(module)] = module(x)
+            found.append(outputs[id(module)] if rows is None else outputs[id(module)][..., rows])
+        return tuple(found)
+
+    def projection_weights(
+        self, layer: int, which: str
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Views of the weight rows ``(n*D, d_model)`` and bias ``(n*D,)`` (None without one)
+        computing ``which`` at ``layer``: editing them in place edits the model."""
+        module, rows = self._projection(layer, which)
+        rows = slice(None) if rows is None else rows
+        bias = None if module.bias is None else module.bias[rows]
+        return module.weight[rows], bias
+
+    def on_projection(self, layer: int, which: str, fn: Callable) -> object:
+        """Call ``fn(out)`` with ``layer``'s ``which`` projection ``(B, T, n*D)`` whenever the
+        model computes it; returns the removable hook handle."""
+        module, rows = self._projection(layer, which)
+
+        def hook(_mod, _args, out):
+            fn(out if rows is None else out[..., rows])
+
+        return module.register_forward_hook(hook)
 
     def split_heads(self, layer: int, which: str, out: torch.Tensor) -> torch.Tensor:
         """``layer``'s ``q_proj`` (``which="q"``) or ``k_proj`` (``"k"``) output ``(B, T, n*D)``
@@ -239,7 +285,7 @@ class ModelHandle:
         values: dict[int, torch.Tensor] = {}
 
         def keep_v(layer):
-            def hook(_mod, _inp, out):
+            def hook(out):
                 if layer in self._active_layers and self._active.uses_values(layer):
                     values[layer] = out.view(*out.shape[:2], KV, D)
 
@@ -257,7 +303,7 @@ class ModelHandle:
             return hook
 
         for layer in range(self.spec.n_layers):
-            v_hook = self.proj(layer, "v_proj").register_forward_hook(keep_v(layer))
+            v_hook = self.on_projection(layer, "v", keep_v(layer))
             o_hook = self.proj(layer, "o_proj").register_forward_pre_hook(edit_o_input(layer))
             for removable in (v_hook, o_hook):
                 self._hook_ids.add(removable.id)

@@ -141,11 +141,15 @@ def _rope_base_and_dim(handle: ModelHandle, rotary: torch.nn.Module) -> tuple[fl
 
 
 def rotate(x: Float[Tensor, "*b pos d"], angles: Float[Tensor, "pos half"]) -> Tensor:
-    """Rotate channel pairs ``(c, c + d/2)`` of ``x`` by ``angles`` (HF's rotate-half layout)."""
+    """Rotate channel pairs ``(c, c + r/2)`` of the first ``r = 2 * half`` channels of ``x`` by
+    ``angles`` (HF's rotate-half layout); the channels after ``r``, which partial RoPE (Phi-3
+    with ``partial_rotary_factor < 1``) leaves unrotated, pass unchanged."""
+    r = 2 * angles.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]
     cos = torch.cat([angles.cos(), angles.cos()], dim=-1).to(x.dtype)
     sin = torch.cat([angles.sin(), angles.sin()], dim=-1).to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    x1, x2 = rot.chunk(2, dim=-1)
+    return torch.cat([rot * cos + torch.cat([-x2, x1], dim=-1) * sin, rest], dim=-1)
 
 
 def grouped_positions(

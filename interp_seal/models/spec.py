@@ -13,14 +13,20 @@ Rows are data wherever a family's particulars are: norms on the queries and keys
 place (``ModelHandle.split_heads``), and so is where a decoder layer's norms sit (before and / or
 after each sublayer: pre-norm Llama, post-sublayer OLMo 2, both for sandwich norms), applied by
 ``ModelHandle.apply_norm`` in the engine's restarted layers (``engine.layers``) and in DLA.
-What a row cannot express, and every supported family shares: a decoder-only causal LM whose
-attention has *separate* q / k / v / o projections (no fused ``qkv``), a sequential residual
-block (attention, then MLP; no parallel residual), RMSNorms ``w * x / rms(x)`` (DLA reads
-``weight`` and ``variance_epsilon``; no ``1 + w`` offset), rotate-half RoPE over every channel
-of a head applied by one module-level function of the modeling file, plain softmax attention
-scaled by the module's ``scaling`` (no logit soft-capping, no attention sinks), an MLP module
-called on the residual stream alone (dense, or mixture-of-experts routing inside it), no
-embedding scale, and GQA query head ``i`` reading KV head ``i // group_size``.
+A fused projection whose output is ``[q | k | v]`` (Phi-3's ``qkv_proj``) is a row field too,
+sliced in one place (``Family.projection``). What a row cannot express, and every supported
+family shares: a decoder-only causal LM with ``nn.Linear`` projections (no GPT-2 ``Conv1D``),
+q / k / v either separate or fused as ``[q | k | v]`` blocks (not interleaved per head, as
+GPT-NeoX's ``query_key_value``), a separate ``o_proj``, a sequential residual block
+(attention, then MLP; no parallel residual), RMSNorms ``w * x / rms(x)`` (DLA reads ``weight``
+and ``variance_epsilon``; no ``1 + w`` offset, no LayerNorm mean or bias), RoPE applied by one
+module-level function of the modeling file to the first channels of each head (all of them,
+or a ``partial_rotary_factor`` share; no absolute position embeddings), plain softmax attention
+scaled by the module's ``scaling`` over the whole causal prefix in the tests (no logit
+soft-capping, no attention sinks; sliding windows are read per layer but uniform attention
+ignores them, see the README), an MLP module called on the residual stream alone (dense, or
+mixture-of-experts routing inside it), no embedding scale and no final logit soft-capping, and
+GQA query head ``i`` reading KV head ``i // group_size``.
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -46,6 +52,10 @@ class Family:
         attn: the attention module inside one decoder layer.
         q_proj, k_proj, v_proj, o_proj: projections inside ``attn``; ``o_proj``'s input is the
             concatenation of per-head outputs ``z`` (head ``h`` is columns ``h*d_head:(h+1)*d_head``).
+        qkv_proj: a fused projection inside ``attn`` whose output is ``[q | k | v]`` (Phi-3's
+            ``qkv_proj``: ``H*D`` query rows, then ``KV*D`` key rows, then ``KV*D`` value rows),
+            used instead of ``q_proj`` / ``k_proj`` / ``v_proj``; None where they are separate.
+            ``ModelHandle.project`` / ``projection_weights`` / ``on_projection`` slice it.
         mlp: the MLP inside one decoder layer.
         pre_attn_norm, post_attn_norm, pre_mlp_norm, post_mlp_norm: the norms inside one
             decoder layer, by where they sit (None where the family has none there): a decoder
@@ -83,6 +93,7 @@ class Family:
     k_proj: str = "k_proj"
     v_proj: str = "v_proj"
     o_proj: str = "o_proj"
+    qkv_proj: str | None = None
     mlp: str = "mlp"
     final_norm: str = "model.norm"
     unembed: str = "lm_head"
@@ -98,6 +109,17 @@ class Family:
     qk_norm_over: str = "head"
     gguf_architecture: str | None = None
     random_config: tuple[tuple[str, Any], ...] = ()
+
+    def projection(self, which: str, spec: ModelSpec) -> tuple[str, slice | None]:
+        """Where ``which`` (``"q"``, ``"k"`` or ``"v"``) is computed: the module's path inside
+        ``attn`` and its output rows (None: all; a fused ``qkv_proj`` is sliced ``[q | k | v]``)."""
+        if which not in ("q", "k", "v"):
+            raise ValueError(f"unknown projection {which!r}; choose 'q', 'k' or 'v'")
+        if self.qkv_proj is None:
+            return getattr(self, f"{which}_proj"), None
+        q, kv = spec.n_heads * spec.d_head, spec.n_kv_heads * spec.d_head
+        rows = {"q": slice(0, q), "k": slice(q, q + kv), "v": slice(q + kv, q + 2 * kv)}
+        return self.qkv_proj, rows[which]
 
     def __post_init__(self):
         if self.qk_norm_over not in QK_NORM_SCOPES:

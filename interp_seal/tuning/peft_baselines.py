@@ -57,6 +57,23 @@ class PeftBaselineConfig:
             )
 
 
+def target_modules(handle: ModelHandle, targets: tuple[str, ...]) -> list[str]:
+    """The module names of ``targets`` in ``handle``'s family: a fused ``qkv_proj`` stands for
+    ``q_proj``, ``k_proj`` and ``v_proj`` together (an adapter on it adapts all three)."""
+    family = handle.family
+    qkv = {t for t in targets if t != "o_proj"}
+    if family.qkv_proj is not None and qkv and qkv != {"q_proj", "k_proj", "v_proj"}:
+        raise ValueError(
+            f"{family.name} computes q, k and v in one fused {family.qkv_proj!r}: an adapter "
+            f"there adapts all three, so target all of q_proj, k_proj and v_proj or none (got "
+            f"{sorted(targets)})"
+        )
+    names = [
+        family.o_proj if t == "o_proj" else family.projection(t[0], handle.spec)[0] for t in targets
+    ]
+    return list(dict.fromkeys(names))
+
+
 class PeftTuner(Tuner):
     """LoRA (SEAL-L) or DoRA (SEAL-D) adapters on a frozen model, via ``peft``.
 
@@ -72,7 +89,7 @@ class PeftTuner(Tuner):
             r=cfg.rank,
             lora_alpha=cfg.alpha,
             lora_dropout=cfg.dropout,
-            target_modules=[getattr(handle.family, t) for t in cfg.targets],
+            target_modules=target_modules(handle, cfg.targets),
             use_dora=cfg.dora,
             bias="none",
         )

@@ -52,7 +52,12 @@ def assert_matches(handle, ours: ActivationCache, logits, theirs, tl_logits, kee
     keys = ours.keys()
     assert len(keys) == (len(NAMES) - 1) * handle.spec.n_layers + 1
     for key in keys:
-        expected = theirs[ActivationCache.tl_name(key)]
+        name = ActivationCache.tl_name(key)
+        if key[0] in ("q", "k") and name not in theirs.keys():
+            # the bridge of some families (Phi-3) keeps no rotated q / k; they reach the
+            # comparison through "pattern", and test_attention_rows checks them per family
+            continue
+        expected = theirs[name]
         if keep is not None:
             expected = expected[:, :, keep] if key[0] == "pattern" else expected[:, keep]
         torch.testing.assert_close(

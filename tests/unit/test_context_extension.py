@@ -179,6 +179,23 @@ def test_parts_cover_each_causal_pair_once_in_its_regime(Tq, Tk, block, window):
     assert torch.equal(grouped, (pos - keys >= window) & (keys <= pos))
 
 
+def test_grouped_rotation_is_the_familys_rope_at_grouped_positions(family_checkpoint):
+    """Self-Extend turns keys rotated at their positions into keys at grouped positions by a
+    further rotation: equal to the family's own RoPE (partial in Phi-3) at those positions."""
+    handle = load_model(family_checkpoint)
+    T = 20
+    x = torch.randn(1, T, handle.spec.d_model, generator=torch.Generator().manual_seed(0))
+    rope, (rotary,) = handle.rope(0), rx.rotary_modules(handle)
+    positions = torch.arange(T)[None]
+    grouped = positions // 3 + 4  # Self-Extend's query positions for G = 3, W = 6
+    with torch.no_grad():
+        k = handle.split_heads(0, "k", *handle.project(0, x, "k"))  # (1, KV, T, D), pre-RoPE
+        at_true = rope(k, k[:, :0], *rotary(x, positions))[0]
+        expected = rope(k, k[:, :0], *rotary(x, grouped))[0]
+    angles = (grouped - positions)[0, :, None] * rotary.inv_freq.double()
+    torch.testing.assert_close(rx.rotate(at_true, angles.float()), expected, atol=1e-5, rtol=0)
+
+
 def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):
     ids = torch.randint(5, len(handle.tokenizer), (1, 70))
     with torch.no_grad():

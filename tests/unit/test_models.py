@@ -61,9 +61,20 @@ def test_module_map_points_at_the_models_modules(family_checkpoint):
     spec, inner = handle.spec, handle.model.model
     assert handle.attn(1) is inner.layers[1].self_attn
     assert handle.proj(1, "o_proj").in_features == spec.n_heads * spec.d_head
-    assert handle.proj(0, "q_proj").out_features == spec.n_heads * spec.d_head
-    assert handle.proj(0, "k_proj").out_features == spec.n_kv_heads * spec.d_head
-    assert handle.proj(0, "v_proj").out_features == spec.n_kv_heads * spec.d_head
+    x = torch.randn(1, 3, spec.d_model, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        projected = handle.project(0, x, "q", "k", "v")
+        heads_of = (spec.n_heads, spec.n_kv_heads, spec.n_kv_heads)
+        for which, out, heads in zip("qkv", projected, heads_of, strict=True):
+            weight, bias = handle.projection_weights(0, which)
+            assert weight.shape == (heads * spec.d_head, spec.d_model)
+            expected = x @ weight.T + (0 if bias is None else bias)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    if handle.family.qkv_proj is None:
+        assert handle.proj(0, "v_proj").out_features == spec.n_kv_heads * spec.d_head
+    else:  # fused: q, k and v are rows of one module, read through project and its kin
+        with pytest.raises(ValueError, match="fused 'qkv_proj'"):
+            handle.proj(0, "v_proj")
     assert handle.mlp(0) is inner.layers[0].mlp
     assert handle.final_norm() is inner.norm
     assert handle.embed() is inner.embed_tokens

@@ -181,8 +181,9 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, 
     H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     attn = model.model.layers[layer].self_attn
     kept = {}
+    v_proj = attn.qkv_proj if hasattr(attn, "qkv_proj") else attn.v_proj  # [q | k | v] fused
     hooks = [
-        attn.v_proj.register_forward_hook(lambda _m, _a, out: kept.update(v=out[0].double())),
+        v_proj.register_forward_hook(lambda _m, _a, out: kept.update(v=out[0, :, -KV * D :])),
         attn.o_proj.register_forward_hook(lambda _m, _a, out: kept.update(o=out[0, -1])),
         model.model.norm.register_forward_pre_hook(lambda _m, a: kept.update(x=a[0][0, -1])),
     ]
@@ -193,7 +194,7 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, 
         for hook in hooks:
             hook.remove()
     pattern = out.attentions[layer][0, head, -1].double()  # (key,)
-    v = kept["v"].view(len(ids), KV, D)[:, head // (H // KV)]
+    v = kept["v"].double().reshape(len(ids), KV, D)[:, head // (H // KV)]
     w_o = attn.o_proj.weight.detach().double()[:, head * D : (head + 1) * D]
     norm = model.model.norm
     x = kept["x"].double()

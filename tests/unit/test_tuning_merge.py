@@ -66,12 +66,17 @@ def test_merged_checkpoint_equals_the_scaled_model(checkpoint, tmp_path, granula
     if into == "o_proj":
         assert changed == {f"model.layers.{i}.self_attn.o_proj.weight" for i in range(2)}
     else:
-        biased = handle.proj(0, "v_proj").bias is not None
+        path, rows = handle.family.projection("v", handle.spec)  # v_proj, or a fused qkv_proj
+        biased = handle.projection_weights(0, "v")[1] is not None
         assert changed == {
-            f"model.layers.{i}.self_attn.v_proj.{p}"
+            f"model.layers.{i}.self_attn.{path}.{p}"
             for i in range(2)
             for p in (("weight", "bias") if biased else ("weight",))
         }
+        for key in changed if rows is not None else ():  # fused: only the value rows move
+            others = torch.ones(len(base_state[key]), dtype=torch.bool)
+            others[rows] = False
+            assert torch.equal(base_state[key][others], merged_state[key][others])
     assert (tmp_path / "merged" / "tokenizer.json").exists()
 
 

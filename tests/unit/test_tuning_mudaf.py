@@ -122,7 +122,8 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
         tuner(batch)["loss"].backward()
     family = handle.family
     layer, attn = f"{family.layers}.1", f"{family.layers}.1.{family.attn}"
-    q_k = [family.q_proj, family.k_proj, *filter(None, (family.q_norm, family.k_norm))]
+    q_k = {family.projection(w, handle.spec)[0] for w in "qk"}  # q_proj, k_proj or qkv_proj
+    q_k |= set(filter(None, (family.q_norm, family.k_norm)))
     below = [f"{family.layers}.0.", f"{family.embed}."]  # layer 1's input
     if family.pre_attn_norm is not None:
         below.append(f"{layer}.{family.pre_attn_norm}.")
@@ -130,6 +131,14 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
     for name, param in handle.model.named_parameters():
         moved = param.grad is not None and bool(param.grad.abs().max() > 0)
         assert moved == name.startswith(reached), name
+    # inside a fused projection, only the query and key rows train
+    _, v_rows = family.projection("v", handle.spec)
+    if v_rows is not None:
+        fused = handle.attn(1).get_submodule(family.qkv_proj)
+        assert float(fused.weight.grad[v_rows].abs().max()) == 0
+        q_rows, k_rows = (family.projection(w, handle.spec)[1] for w in "qk")
+        assert float(fused.weight.grad[q_rows].abs().max()) > 0
+        assert float(fused.weight.grad[k_rows].abs().max()) > 0
 
 
 def test_tuner_contrastive_term_matches_a_manual_computation(llama_checkpoint):

@@ -83,3 +83,21 @@ def test_peft_tuner_starts_as_identity_trains_and_unloads(llama_checkpoint, tmp_
     assert list(reloaded.state_dict()) == list(load_model(llama_checkpoint).model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, tuned, rtol=1e-4, atol=1e-5)
+
+
+def test_adapters_go_on_each_familys_projections(family_checkpoint):
+    """LoRA's targets are the family's modules: a fused ``qkv_proj`` (Phi-3) stands for q, k and
+    v together, so it takes all three or none; an adapter starts as the identity either way."""
+    handle = load_model(family_checkpoint)
+    family, ids = handle.family, torch.tensor([[3, 9, 14, 5, 7]])
+    before = hf_logits(handle, ids)
+    tuner = PeftTuner(handle, PeftBaselineConfig(rank=2))
+    adapted = {n.split(".lora_A.")[0] for n in tuner.trainable_state() if ".lora_A." in n}
+    names = {n.rsplit(".", 1)[-1] for n in adapted}
+    expected = {family.o_proj, *(family.projection(w, handle.spec)[0] for w in "qkv")}
+    assert names == expected and len(adapted) == handle.spec.n_layers * len(expected)
+    with torch.no_grad():
+        torch.testing.assert_close(tuner.model(ids).logits, before, atol=1e-6, rtol=0)
+    if family.qkv_proj is not None:
+        with pytest.raises(ValueError, match="target all of q_proj, k_proj and v_proj or none"):
+            PeftTuner(load_model(family_checkpoint), PeftBaselineConfig(targets=("v_proj",)))
