@@ -53,7 +53,7 @@ from interp_seal.testing import save_random_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe", "phi3")
 # families whose random checkpoints compute different functions: mistral's (window off, see its
 # row) is llama's computation under another name, so the slower per-family tests skip it
 DISTINCT_FAMILIES = tuple(f for f in FAMILIES if f != "mistral")

@@ -153,6 +153,13 @@ FAMILIES: dict[str, Family] = {
         k_norm="k_norm",
         qk_norm_over="projection",
     ),
+    "phi3": Family(
+        name="phi3",
+        qkv_proj="qkv_proj",  # and a fused gate_up_proj, inside the MLP module
+        sliding_window="config.sliding_window",
+        # partial RoPE, as Phi-4-mini's config has it (0.75): half of each head rotates
+        random_config=(("partial_rotary_factor", 0.5),),
+    ),
     # mixture-of-experts MLPs: the analyses call a layer's MLP module as a whole (the router
     # picks each token's experts inside it), so an MoE block needs no row field
     "mixtral": Family(
