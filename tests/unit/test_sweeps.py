@@ -40,6 +40,9 @@ from interp_seal.viz.sweeps import (
 )
 
 QUIET = SweepOptions(progress=False, batch_rows=6, batch_samples=2)
+# the sweep machinery (batching, resuming, refusals) is the same on every family: checked on
+# GQA llama and multi-head qwen2 only
+machinery = pytest.mark.parametrize("handle", ["llama", "qwen2"], indirect=True)
 
 
 @pytest.fixture(scope="module", params=DISTINCT_FAMILIES)
@@ -172,6 +175,7 @@ def test_answer_batch_scores_by_hand():
     assert scored.predicted.tolist() == [[1, 2], [3, 0]]
 
 
+@machinery
 def test_run_from_layer_rejects_edits_below_start(handle):
     batch = AnswerBatch.from_encoded([encoded(handle, samples_for(handle)[3][1])], pad_id=0)
     clean = clean_run(handle, batch, [1])
@@ -245,6 +249,7 @@ def test_scale_table_sweep_matches_naive_loop(handle):
     assert (table[table.table == "nothing"].delta == 0).all()
 
 
+@machinery
 def test_sweep_results_do_not_depend_on_batching(handle):
     samples = samples_for(handle)
     a = head_sweep(
@@ -272,6 +277,7 @@ def stop_after(k: int, seen: list):
     return on_progress
 
 
+@machinery
 def test_sweep_resumes_after_interruption(handle, tmp_path):
     samples = samples_for(handle)
     reference = head_sweep(handle, samples, options=QUIET)
@@ -295,6 +301,7 @@ def test_sweep_resumes_after_interruption(handle, tmp_path):
     pd.testing.assert_frame_equal(again, reference, atol=1e-5, rtol=0)
 
 
+@machinery
 def test_sweep_refuses_other_arguments_on_same_output(handle, tmp_path):
     samples = samples_for(handle)
     options = SweepOptions(out=tmp_path, resume=True, progress=False)
@@ -308,6 +315,7 @@ def test_sweep_refuses_other_arguments_on_same_output(handle, tmp_path):
         head_sweep(handle, samples, heads=[(0, 1)], options=fresh)
 
 
+@machinery
 def test_bad_sweep_inputs_are_refused(handle):
     samples = samples_for(handle)
     with pytest.raises(ValueError, match="uniform attention replaces a whole head"):
