@@ -55,6 +55,11 @@ def save_random_checkpoint(
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
     tok = tokenizer if tokenizer is not None else line_retrieval_tokenizer()
+    # rows hold sequences as tuples (a row stays hashable); config classes want lists
+    overrides = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in FAMILIES[family].random_config
+    }
     config = transformers.AutoConfig.for_model(
         family,
         vocab_size=len(tok),
@@ -69,7 +74,7 @@ def save_random_checkpoint(
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        **dict(FAMILIES[family].random_config),  # given to the config class: derived fields follow
+        **overrides,  # given to the config class: derived fields follow
     )
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)

@@ -78,8 +78,9 @@ class Family:
             one place the engine turns projections into per-head queries and keys.
         gguf_architecture: llama.cpp's ``general.architecture`` for GGUF files of this family
             (None: not loadable from GGUF; llama.cpp writes Mistral models as "llama").
-        random_config: config overrides for random test checkpoints (e.g. no sliding window,
-            so that every family computes the same kind of attention in parity tests).
+        random_config: config overrides for random test checkpoints, given to the config
+            class (e.g. no sliding window, so that every family computes the same kind of
+            attention in parity tests; a few small experts); sequences as tuples.
 
     Attention applies the family's q / k norms and ``rope_function`` (looked up in the
     attention module's modeling file) to q and k, and GQA query head ``i`` reads KV head
@@ -177,7 +178,7 @@ FAMILIES: dict[str, Family] = {
             ("num_experts", 4),
             ("num_experts_per_tok", 2),
             ("moe_intermediate_size", 32),
-            ("mlp_only_layers", [0]),
+            ("mlp_only_layers", (0,)),
         ),
     ),
 }
