@@ -76,12 +76,14 @@ def tracked_head_outputs(handle: ModelHandle) -> Iterator[dict[int, Tensor]]:
     """Inside the block, forwards record every layer's head outputs ``z`` (the ``o_proj``
     inputs, ``(batch, pos, head, d_head)``) in the yielded dict, inside an autograd graph that
     starts at the embeddings (the weights are frozen), so ``torch.autograd.grad(metric, z)``
-    gives ``dM/dz`` for every head with one backward pass."""
+    gives ``dM/dz`` for every head with one backward pass. One forward per block: a layer's
+    first ``z`` is kept, so a backward pass that recomputes the layer (``screening.
+    recomputed_layers``) neither replaces it nor keeps the recomputed graph alive."""
     zs: dict[int, Tensor] = {}
 
     def keep(layer):
         def edit(z):
-            zs[layer] = z
+            zs.setdefault(layer, z)
             return z
 
         return edit

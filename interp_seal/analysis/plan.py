@@ -49,11 +49,16 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   memory takes the worst of both (as many start layers as heads, and as many units at one
   layer as heads) and the count of forwards one head per layer.
 - ``screen`` (``analysis.screening``, ``head-sweep --screen K``): per record one forward and
-  one backward pass (counted as one forward). With frozen weights autograd saves, per layer,
-  the two norms' float32 inputs (``8d`` bytes), attention's ``q``, ``k``, ``v``, output and
-  log-sum-exp (``4H`` bytes), and the MLP's three ``I``-sized tensors; the cache holds the
-  same ``k`` and ``v``. Head outputs and gradients go to host memory (not counted). Then the
-  exact sweep of the confirmed heads.
+  one backward pass (counted as one forward), without a KV cache, the backward recomputing
+  each layer from its input (``screening.recomputed_layers``). The forward keeps each layer's
+  input (``d``) and head outputs (``q``); during the backward of layer ``l`` the inputs up to
+  ``l`` and the gradients of the head outputs above it are alive (``L max(d, q) + d`` in
+  all; and, measured, not traced to a line, one more ``d`` per layer), with one layer's
+  recomputed activations (the two norms' float32 inputs, ``8d``
+  bytes; attention's ``q``, ``k``, ``v``, output and log-sum-exp, ``4H`` bytes; the MLP's
+  three ``I``-sized tensors) and its backward's three ``I``-sized gradients. Head outputs and
+  gradients then go to host memory (not counted). Then the exact sweep of the confirmed
+  heads.
 - ``passage-scores`` (``retrieval_scores.passage_attention``): one record per forward. The
   row-capture hooks keep each layer's ``q`` and ``k`` projections and re-apply the rotary
   embedding after attention: ``3d + 4q + k`` (and ``k`` in float32 for other dtypes) when that
@@ -70,9 +75,9 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   corruption's is the question: a few dozen tokens). ``n_units`` whole-head patches (default
   all), layer-major; ``3 + sum over layers of ceil(patches / batch)`` forwards per ``patch``
   call (the command makes three: heads, heads by position, residual stream).
-- ``dla`` (``attribution dla``): the command's first forward keeps its ``T x V`` logits (a view
-  of them stays alive) through two attribution forwards with a cache; after each, ``W_U`` and
-  one layer's ``W_O`` in float64 and every component's ``d``-vector. Three forwards.
+- ``dla`` (``attribution dla``): a forward that unembeds the last position only (the strongest
+  wrong token), then two attribution forwards with a cache; after each, ``W_U`` and one
+  layer's ``W_O`` in float64 and every component's ``d``-vector. Three forwards.
 
 **Not modelled**: the float32 upcast inside a norm in half precision (below the MLP step),
 allocator fragmentation and caching (a CUDA allocator reserves more than it holds: leave ~10%
@@ -373,11 +378,12 @@ def _sweep_forwards(w: Workload, batch: int, units: SweepUnits) -> int:
 
 
 def _screen(g: Geometry, w: Workload, batch: int, units: SweepUnits) -> list[Phase]:
-    """The end of a forward whose backward follows (its saved tensors), then the exact sweep."""
-    d, T, b = g.spec.d_model, w.length, g.itemsize
-    saved = 8 * d + b * (2 * g.q + 3 * g.d_mlp) + 4 * g.spec.n_heads  # per layer and token
-    act = T * (g.spec.n_layers * saved + b * (d + g.layer()))
-    return [Phase(kv=g.kv(T), activations=act), *_sweep(g, w, batch, units)]
+    """The backward pass of one record (every layer's input and head outputs, the gradients
+    so far, one layer recomputed), then the exact sweep."""
+    L, d, T, b = g.spec.n_layers, g.spec.d_model, w.length, g.itemsize
+    layer = 8 * d + b * (2 * g.q + 6 * g.d_mlp) + 4 * g.spec.n_heads  # recomputed, per token
+    act = T * (b * (L * (g.q + max(d, g.q) + d) + d) + layer)
+    return [Phase(activations=act), *_sweep(g, w, batch, units)]
 
 
 def _row_capture(g: Geometry, w: Workload) -> int:
@@ -421,14 +427,13 @@ def _patching(g: Geometry, w: Workload, batch: int) -> list[Phase]:
 
 
 def _dla(g: Geometry, w: Workload, batch: int) -> list[Phase]:
-    """An attribution forward beside the command's logits, then the float64 projections."""
+    """An attribution forward, then the float64 projections."""
     s, T, b = g.spec, w.length, g.itemsize
-    held = T * s.vocab_size * b  # the command's full logits
     components = (s.n_layers * s.n_heads + 2 * s.n_layers + 1) * s.d_model
     float64 = 8 * (s.vocab_size * s.d_model + s.d_model * g.q + components)
     return [
-        Phase(kv=g.kv(T), activations=T * b * (s.d_model + g.layer()), buffers=held),
-        Phase(buffers=held + float64),  # after the forward: its cache is gone
+        Phase(kv=g.kv(T), activations=T * b * (s.d_model + g.layer())),
+        Phase(buffers=float64),  # after the forward: its cache is gone
     ]
 
 

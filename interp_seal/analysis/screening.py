@@ -41,8 +41,10 @@ exact sweep of all 270 heads of SmolLM2-135M (its table is kept in ``tests/data`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +52,9 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from interp_seal.analysis.attribution_patching import tracked_head_outputs
 from interp_seal.analysis.sweeps import (
@@ -92,19 +96,60 @@ class ScreenedSweep:
     harmful: tuple[Head, ...]
 
 
+@contextmanager
+def recomputed_layers(handle: ModelHandle) -> Iterator[None]:
+    """Inside the block, a backward pass recomputes each decoder layer from its input instead
+    of keeping the layer's activations from the forward (activation checkpointing, torch's
+    non-reentrant ``checkpoint`` through transformers' ``GradientCheckpointingLayer``).
+
+    Autograd otherwise keeps every layer's attention and MLP intermediates until the backward
+    reaches it: 112 GiB for LongChat-7B at 31K tokens in bf16 (``analysis.plan``). Recomputing
+    keeps one residual-stream input per layer and one layer's intermediates at a time, for one
+    extra forward. Only the decoder layers switch to training mode (that is what enables the
+    recomputation); their attention and dropout modules stay in evaluation mode, so the
+    numbers are the same. Runs must not use a KV cache (the recomputation would append to it
+    again)."""
+    layers = list(handle.layers())
+    if not all(isinstance(m, GradientCheckpointingLayer) for m in layers):
+        raise TypeError(
+            f"{type(layers[0]).__name__} ({handle.family.name}) cannot recompute itself in the "
+            "backward pass (not a transformers GradientCheckpointingLayer)"
+        )
+    saved = [
+        (m.training, m.gradient_checkpointing, m.__dict__.get("_gradient_checkpointing_func"))
+        for m in layers
+    ]
+    for m in layers:
+        m.training = True  # this module only: not .train(), which would reach its dropouts
+        m.gradient_checkpointing = True
+        m._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+    try:
+        yield
+    finally:
+        for m, (training, enabled, func) in zip(layers, saved, strict=True):
+            m.training, m.gradient_checkpointing = training, enabled
+            if func is None:
+                del m._gradient_checkpointing_func
+            else:
+                m._gradient_checkpointing_func = func
+
+
 def answer_logprob_gradients(
     handle: ModelHandle, enc: Encoded
 ) -> tuple[Float[Tensor, "layer pos head d_head"], Float[Tensor, "layer pos head d_head"], float]:
     """One forward and one backward pass: head outputs ``z``, ``d M / d z`` and ``M``.
 
     ``M`` is the summed log-probability of the answer tokens under teacher forcing; only the
-    positions that predict them are unembedded.
+    positions that predict them are unembedded. The backward recomputes each layer
+    (``recomputed_layers``) and no KV cache is kept: the pass holds the layers' inputs and head
+    outputs, not their activations.
     """
     layers = range(handle.spec.n_layers)
     ids = enc.input_ids.to(handle.device)
     target = enc.answer_ids.to(handle.device)
-    with tracked_head_outputs(handle) as zs:
-        logits = handle.model(ids[None], logits_to_keep=len(target) + 1).logits[0, :-1]
+    with tracked_head_outputs(handle) as zs, recomputed_layers(handle):
+        keep = len(target) + 1
+        logits = handle.model(ids[None], logits_to_keep=keep, use_cache=False).logits[0, :-1]
         metric = logits.float().log_softmax(-1).gather(-1, target[:, None]).sum()
         grads = torch.autograd.grad(metric, [zs[layer] for layer in layers])
     z = torch.stack([zs[layer][0].detach().float().cpu() for layer in layers])

@@ -303,13 +303,15 @@ def _single_record_runner(handle, case: Case, record):
 
 def _dla_command(handle, ids) -> None:
     """What ``interp-seal attribution dla`` runs (``cli/attribution.py``)."""
-    from interp_seal.analysis.logit_attribution import logit_attribution, logit_diff_attribution
+    from interp_seal.analysis.logit_attribution import (
+        logit_attribution,
+        logit_diff_attribution,
+        strongest_wrong_token,
+    )
 
-    with torch.no_grad():
-        logits = handle.model(ids[None]).logits[0, -1]
-    wrong = int(logits.argmax())
-    logit_attribution(handle, ids, [wrong, wrong + 1])
-    logit_diff_attribution(handle, ids, wrong + 1, wrong)
+    _, wrong = strongest_wrong_token(handle, ids, 5)
+    logit_attribution(handle, ids, [5, wrong])
+    logit_diff_attribution(handle, ids, 5, wrong)
 
 
 def _measure(model: str, cases: list[Case], lengths: list[int]) -> list[dict]:

@@ -15,6 +15,7 @@ import torch
 from conftest import build_checkpoint
 
 from interp_seal.analysis import screening
+from interp_seal.analysis.attribution_patching import tracked_head_outputs
 from interp_seal.analysis.screening import attribution_estimates, screened_head_sweep, top_heads
 from interp_seal.analysis.sweeps import SweepOptions, head_sweep, mean_head_outputs
 from interp_seal.cli import main
@@ -128,6 +129,43 @@ def test_exact_rows_are_the_sweeps_and_estimates_attribution(handle, samples):
         values = per_record[row.length][:, row.layer, row.head]
         assert row.estimate == pytest.approx(values.mean(), abs=2e-4)
         assert row.se == pytest.approx(values.std(ddof=1) / np.sqrt(2), abs=2e-4)
+
+
+def test_the_backward_recomputes_each_layer_and_keeps_no_cache(handle, samples):
+    """Activation checkpointing is on (each layer's MLP starts twice per gradient: forward and
+    recomputation, which stops once it has what the backward needs) and off again afterwards;
+    the numbers are those checked above."""
+    enc = samples[3][0].encode(handle.tokenizer)
+    calls, caches = [], []
+    mlps = [layer.mlp for layer in handle.model.model.layers]
+    hooks = [m.register_forward_pre_hook(lambda *_: calls.append(1)) for m in mlps]
+    hooks.append(
+        handle.model.model.register_forward_pre_hook(
+            lambda _m, _a, kw: caches.append(kw.get("use_cache")), with_kwargs=True
+        )
+    )
+    try:
+        z, grad, metric = screening.answer_logprob_gradients(handle, enc)
+        assert len(calls) == 2 * len(mlps) and caches == [False]
+        calls.clear()
+        with torch.no_grad():
+            handle.model(enc.input_ids[None])
+        assert len(calls) == len(mlps)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert not any(layer.training for layer in handle.model.model.layers)
+    assert not any(layer.gradient_checkpointing for layer in handle.model.model.layers)
+    calls.clear()  # a backward afterwards keeps its activations: no recomputation
+    hooks = [m.register_forward_pre_hook(lambda *_: calls.append(1)) for m in mlps]
+    try:
+        with tracked_head_outputs(handle) as zs:
+            logits = handle.model(enc.input_ids[None], use_cache=False).logits
+            torch.autograd.grad(logits.sum(), [zs[0]])
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(calls) == len(mlps)
 
 
 def test_confirmed_on_fewer_records(handle, samples):
