@@ -67,9 +67,9 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   answer_tokens - 1`` positions by the last of ``answer_tokens`` greedy steps;
   ``1 + answer_tokens`` forwards per record.
 - ``patching`` (``analysis.patching.patch``, ``attribution patch``): the prompt runs once into
-  a cache, and the corrupted run's cache stays alive with the layer inputs it recorded; each
-  forward of ``rows = min(batch, patches per layer)`` patched runs continues a ``rows``-fold
-  copy of the prompt's (``2 + rows`` caches in all), and its masked sdpa repeats grouped keys and
+  a cache (the corrupted run's own cache is dropped once it has recorded its layer inputs);
+  each forward of ``rows = min(batch, patches per layer)`` patched runs continues a
+  ``rows``-fold copy of the prompt's (``1 + rows`` caches in all), and its masked sdpa repeats grouped keys and
   values to every query head (``2q`` per row and token; without GQA, ``k`` for the cache's
   concatenation). The suffix after the prompts' shared prefix is taken as empty (a key
   corruption's is the question: a few dozen tokens). ``n_units`` whole-head patches (default
@@ -422,7 +422,7 @@ def _patching(g: Geometry, w: Workload, batch: int) -> list[Phase]:
     attention = 2 * g.q if g.spec.group_size > 1 else g.k  # repeated k, v; or the cache's cat
     return [
         Phase(kv=g.kv(T), activations=T * b * (g.spec.d_model + g.layer())),
-        Phase(kv=g.kv(T, 2 + rows), activations=rows * T * b * attention),
+        Phase(kv=g.kv(T, 1 + rows), activations=rows * T * b * attention),
     ]
 
 
