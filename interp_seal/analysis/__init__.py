@@ -11,6 +11,8 @@
 - ``attention_rows.py``: attention rows of a few query positions, never ``T x T``;
 - ``retrieval_scores.py``: MuDAF passage retrieval scores, Retrieval-Head copy-paste scores
   (``peer_conventions.py``: the peers' own code conventions as options);
+- ``qrhead.py``: QRHead's query-focused retrieval scores (null-query calibrated) and
+  QRRetriever's passage ranking by the selected heads, with recall@k;
 - ``masking.py``: masking top retrieval heads vs random heads (MuDAF Fig. 4);
 - ``live_eval.py``: accuracy under an edit from a cached clean run (the dashboard);
 - ``token_views.py``: one head's direct effect split by source token, and the spans a long
@@ -40,6 +42,13 @@ from interp_seal.analysis.patching import (
     patch,
     patch_heads,
     patch_residual,
+)
+from interp_seal.analysis.qrhead import (
+    QRConfig,
+    qr_scores,
+    rank_passages,
+    recall_at_k,
+    top_heads,
 )
 from interp_seal.analysis.quadrants import HeadQuadrants, head_quadrants, quadrant_scale_table
 from interp_seal.analysis.retrieval_scores import (
@@ -71,6 +80,7 @@ __all__ = [
     "PassageScoreConfig",
     "Patch",
     "PatchingPair",
+    "QRConfig",
     "ScreenedSweep",
     "SweepOptions",
     "SweepUnit",
@@ -95,12 +105,16 @@ __all__ = [
     "patch",
     "patch_heads",
     "patch_residual",
+    "qr_scores",
     "quadrant_scale_table",
     "rank_heads",
+    "rank_passages",
+    "recall_at_k",
     "run_with_cache",
     "run_sweep",
     "scale_table_sweep",
     "screened_head_sweep",
     "source_token_attribution",
     "token_label",
+    "top_heads",
 ]

@@ -6,6 +6,8 @@
     interp-seal retrieval needle-scores --samples niah.jsonl --out runs/niah_heads
     interp-seal retrieval masking --samples mdqa.jsonl --scores runs/mudaf/head_scores.csv \\
         --niah-scores runs/niah_heads/head_scores.csv --ks 8 16 --seeds 0 1 2 --out runs/masking
+    interp-seal retrieval qr-scores --samples mdqa_train.jsonl --rank-samples mdqa_test.jsonl \\
+        --top-heads 16 --ks 1 2 5 --out runs/qrhead
 
 Sample files are task JSONL files (``interp-seal tasks generate``; LongBench files with
 ``--golden``). ``passage-scores`` (MuDAF) and ``needle-scores`` (Retrieval Head copy-paste)
@@ -14,7 +16,11 @@ samples when re-run with ``--resume`` on the same ``--out``; they write ``OUT/he
 ``OUT/per_sample_scores.csv`` and ``OUT/head_scores.html``; ``passage-scores`` also writes
 ``OUT/passage_attention.html`` (MuDAF Fig. 10 for the first sample). ``masking`` (MuDAF Fig. 4)
 appends each finished condition to ``OUT/conditions.jsonl`` and writes ``OUT/masking.csv`` and
-``OUT/masking.html``. The HTML pages load ``OUT/plotly.min.js``, written once.
+``OUT/masking.html``. ``qr-scores`` (QRHead, ``interp_seal.analysis.qrhead``) writes the
+same three head files as ``passage-scores``; with ``--rank-samples`` it ranks those samples'
+passages by the top ``--top-heads`` heads' summed scores (QRRetriever) into ``OUT/ranking.csv``
+and ``OUT/recall.csv`` (recall@k per ``--ks``). The HTML pages load ``OUT/plotly.min.js``,
+written once.
 ``head_scores.csv`` and ``masking.csv`` end with their provenance (``interp_seal.provenance``):
 ``model``, ``n`` (samples scored) and the 95 % Wilson interval of each proportion (``em``;
 ``exact_match``, ``first_token``). The samples come from a file, so there is no ``seed``
@@ -102,6 +108,27 @@ def register(subparsers) -> None:
         "--batch-size", type=positive_int, default=1, help="questions decoded together"
     )
     masking.set_defaults(func=run_masking, torchrun="shards")
+
+    qr = sub.add_parser("qr-scores", help="QRHead query-focused retrieval scores, QRRetriever")
+    _common(qr)
+    qr.add_argument(
+        "--golden", type=Path, help="golden ids of LongBench files (--samples, --rank-samples)"
+    )
+    qr.add_argument("--null-query", default="N/A", help="the calibration query (QRHead: N/A)")
+    qr.add_argument(
+        "--no-calibrate", action="store_true", help="do not subtract the null query's attention"
+    )
+    qr.add_argument(
+        "--outlier-std",
+        type=float,
+        help="drop per-token scores below mean - X std of their passage (QRHead's code: 2)",
+    )
+    qr.add_argument(
+        "--rank-samples", type=Path, help="rank these samples' passages with the top heads"
+    )
+    qr.add_argument("--top-heads", type=positive_int, default=16, help="heads that rank passages")
+    qr.add_argument("--ks", type=positive_int, nargs="+", default=[1, 2, 5], help="recall@k")
+    qr.set_defaults(func=run_qr_scores, torchrun="shards")
 
 
 SCORED = {  # task -> (what its scores need in a sample, whether a sample has it)
@@ -227,4 +254,49 @@ def run_masking(args: argparse.Namespace) -> int:
     write_html(masking_bars(frame, metric=metric), args.out / "masking.html")
     print(frame.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {args.out / 'masking.csv'} and {args.out / 'masking.html'}")
+    return 0
+
+
+def run_qr_scores(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from interp_seal.analysis.qrhead import (
+        QRConfig,
+        qr_scores,
+        rank_passages,
+        recall_at_k,
+        top_heads,
+    )
+    from interp_seal.provenance import with_provenance
+    from interp_seal.tasks.jsonl import read_golden, read_samples
+
+    config = QRConfig(
+        null_query=args.null_query,
+        calibrate=not args.no_calibrate,
+        outlier_std=args.outlier_std,
+    )
+    handle, samples = _setup(args, needs="passages")
+    scores = qr_scores(handle, samples, config, results=args.out / "per_sample.jsonl")
+    if Shard.current().main:
+        title = f"QRHead score: {Path(handle.name_or_path).name}"
+        _write_heads(args, scores.heads, scores.per_sample, "qr_score", title)
+    if args.rank_samples is None:
+        return 0
+    golden = read_golden(args.golden) if args.golden else None  # ids of both files' records
+    held_out = read_samples(args.rank_samples, golden=golden)
+    _check_samples(argparse.Namespace(samples=args.rank_samples), held_out, "passages")
+    heads = top_heads(scores.heads, args.top_heads)
+    ranking = rank_passages(
+        handle, held_out, heads, config, results=args.out / "ranking_per_sample.jsonl"
+    )
+    if not Shard.current().main:
+        return 0  # rank 0 writes the outputs
+    n = ranking["sample"].nunique()
+    recall = pd.DataFrame(
+        {"k": args.ks, "recall": [recall_at_k(ranking, k) for k in args.ks]}
+    ).assign(heads=len(heads))
+    write_table(ranking, args.out / "ranking.csv")
+    write_table(with_provenance(recall, model=args.model, n=n), args.out / "recall.csv")
+    print(recall.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {args.out / 'ranking.csv'} and recall.csv")
     return 0
