@@ -15,7 +15,8 @@ passages of a new question by the same mass summed over the selected heads, and 
 ``score_per_token_attention_to_query``; ``exp_scripts/detection/detect_qrhead_lme.py``) also
 *calibrates* every per-token score by subtracting the same per-token score under a null query
 (``"N/A"``): the prompt with the query replaced, whose tokens before the query are the same.
-It calibrates both in head detection and in retrieval.
+It calibrates both in head detection and in retrieval (its README credits OSU-NLP-Group's
+In-Context-Reranking for part of the code).
 
 **What is implemented here, and where it differs.**
 
