@@ -225,3 +225,13 @@ def test_cli_qr_scores(llama_pair, mdqa, tmp_path):
     assert main([*args, "--resume"]) == 0
     bad = ["retrieval", "qr-scores", "--model", model, "--samples", str(train)]
     assert main([*bad, "--outlier-std", "-1", "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_nnsight_backend_gives_the_same_scores(llama_pair, mdqa):
+    handle, _ = llama_pair
+    hf = qr_scores(handle, mdqa[:1], progress=False)
+    traced = qr_scores(handle, mdqa[:1], QRConfig(backend="nnsight"), progress=False)
+    np.testing.assert_allclose(traced.passages[0]["raw"], hf.passages[0]["raw"], atol=1e-6)
+    np.testing.assert_allclose(
+        traced.passages[0]["calibrated"], hf.passages[0]["calibrated"], atol=1e-6
+    )
