@@ -259,7 +259,7 @@ def head_channel_map(
 
     ``table`` is a channel sweep's (``channel``, ``length``, ``metric``, ``delta``); channels
     it lacks yet are blank. ``under`` says what the map was computed under (the dashboard's
-    edits), in the subtitle. Signed colours (``colors.SIGNED``) symmetric about 0."""
+    edits): the subtitle, one line per line of it. Signed colours (``colors.SIGNED``) symmetric about 0."""
     grid = np.full((len(lengths), len(channels)), np.nan)
     if not table.empty:
         rows = table[table.metric == metric]
@@ -268,13 +268,15 @@ def head_channel_map(
         for c, n, d in zip(rows.channel, rows.length, rows.delta, strict=True):
             grid[row[int(n)], column[int(c)]] = float(d)
     extent = symmetric_range(grid)
+    lines = under.split("\n")
+    xs, ys = [str(c) for c in channels], [str(n) for n in lengths]
     name = METRIC_NAMES.get(metric, metric)
     label = f"L{head[0]}H{head[1]}"
     fig = go.Figure(
         go.Heatmap(
             z=[[None if np.isnan(v) else v for v in r] for r in grid],
-            x=[str(c) for c in channels],
-            y=[f"{n}" for n in lengths],
+            x=xs,
+            y=ys,
             colorscale=SIGNED,
             zmin=-extent,
             zmax=extent,
@@ -287,15 +289,27 @@ def head_channel_map(
     fig.update_layout(
         title={
             "text": f"Channel map of {label}: change in {name} when one channel is zeroed"
-            f"<br><span style='font-size:12px'>{under}</span>",
+            + "".join(f"<br><span style='font-size:12px'>{line}</span>" for line in lines),
             "x": 0.01,
             "xanchor": "left",
         },
-        xaxis={"title": f"channel of {label}'s output", "type": "category", "tickangle": 0},
-        yaxis={"title": f"context length ({unit})", "type": "category", "autorange": "reversed"},
+        # every channel and length on the axes from the start, computed or not
+        xaxis={
+            "title": f"channel of {label}'s output",
+            "type": "category",
+            "categoryarray": xs,
+            "range": [-0.5, len(xs) - 0.5],
+            "tickangle": 0,
+        },
+        yaxis={
+            "title": f"context length ({unit})",
+            "type": "category",
+            "categoryarray": ys,
+            "range": [len(ys) - 0.5, -0.5],  # the shortest on top
+        },
         template="plotly_white",
         plot_bgcolor="#f1f3f5",  # pending channels: light grey, not white (= no change)
-        height=170 + 42 * len(lengths),
-        margin={"t": 70, "b": 50, "l": 80, "r": 10},
+        height=160 + 42 * len(lengths) + 20 * len(lines),
+        margin={"t": 60 + 20 * len(lines), "b": 50, "l": 80, "r": 10},
     )
     return fig

@@ -205,12 +205,20 @@ class Dashboard:
                 self.handle, enc.prompt_ids, [int(enc.answer_ids[0])], position=-1
             )
 
-    def channel_table(self, head: Head, *, channels: Sequence[int] | None = None, on_progress=None):
+    def channel_table(
+        self,
+        head: Head,
+        *,
+        channels: Sequence[int] | None = None,
+        on_progress=None,
+        on_forward=None,
+    ):
         """Per-channel pruning deltas of ``head`` on the dashboard's records (SEAL Fig. 2c)
         under the shown edits: channel ``c`` zeroed on top of them (``head``'s own factor stays
         on its other channels), against the edited model, as ``channel_sweep(...,
         intervention=<the edits>)`` defines them. ``channels`` defaults to all ``d_head``;
-        ``on_progress(done, total, table so far)`` after each group of channels."""
+        ``on_progress(done, total, table so far)`` after each group of channels,
+        ``on_forward(done, total)`` after each forward."""
         check_head(self.handle.spec, head)
         with self.lock:
             return self.runs.channel_table(
@@ -218,6 +226,7 @@ class Dashboard:
                 self.shown.table(),
                 channels=channels,
                 on_progress=on_progress,
+                on_forward=on_forward,
                 on_prepare=lambda: self._channel_note(
                     head, "caching the run under the edits below it"
                 ),
@@ -632,25 +641,33 @@ class Dashboard:
         label = f"L{head[0]}H{head[1]}"
         under = _under(state, head)
         what = f"channel map of {label}"
-        self.channel_busy.max, self.channel_busy.value = len(channels), 0
+        finished = 0  # channels
 
         def progress(done: int, total: int, table: pd.DataFrame) -> None:
+            nonlocal finished
+            finished = done
             self._draw_channels(table, head, channels, under)
-            self.channel_busy.value = done
             self._channel_note(head, f"channels {done} / {total}, {_took(started)}")
             self._busy(what, done, total)
             if done < total and self._edit_requests > asked:
                 raise _Stopped(f"stopped at {done} / {total} channels: an edit came first")
 
+        def forward(done: int, total: int) -> None:
+            self.channel_busy.max, self.channel_busy.value = total, done
+            self._channel_note(head, f"channels {finished} / {len(channels)}, {_took(started)}")
+
         try:
             progress(0, len(channels), pd.DataFrame())
-            table = self.channel_table(head, channels=channels, on_progress=progress)
+            table = self.channel_table(
+                head, channels=channels, on_progress=progress, on_forward=forward
+            )
         except _Stopped as stop:
             self.channel_busy.bar_style = "danger"
             self._channel_note(head, f"{stop}; press the button again for the new edits")
         else:
             self.channel_results = table
             self.channel_busy.bar_style = "success"
+            self.channel_busy.value = self.channel_busy.max
             seconds = time.perf_counter() - started
             self._channel_note(
                 head,
@@ -814,10 +831,10 @@ def _under(state: DashboardState, head: Head) -> str:
     others = [f"L{a}H{b} {_factor(f)}" for (a, b), f in edits.items() if (a, b) != tuple(head)]
     if len(others) > 6:
         others = [*others[:6], f"{len(others) - 6} more"]
-    text = "under the current edits: " + (", ".join(others) if others else "no other head edited")
+    text = "under the current edits (" + (", ".join(others) if others else "no other head") + ")"
     if own is not None:
         text += f"; L{head[0]}H{head[1]}'s own {_factor(own)} kept on its other channels"
-    return text + ". Change against the edited model."
+    return text + "\nchange against the edited model"
 
 
 def _took(started: float) -> str:
