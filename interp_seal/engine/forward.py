@@ -83,10 +83,12 @@ class EditStack:
         layer: int,
         z: Float[Tensor, "row pos head d_head"],
         v: Float[Tensor, "row pos kv_head d_head"] | None = None,
+        *,
+        window: int | None = None,
     ) -> Float[Tensor, "row pos head d_head"]:
         v_blocks = v.split(self.rows) if v is not None else [None] * len(self.ivs)
         blocks = zip(self.ivs, z.split(self.rows), v_blocks, strict=True)
-        return torch.cat([iv.edit(layer, zb, vb) for iv, zb, vb in blocks])
+        return torch.cat([iv.edit(layer, zb, vb, window=window) for iv, zb, vb in blocks])
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

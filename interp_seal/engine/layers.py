@@ -122,15 +122,16 @@ def attn_output(
                 f"an active edit uses uniform attention at layer {layer}, which needs the "
                 "layer's value vectors; this run restarts there without them"
             )
+        window = handle.sliding_window(layer)
         if query is None:
-            z = edit.edit(layer, z, v)
+            z = edit.edit(layer, z, v, window=window)
         else:  # edit at full length (uniform attention needs every v), keep the query rows
             rows = torch.arange(z.shape[0], device=query.device)[:, None]
             full = z.new_zeros(
                 z.shape[0], v.shape[1] if v is not None else int(query.max()) + 1, *z.shape[2:]
             )
             full[rows, query] = z
-            z = edit.edit(layer, full, v)[rows, query]
+            z = edit.edit(layer, full, v, window=window)[rows, query]
     return handle.proj(layer, "o_proj").forward(z.flatten(-2))  # forward(): no edit hooks
 
 

@@ -11,7 +11,8 @@ pruning a head is ``s[l, h, :] = 0``, pruning a channel ``s[l, h, c] = 0``, SEAL
 - ``"mean"``: ``z -> mean z`` over a reference set (mean ablation);
 - ``"uniform"``: the head attends uniformly to positions ``0..t`` (what the Retrieval Head and
   MuDAF code do by zeroing pre-softmax scores). No attention matrix is needed: the output at
-  ``t`` is the running mean of the head's value vectors, ``cumsum(v)[t] / (t + 1)``.
+  ``t`` is the running mean of the head's value vectors, ``cumsum(v)[t] / (t + 1)`` (in a
+  layer with a sliding window, over the window's positions only: ``uniform_attention``).
 
 All of them are one affine edit per head, ``z' = scale * (uniform ? z_uniform : z) + offset``,
 held by ``HeadIntervention``. ``scale`` may carry a leading batch axis ``(B, L, H, D)`` so
@@ -59,8 +60,10 @@ class HeadEdit(Protocol):
         layer: int,
         z: Float[Tensor, "row pos head d_head"],
         v: Float[Tensor, "row pos kv_head d_head"] | None = None,
+        *,
+        window: int | None = None,
     ) -> Float[Tensor, "row pos head d_head"]:
-        """The edited head outputs of ``layer``."""
+        """The edited head outputs of ``layer`` (``window``: its attention window, if any)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -163,8 +166,11 @@ class HeadIntervention:
         layer: int,
         z: Float[Tensor, "batch pos head d_head"],
         v: Float[Tensor, "batch pos kv_head d_head"] | None = None,
+        *,
+        window: int | None = None,
     ) -> Float[Tensor, "batch pos head d_head"]:
-        """The edited head outputs of ``layer``."""
+        """The edited head outputs of ``layer``; ``window``: the layer's attention window
+        (``handle.sliding_window(layer)``), which uniform attention keeps to."""
         if self.batched and self.scale.shape[0] != z.shape[0]:
             raise ValueError(
                 f"this intervention holds {self.scale.shape[0]} scale tables (one per batch row) "
@@ -174,7 +180,9 @@ class HeadIntervention:
             if v is None:
                 raise ValueError(f"layer {layer} uses uniform attention but no values were given")
             z = torch.where(
-                self.uniform[layer][:, None].to(z.device), uniform_attention(v, self.spec), z
+                self.uniform[layer][:, None].to(z.device),
+                uniform_attention(v, self.spec, window),
+                z,
             )
         scale = self.scale[..., layer, :, :].to(z)  # (H, D) or (B, H, D)
         z = z * (scale[:, None] if self.batched else scale)
@@ -184,11 +192,19 @@ class HeadIntervention:
 
 
 def uniform_attention(
-    v: Float[Tensor, "batch pos kv_head d_head"], spec: ModelSpec
+    v: Float[Tensor, "batch pos kv_head d_head"], spec: ModelSpec, window: int | None = None
 ) -> Float[Tensor, "batch pos head d_head"]:
-    """Each query head's output under uniform causal attention: the running mean of its values."""
-    positions = torch.arange(1, v.shape[1] + 1, device=v.device, dtype=v.dtype)
-    mean = v.cumsum(dim=1) / positions[None, :, None, None]
+    """Each query head's output under uniform causal attention over the positions it sees: the
+    running mean of its values over ``0..t``, or, in a layer that attends within a sliding
+    ``window`` (Mistral; Qwen2 / Qwen3 / Phi-3 configs with one), over ``t - window + 1..t``
+    as the model's own mask (``j > t - window``)."""
+    T = v.shape[1]
+    total = v.cumsum(dim=1)
+    count = torch.arange(1, T + 1, device=v.device, dtype=v.dtype)
+    if window is not None and window < T:
+        earlier = torch.nn.functional.pad(total, (0, 0, 0, 0, window, 0))[:, :T]
+        total, count = total - earlier, count.clamp(max=window)
+    mean = total / count[None, :, None, None]
     return mean.repeat_interleave(spec.group_size, dim=2)
 
 

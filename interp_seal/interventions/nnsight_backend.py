@@ -33,7 +33,15 @@ from interp_seal.models.handle import ModelHandle
 from interp_seal.models.spec import Family
 
 
-def _edit_in_trace(model, family: Family, iv: HeadIntervention) -> None:
+def _windows(handle: ModelHandle, iv: HeadIntervention) -> dict[int, int | None]:
+    """Each edited layer's attention window, read before the trace: a remote trace serialises
+    what its body refers to, and the handle is not for sending."""
+    return {layer: handle.sliding_window(layer) for layer in iv.active_layers()}
+
+
+def _edit_in_trace(
+    model, family: Family, iv: HeadIntervention, windows: dict[int, int | None]
+) -> None:
     """The trace body applying ``iv``; call it inside a ``trace`` or ``edit`` block of ``model``."""
     H, D, KV = iv.spec.n_heads, iv.spec.d_head, iv.spec.n_kv_heads
     for layer in iv.active_layers():
@@ -45,7 +53,8 @@ def _edit_in_trace(model, family: Family, iv: HeadIntervention) -> None:
             v = (out if rows is None else out[..., rows]).reshape(*out.shape[:2], KV, D)
         o_proj = attn.get(family.o_proj)
         x = o_proj.input  # (B, T, H*D)
-        o_proj.input = iv.edit(layer, x.view(*x.shape[:2], H, D), v).reshape(x.shape)
+        z = iv.edit(layer, x.view(*x.shape[:2], H, D), v, window=windows[layer])
+        o_proj.input = z.reshape(x.shape)
 
 
 def nnsight_logits(
@@ -62,11 +71,11 @@ def nnsight_logits(
     """
     if iv is not None:
         iv.check_model(handle.spec, handle.name_or_path)
-    model = handle.nnsight()
-    family = handle.family
+    model, family = handle.nnsight(), handle.family
+    windows = _windows(handle, iv) if iv is not None else {}
     with torch.no_grad(), model.trace(input_ids, remote=remote):
         if iv is not None:
-            _edit_in_trace(model, family, iv)
+            _edit_in_trace(model, family, iv, windows)
         logits = model.output.logits.save()
     return logits
 
@@ -78,12 +87,11 @@ def nnsight_edit(handle: ModelHandle, iv: HeadIntervention):
     Yields the edited envoy. The previously stored edits are restored on exit, exception or not.
     """
     iv.check_model(handle.spec, handle.name_or_path)
-    model = handle.nnsight()
-    family = handle.family
+    model, family, windows = handle.nnsight(), handle.family, _windows(handle, iv)
     before = list(model._edits)  # nnsight's own snapshot idiom (Envoy._shallow_copy)
     try:
         with model.edit(inplace=True):
-            _edit_in_trace(model, family, iv)
+            _edit_in_trace(model, family, iv, windows)
         yield model
     finally:
         model._edits = before

@@ -23,8 +23,8 @@ from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.models.handle import ModelHandle
 
 
-def _layer_hooks(iv: HeadIntervention, layer: int) -> list[tuple[str, object]]:
-    """``(hook name, hook fn)`` pairs applying ``iv`` to ``layer``."""
+def _layer_hooks(iv: HeadIntervention, layer: int, window: int | None) -> list[tuple[str, object]]:
+    """``(hook name, hook fn)`` pairs applying ``iv`` to ``layer`` (attention ``window``)."""
     values: dict[str, Tensor] = {}
     hooks = []
     if iv.uses_values(layer):
@@ -35,7 +35,7 @@ def _layer_hooks(iv: HeadIntervention, layer: int) -> list[tuple[str, object]]:
         hooks.append((f"blocks.{layer}.attn.hook_v", keep_v))
 
     def edit_z(z: Float[Tensor, "batch pos head d_head"], hook):
-        return iv.edit(layer, z, values.pop("v", None))
+        return iv.edit(layer, z, values.pop("v", None), window=window)
 
     hooks.append((f"blocks.{layer}.attn.hook_z", edit_z))
     return hooks
@@ -46,7 +46,11 @@ def tl_hooks(handle: ModelHandle, iv: HeadIntervention):
     """Install ``iv`` on ``handle.bridge()`` for the duration of the block; yields the bridge."""
     iv.check_model(handle.spec, handle.name_or_path)
     bridge = handle.bridge()
-    fwd_hooks = [hook for layer in iv.active_layers() for hook in _layer_hooks(iv, layer)]
+    fwd_hooks = [
+        hook
+        for layer in iv.active_layers()
+        for hook in _layer_hooks(iv, layer, handle.sliding_window(layer))
+    ]
     with bridge.hooks(fwd_hooks=fwd_hooks):
         yield bridge
 

@@ -38,8 +38,10 @@ class ComposedEdit:
     def uses_values(self, layer: int) -> bool:
         return any(e.uses_values(layer) for e in self.edits)
 
-    def edit(self, layer: int, z: Tensor, v: Tensor | None = None) -> Tensor:
+    def edit(
+        self, layer: int, z: Tensor, v: Tensor | None = None, *, window: int | None = None
+    ) -> Tensor:
         for e, layers in zip(reversed(self.edits), reversed(self._layers), strict=True):
             if layer in layers:
-                z = e.edit(layer, z, v)
+                z = e.edit(layer, z, v, window=window)
         return z

@@ -297,7 +297,9 @@ class ModelHandle:
                 if layer not in self._active_layers:
                     return None
                 x = args[0]  # (B, T, H*D)
-                z = self._active.edit(layer, x.view(*x.shape[:2], H, D), v)
+                z = self._active.edit(
+                    layer, x.view(*x.shape[:2], H, D), v, window=self.sliding_window(layer)
+                )
                 return (z.reshape(x.shape), *args[1:])
 
             return hook

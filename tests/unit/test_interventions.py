@@ -185,6 +185,62 @@ def test_uniform_attention_equals_zeroed_pre_softmax_scores(handle):
     assert max_diff(logits(handle, ids, make_intervention("uniform", handle)), expected) <= TOL
 
 
+def windowed_zeroed_scores_attention(module, query, key, value, attention_mask, scaling, **kw):
+    """``zeroed_scores_attention`` in a layer that attends within ``module.window`` positions."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+    scores = query @ key.transpose(-1, -2) * scaling
+    scores[:, getattr(module, "uniform_heads", [])] = 0.0
+    t = torch.arange(scores.shape[-1])
+    visible = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - module.window)
+    probs = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+    return (probs @ value).transpose(1, 2).contiguous(), probs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_uniform_attention_keeps_to_a_sliding_window(tmp_path, backend):
+    """A Mistral whose 5-position window is shorter than the 12-token input: uniform attention
+    averages the values the head can see, as zeroed pre-softmax scores under the model's own
+    window mask do; the running mean over every earlier position would be 0.1-1 logits off."""
+    import json
+
+    from conftest import build_checkpoint
+
+    from interp_seal.evaluation import teacher_force
+    from interp_seal.tasks.sample import Encoded
+
+    path = build_checkpoint(tmp_path / "mistral", "mistral", seed=5)
+    config = json.loads((tmp_path / "mistral" / "config.json").read_text())
+    (tmp_path / "mistral" / "config.json").write_text(json.dumps(config | {"sliding_window": 5}))
+    handle = load_model(path)
+    assert [handle.sliding_window(layer) for layer in range(2)] == [5, 5]
+    name = "interp_seal_windowed_zeroed_scores"
+    transformers.AttentionInterface.register(name, windowed_zeroed_scores_attention)
+    model = copy.deepcopy(handle.model)
+    model.set_attn_implementation(name)
+    for layer, head in HEADS:
+        attn = model.model.layers[layer].self_attn
+        attn.window = 5
+        attn.uniform_heads = [*getattr(attn, "uniform_heads", []), head]
+    ids = token_ids(handle, batch=1)
+    with torch.no_grad():
+        expected = model(ids).logits
+    iv = make_intervention("uniform", handle)
+    assert max_diff(logits(handle, ids, iv, backend=backend), expected) <= TOL
+    everything = ablate(handle.spec, HEADS, "uniform")  # unwindowed: what the edit did before
+    with torch.no_grad():
+        for m in (model.model.layers[layer].self_attn for layer in range(2)):
+            m.window = 10**6
+        unwindowed = model(ids).logits
+    assert max_diff(unwindowed, expected) > 0.05
+    # the engine's restart of the last layer at the answer rows keeps to the window too
+    enc = Encoded(input_ids=ids[0], answer_start=9)
+    score = teacher_force(handle, [enc], intervention=everything)[0]
+    logprobs = expected[0, 8:11].log_softmax(-1)
+    reference = float(logprobs.gather(-1, ids[0, 9:12, None]).sum())
+    assert score.answer_logprob == pytest.approx(reference, abs=1e-4)
+
+
 # -- context managers --------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_intervene_is_seen_by_logits_and_nests(handle, backend):
