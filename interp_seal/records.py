@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from interp_seal.inputs import RESTART, check_input_file, parse_json, read_json
 from interp_seal.outputs import atomic_path, write_text
 from interp_seal.shards import Shard
 
@@ -57,6 +58,9 @@ def fingerprint(*parts) -> str:
     return digest.hexdigest()[:16]
 
 
+START_OVER = "delete the file to start over"
+
+
 def read_records(path: str | Path, *, repair: bool = True) -> list[dict]:
     """The complete records of ``path`` (none if it does not exist).
 
@@ -66,7 +70,7 @@ def read_records(path: str | Path, *, repair: bool = True) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
+    data = check_input_file(path, "record file").read_bytes()
     if not data.endswith(b"\n"):  # interrupted write: keep the complete lines
         data = data[: data.rfind(b"\n") + 1]
         if repair:  # atomically: another rank may be reading the file right now
@@ -74,18 +78,9 @@ def read_records(path: str | Path, *, repair: bool = True) -> list[dict]:
                 tmp.write_bytes(data)
     records = []
     for lineno, raw in enumerate(data.splitlines(), 1):
-        try:
-            record = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ValueError(
-                f"{path}:{lineno} is not UTF-8 text (damaged?); delete the file to start over"
-            ) from None
-        except json.JSONDecodeError:
-            raise ValueError(
-                f"{path}:{lineno} is not valid JSON; delete the file to start over"
-            ) from None
+        record = parse_json(raw, f"{path}:{lineno}", fix=f"damaged? {START_OVER}")
         if not isinstance(record, dict):
-            raise ValueError(f"{path}:{lineno} is not a JSON object; delete the file to start over")
+            raise ValueError(f"{path}:{lineno} is not a JSON object; {START_OVER}")
         records.append(record)
     return records
 
@@ -202,13 +197,7 @@ def open_manifest(path: Path, manifest: dict, *, resume: bool, what: str = "run"
         out.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(manifest, indent=1))
         return
-    try:
-        old = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise ValueError(
-            f"{path} is not valid JSON (written by an older version or edited by hand); "
-            "delete the directory to start over, or choose another output directory"
-        ) from None
+    old = read_json(path, "run manifest", fix=RESTART)
     if not resume:
         raise ValueError(
             f"{out} already holds a {what}; pass resume=True (--resume) to continue it, "

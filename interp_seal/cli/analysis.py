@@ -38,6 +38,7 @@ from interp_seal.cli.common import (
     DistinctHeads,
     add_resume_argument,
     chat_template_argument,
+    finite_float,
     head,
     index_style_argument,
     line_count,
@@ -131,7 +132,7 @@ def _sweep_arguments(parser: argparse.ArgumentParser) -> None:
     index_style_argument(parser)
     chat_template_argument(parser)
     parser.add_argument("--mode", choices=MODES, default="zero", help="ablation mode")
-    parser.add_argument("--factor", type=float, help="multiplier for --mode scale")
+    parser.add_argument("--factor", type=finite_float, help="multiplier for --mode scale")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     add_resume_argument(parser)
     parser.add_argument(

@@ -6,7 +6,10 @@ exit with status 2, so the message always names the flag the user typed:
 
 - ``positive_int`` / ``nonnegative_int``: counts; ``sample_count`` (``--n``, ``--samples``)
   and ``line_count`` (``--num-lines``, line ``--lengths``) also refuse absurd sizes;
-- ``head``: ``LAYER.HEAD`` (``1.3``) -> ``(1, 3)``.
+- ``finite_float`` / ``positive_float`` / ``fraction``: real numbers (learning rates,
+  temperatures, thresholds, minutes), never NaN or infinity;
+- ``head``: ``LAYER.HEAD`` (``1.3``) -> ``(1, 3)``;
+- ``device``: ``--device``, a device this machine has (``models.load.resolve_device``).
 
 ``read_table`` reads a CSV table given by an option (score tables), checking its columns.
 
@@ -25,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
+from interp_seal.inputs import check_input_file
 from interp_seal.outputs import check_output_dir, check_output_file
 
 
@@ -100,6 +105,33 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def finite_float(text: str) -> float:
+    """A real number; NaN and infinity are refused (``float()`` accepts both)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (a learning rate, a temperature, a time limit)."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A finite number from 0 to 1 (a weight between two losses, a threshold on attention)."""
+    value = finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, got {text}")
+    return value
+
+
 def head(text: str) -> tuple[int, int]:
     """``"1.3"`` -> ``(1, 3)``: head 3 of layer 1 (both counted from 0)."""
     layer, dot, index = text.partition(".")
@@ -159,12 +191,12 @@ def read_table(path: Path, flag: str, columns: Iterable[str]):
     """The CSV table that option ``flag`` names, with at least ``columns``.
 
     Raises FileNotFoundError or ValueError naming the flag and the file when it is missing, not
-    a CSV table, or lacks a column, so a wrong file fails before any model is loaded.
+    a regular file (``inputs.check_input_file``), not a CSV table, or lacks a column, so a wrong
+    file fails before any model is loaded.
     """
     import pandas as pd
 
-    if not path.is_file():
-        raise FileNotFoundError(f"{flag} {path}: no such file")
+    check_input_file(path, f"{flag} file")
     try:
         table = pd.read_csv(path)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
@@ -221,6 +253,17 @@ def add_output_options(root: argparse.ArgumentParser) -> None:
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+def device(text: str) -> str:
+    """``--device``: a device this machine has (``resolve_device``), kept as typed."""
+    from interp_seal.models.load import resolve_device
+
+    try:
+        resolve_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def add_model_options(root: argparse.ArgumentParser) -> None:
     """``--device``, ``--dtype`` and ``--device-map`` on every command with ``--model`` that
     runs the model where it is loaded (training commands place it through accelerate and
@@ -236,6 +279,7 @@ def add_device_arguments(parser: argparse.ArgumentParser, *, device_map: bool = 
     precision a model runs (the benchmarks take the same first two)."""
     parser.add_argument(
         "--device",
+        type=device,
         default="cpu",
         help="where the model runs: cpu, cuda, cuda:N, mps, or auto (a GPU if there is one)",
     )

@@ -26,6 +26,7 @@ from pathlib import Path
 from interp_seal.cli.common import (
     DistinctHeads,
     chat_template_argument,
+    finite_float,
     head,
     head_label,
     index_style_argument,
@@ -74,7 +75,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="also generate and score (LongChat's protocol) and report agreement",
     )
-    lines.add_argument("--factor", type=float, help="multiplier for --mode scale")
+    lines.add_argument("--factor", type=finite_float, help="multiplier for --mode scale")
     lines.add_argument(
         "--threads", type=positive_int, help="torch threads (default: torch's choice)"
     )
@@ -229,7 +230,13 @@ def run_generated(args: argparse.Namespace) -> int:
                 f"{args.predictions} record {i + 1} has no {args.field!r} field (fields: "
                 f"{sorted(row)}); pass --field"
             )
-        predictions.append(str(row[args.field]))
+        if not isinstance(row[args.field], str):
+            raise ValueError(
+                f"{args.predictions} record {i + 1}: field {args.field!r} is "
+                f"{row[args.field]!r:.40} ({type(row[args.field]).__name__}), not the text a "
+                "model generated; write each prediction as a JSON string, or pass --field"
+            )
+        predictions.append(row[args.field])
     scores = score_records(records, predictions)
     table = scores.groupby("task", sort=True)["score"].agg(["count", "mean"]).reset_index()
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))

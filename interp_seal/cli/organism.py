@@ -14,7 +14,13 @@ import dataclasses
 import shlex
 import sys
 
-from interp_seal.cli.common import add_resume_argument, model_options, positive_int, sample_count
+from interp_seal.cli.common import (
+    add_resume_argument,
+    model_options,
+    positive_float,
+    positive_int,
+    sample_count,
+)
 
 DEFAULT_LENGTHS = (5, 10, 20, 30, 40, 50, 60, 70, 80)  # the shipped (v1) card's
 DEFAULT_PRUNE_LINES = 80
@@ -28,7 +34,9 @@ def register(subparsers) -> None:
     train.add_argument("--out", required=True, help="output directory (checkpoints in OUT/state)")
     train.add_argument("--seed", type=int, default=0, help="seed of the weights and the data")
     train.add_argument("--steps", type=positive_int, help="total steps (default: the recipe's)")
-    train.add_argument("--max-minutes", type=float, help="stop (resumably) after this long")
+    train.add_argument(
+        "--max-minutes", type=positive_float, help="stop (resumably) after this long"
+    )
     add_resume_argument(train)
     train.add_argument("--smoke", action="store_true", help="tiny model, 6 steps (CI)")
     train.add_argument(
@@ -178,11 +186,11 @@ def settings(args: argparse.Namespace):
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    import json
     from pathlib import Path
 
     import torch
 
+    from interp_seal.inputs import read_json
     from interp_seal.models import load_model
     from interp_seal.organism.card import PARTS, measure_parts, reports, write_card
 
@@ -190,10 +198,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     parts = args.parts or PARTS
     training = None
     if args.training_json:
-        path = Path(args.training_json)
-        if not path.is_file():
-            raise SystemExit(f"--training-json {path}: no such file (a JSON object of the run)")
-        training = json.loads(path.read_text())
+        training = read_json(args.training_json, "--training-json file")
     torch.set_num_threads(args.threads)
     handle = load_model(args.model, **model_options(args))
     values = measure_parts(handle, lines, tasks, parts=parts, results=args.results)

@@ -32,7 +32,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from interp_seal.cli.common import add_resume_argument, model_options, positive_int, read_table
+from interp_seal.cli.common import (
+    add_resume_argument,
+    finite_float,
+    fraction,
+    model_options,
+    positive_int,
+    read_table,
+)
 from interp_seal.outputs import write_html, write_table
 from interp_seal.shards import Shard
 
@@ -57,7 +64,7 @@ def register(subparsers) -> None:
     passages = sub.add_parser("passage-scores", help="MuDAF passage-level retrieval scores")
     _common(passages)
     passages.add_argument("--golden", type=Path, help="golden passage ids of a LongBench file")
-    passages.add_argument("--eps", type=float, default=0.3, help="attended-passage threshold")
+    passages.add_argument("--eps", type=fraction, default=0.3, help="attended-passage threshold")
     passages.add_argument(
         "--em-attended-only",
         action="store_true",
@@ -73,7 +80,9 @@ def register(subparsers) -> None:
 
     needle = sub.add_parser("needle-scores", help="Retrieval Head copy-paste scores (NIAH)")
     _common(needle)
-    needle.add_argument("--threshold", type=float, default=0.1, help="retrieval-head threshold")
+    needle.add_argument(
+        "--threshold", type=finite_float, default=0.1, help="retrieval-head threshold"
+    )
     needle.add_argument(
         "--max-new-tokens", type=positive_int, help="greedy steps (default: the answer's length)"
     )
@@ -155,13 +164,13 @@ def _setup(args: argparse.Namespace, needs: str | None = None):
     ``needs`` before the model loads); the output directory created."""
     import torch
 
+    from interp_seal.inputs import check_input_file
     from interp_seal.models import load_model
     from interp_seal.tasks.jsonl import read_golden, read_samples
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if not args.samples.is_file():
-        raise FileNotFoundError(f"no such sample file: {args.samples}")
+    check_input_file(args.samples, "sample file")
     golden = read_golden(args.golden) if getattr(args, "golden", None) else None
     samples = read_samples(args.samples, golden=golden)[: args.limit]
     if not samples:

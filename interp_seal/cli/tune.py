@@ -36,16 +36,19 @@ from interp_seal.cli.common import (
     DistinctHeads,
     add_resume_argument,
     chat_template_argument,
+    fraction,
     head,
     index_style_argument,
     line_count,
     model_options,
     nonnegative_int,
+    positive_float,
     positive_int,
     read_table,
     sample_count,
 )
 from interp_seal.defaults import RECORDS_PER_LENGTH, TASKS, TUNING_SAMPLES
+from interp_seal.inputs import read_json
 from interp_seal.outputs import write_table, write_text
 from interp_seal.tuning.methods import by_command
 
@@ -62,7 +65,7 @@ def register(subparsers) -> None:
         p = sub.add_parser(method, help=by_command(method).summary)
         _training_args(p, method)
         p.add_argument("--rank", type=positive_int, default=4, help="adapter rank (SEAL: 4)")
-        p.add_argument("--alpha", type=float, default=8.0, help="LoRA alpha")
+        p.add_argument("--alpha", type=positive_float, default=8.0, help="LoRA alpha")
         p.set_defaults(func=run_peft, dora=dora, torchrun="accelerate")
 
     for method in ("mudaf", "sft"):
@@ -97,9 +100,11 @@ def register(subparsers) -> None:
             p.add_argument(
                 "--scores", type=Path, help="head_scores.csv (retrieval) or retrieval.csv (tune)"
             )
-            p.add_argument("--select-tau", type=float, default=0.05, help="sampling temperature")
-            p.add_argument("--alpha", type=float, default=0.5, help="contrastive loss weight")
-            p.add_argument("--tau", type=float, default=0.05, help="cosine temperature")
+            p.add_argument(
+                "--select-tau", type=positive_float, default=0.05, help="sampling temperature"
+            )
+            p.add_argument("--alpha", type=fraction, default=0.5, help="contrastive loss weight")
+            p.add_argument("--tau", type=positive_float, default=0.05, help="cosine temperature")
             p.add_argument("--per-head", action="store_true", help="one loss per head")
 
     ev = sub.add_parser("evaluate", help="line-retrieval accuracy vs length, base vs tuned")
@@ -169,7 +174,9 @@ def _training_args(p: argparse.ArgumentParser, method: str) -> None:
     p.add_argument("--data-seed", type=int, default=1000, help="seed of the generated samples")
     index_style_argument(p)
     chat_template_argument(p)
-    p.add_argument("--lr", type=float, default=by_command(method).lr, help="AdamW lr (constant)")
+    p.add_argument(
+        "--lr", type=positive_float, default=by_command(method).lr, help="AdamW lr (constant)"
+    )
     p.add_argument("--epochs", type=positive_int, default=1, help="passes over the tuning data")
     p.add_argument(
         "--batch-size", type=positive_int, default=1, help="samples per process per step"
@@ -382,12 +389,20 @@ def run_merge(args) -> None:
     print(f"merged {scale_file.granularity} scales into {args.into}: {out}")
 
 
-def _named(pairs: list[str]) -> dict[str, str]:
-    named = {}
+def _named(pairs: list[str], flag: str, taken: tuple[str, ...] = ()) -> dict[str, str]:
+    """``NAME=PATH`` pairs of option ``flag`` as a dict; each name once, none of ``taken``
+    (``base`` and the names of another option: one would silently replace the other's row)."""
+    named: dict[str, str] = {}
     for pair in pairs:
         name, sep, path = pair.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"expected NAME=PATH, got {pair!r}")
+            raise ValueError(f"{flag}: expected NAME=PATH, got {pair!r}")
+        if name in named or name in ("base", *taken):
+            what = "the base model's row" if name == "base" else "given twice"
+            raise ValueError(
+                f"{flag}: the name {name!r} is {what} ({pair!r}); give each file its own name, "
+                "since each names one row of the table"
+            )
         named[name] = path
     return named
 
@@ -398,7 +413,8 @@ def run_evaluate(args) -> None:
     from interp_seal.tuning.evaluate import accuracy_by_method
     from interp_seal.tuning.scales import load_scales
 
-    scale_paths, tuned_paths = _named(args.scales), _named(args.tuned)
+    scale_paths = _named(args.scales, "--scales")
+    tuned_paths = _named(args.tuned, "--tuned", taken=tuple(scale_paths))
     if args.threads:
         import torch
 
@@ -432,6 +448,18 @@ def run_evaluate(args) -> None:
         write_table(provenance, args.out / "accuracy.csv")
 
 
+def _read_targets(path: Path) -> list[tuple[int, int]]:
+    """The ``[[layer, head], ...]`` of a MuDAF run's ``heads.json`` (``--targets``)."""
+    fix = "pass the heads.json that `interp-seal tune mudaf` writes"
+    heads = read_json(path, "--targets file", fix=fix)
+    pairs = isinstance(heads, list) and all(
+        isinstance(h, list) and len(h) == 2 and all(type(x) is int for x in h) for h in heads
+    )
+    if not pairs:
+        raise ValueError(f"--targets {path} is not a JSON list of [layer, head] pairs; {fix}")
+    return [tuple(h) for h in heads]
+
+
 def run_retrieval(args) -> None:
     from interp_seal.models import load_model
     from interp_seal.tuning.data import format_samples, with_line_passages
@@ -441,10 +469,10 @@ def run_retrieval(args) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+    tuned = _named(args.tuned, "--tuned")
+    targets = _read_targets(args.targets) if args.targets else []
     handles = {"base": load_model(args.model, **model_options(args))}
-    handles |= {
-        name: load_model(path, **model_options(args)) for name, path in _named(args.tuned).items()
-    }
+    handles |= {name: load_model(path, **model_options(args)) for name, path in tuned.items()}
     tokenizer = handles["base"].tokenizer
     samples = format_samples(
         args.task,
@@ -456,7 +484,6 @@ def run_retrieval(args) -> None:
     )
     if args.task == "line_retrieval":
         samples = [with_line_passages(s) for s in samples]
-    targets = [tuple(h) for h in json.loads(args.targets.read_text())] if args.targets else []
     table = retrieval_by_method(handles, samples, targets=targets)
     shown = table[table["target"]] if targets else table[table["rank"] <= 8]
     print(shown.pivot(index=["layer", "head"], columns="method", values="f1").to_string())

@@ -68,6 +68,11 @@ def score_records(records: Sequence[Mapping], predictions: Sequence[str]) -> pd.
         )
     rows = []
     for i, (record, prediction) in enumerate(zip(records, predictions, strict=True)):
+        if not isinstance(prediction, str):
+            raise TypeError(
+                f"prediction {i} is {prediction!r:.40} ({type(prediction).__name__}), not the "
+                "text a model generated; pass strings (a non-string would score 0 silently)"
+            )
         if "expected_number" in record:
             task, score = "longeval", float(score_output(prediction, record["expected_number"]))
         elif "answers" in record:

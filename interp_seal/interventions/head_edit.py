@@ -35,6 +35,9 @@ from torch import Tensor
 from interp_seal.models.spec import ModelSpec
 
 ABLATION_MODES = ("zero", "scale", "mean", "uniform")
+REAL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""What a scale table may hold: complex factors would lose their imaginary part (``1j`` would
+prune every head), float8 and integers are not the trained values."""
 Head = tuple[int, int]  # (layer, head): the one name for a head across the library
 
 
@@ -91,12 +94,11 @@ class HeadIntervention:
                 f"scale has shape {tuple(self.scale.shape)}; this model needs (L, H, D) = "
                 f"{(L, H, D)} or (batch, L, H, D). Scales made for another model cannot be applied."
             )
-        if not torch.isfinite(self.scale).all():
-            raise ValueError("scale contains NaN or inf values; refusing to apply it")
+        check_real(self.scale, "scale")
         if self.offset is not None and tuple(self.offset.shape) != (L, H, D):
             raise ValueError(f"offset has shape {tuple(self.offset.shape)}, expected {(L, H, D)}")
-        if self.offset is not None and not torch.isfinite(self.offset).all():
-            raise ValueError("offset contains NaN or inf values; refusing to apply it")
+        if self.offset is not None:
+            check_real(self.offset, "offset")
         if self.uniform is not None and tuple(self.uniform.shape) != (L, H):
             raise ValueError(f"uniform has shape {tuple(self.uniform.shape)}, expected {(L, H)}")
         if self.mode not in ABLATION_MODES:
@@ -110,7 +112,7 @@ class HeadIntervention:
     @classmethod
     def from_scales(cls, spec: ModelSpec, scales: Tensor) -> HeadIntervention:
         """From a scale tensor of shape ``(L, H, D)``, ``(L, H, 1)`` (per head) or batched."""
-        scales = torch.as_tensor(scales, dtype=torch.float32)
+        scales = check_real(torch.as_tensor(scales), "scales").float()
         if scales.shape[-1] == 1 and spec.d_head != 1:
             scales = scales.expand(*scales.shape[:-1], spec.d_head)
         return cls(spec=spec, scale=scales.clone())
@@ -189,6 +191,20 @@ class HeadIntervention:
         if self.offset is not None:
             z = z + self.offset[layer].to(z)
         return z
+
+
+def check_real(values: Tensor, name: str) -> Tensor:
+    """``values`` if it holds real, finite floats (``REAL_DTYPES``); else ``ValueError``."""
+    if values.dtype not in REAL_DTYPES:
+        raise ValueError(
+            f"{name} are {str(values.dtype).removeprefix('torch.')}, but a scale table holds real "
+            "floats (float32): convert it with .float() if that is what you meant (complex "
+            "factors would lose their imaginary part; float8 and integers are not trained values)"
+        )
+    if not torch.isfinite(values).all():
+        bad = int((~torch.isfinite(values)).sum())
+        raise ValueError(f"{name} contain {bad} NaN or inf values; refusing to use them")
+    return values
 
 
 def uniform_attention(

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
 from interp_seal.models.checks import (
@@ -32,6 +33,7 @@ from interp_seal.models.checks import (
     check_hub_name,
     check_loaded_weights,
     check_tokenizer_files,
+    check_vocabulary,
 )
 from interp_seal.models.gguf import gguf_target
 from interp_seal.models.handle import BACKENDS, ModelHandle
@@ -89,19 +91,29 @@ def load_config(name_or_path: str | Path, *, trust_remote_code: bool = False):
                 "be a supported family)."
             ) from err
         raise UnsupportedModelError(
-            f"cannot read a model config from {name_or_path!r}: {err}"
-        ) from err
-    except (ZeroDivisionError, TypeError) as err:  # transformers' own validation of the sizes
+            f"cannot read a model config from {name_or_path!r}: {_reason(err)}"
+        ) from None
+    except (StrictDataclassError, KeyError, ZeroDivisionError, TypeError) as err:
+        # transformers' own validation of what check_config does not cover
         raise CheckpointError(
-            f"the config of {name_or_path!r} describes an impossible model ({type(err).__name__}: "
-            f"{err}); check num_attention_heads, num_key_value_heads and hidden_size"
+            f"the config of {name_or_path!r} describes an impossible model ({_reason(err)}); "
+            "check num_attention_heads, num_key_value_heads, hidden_size and rope_parameters "
+            "in its config.json"
         ) from None
     except OSError as err:
         raise ModelNotFoundError(
             f"model {name_or_path!r} not found: it is not a local checkpoint directory, not the "
             "bundled 'organism', and could not be fetched from the Hugging Face hub or found in "
-            f"its local cache (offline?). Underlying error: {err}"
+            f"its local cache (offline?). Underlying error: {_reason(err)}"
         ) from err
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of what raised ``err`` (pydantic-style wrappers keep it as the cause),
+    without the advice that follows it (e.g. to upgrade transformers, which the lock pins)."""
+    cause = err.__cause__ or err
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}"
 
 
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
@@ -125,9 +137,15 @@ def load_tokenizer(target: str, *, trust_remote_code: bool = False):
 DEVICE_MAPS = (None, "auto")
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+"""Where a model runs: torch's other device types hold no data (``meta``) or are not supported."""
+USE_DEVICES = "use --device cpu, cuda, cuda:N, mps or auto"
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """``"auto"`` -> the first CUDA GPU, else Apple's MPS, else the CPU; other names checked
-    (``cuda:3`` on a machine with two GPUs is an error that says what is there)."""
+    (``cuda:3`` on a machine with two GPUs, ``meta`` or ``vulkan`` are errors that say what is
+    there)."""
     if str(device) == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -136,10 +154,17 @@ def resolve_device(device: str | torch.device) -> torch.device:
         return torch.device("cpu")
     try:
         device = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(
-            f"unknown device {str(device)!r} ({err}); use cpu, cuda, cuda:N, mps or auto"
-        ) from None
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {str(device)!r}; {USE_DEVICES}") from None
+    if device.type not in DEVICE_TYPES:
+        why = (
+            "holds shapes but no data, so no number could be computed"
+            if device.type == "meta"
+            else "is not a device interp-seal runs models on"
+        )
+        raise ValueError(f"device {str(device)!r} {why}; {USE_DEVICES}")
+    if device.type == "cpu" and device.index not in (None, 0):
+        raise ValueError(f"device {device} does not exist (the CPU is cpu); {USE_DEVICES}")
     if device.type == "cuda":
         count = torch.cuda.device_count()
         if count == 0:
@@ -148,7 +173,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
             )
         if device.index is not None and device.index >= count:
             raise ValueError(
-                f"device {device} asked for, but this machine has {count} CUDA GPUs (cuda:0..cuda:{count - 1})"
+                f"device {device} asked for, but this machine has {count} CUDA GPUs "
+                f"(cuda:0..cuda:{count - 1}); use one of them"
             )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(
@@ -200,6 +226,7 @@ def load_model(
     except ValueError as err:
         raise CheckpointError(f"{name_or_path}: {err}") from None
     tokenizer = load_tokenizer(target, trust_remote_code=trust_remote_code)
+    check_vocabulary(str(name_or_path), config, tokenizer)
     model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
         target,
         dtype=dtype,

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from interp_seal.checkpoints import load_optimizer, save_optimizer
+from interp_seal.inputs import RESTART, read_json
 from interp_seal.outputs import atomic_dir, recover_dir
 
 
@@ -91,7 +92,7 @@ def save_state(out: Path, model, optimizer, cfg, step: int, cur, seconds: float)
 def load_state(out: Path, model, optimizer, cfg) -> tuple[int, dict, float]:
     """Restore ``save_state``'s checkpoint; returns (step, curriculum fields, seconds so far)."""
     state = out / "state"
-    meta = json.loads((state / "trainer.json").read_text())
+    meta = read_json(state / "trainer.json", "training state", fix=RESTART)
     if meta["config"] != json.loads(json.dumps(asdict(cfg))):
         raise ValueError(
             f"{state} was written with a different config; resume with the same options"

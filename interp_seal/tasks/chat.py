@@ -28,17 +28,21 @@ the assistant turn, and the answer follows it as before. Without a prefix the an
 the assistant's reply. Passage and needle character spans are shifted by the text the template
 puts before the prompt, so ``Sample.encode`` finds their tokens in the wrapped prompt.
 
-A template must copy the prompt verbatim; one that drops or rewrites it (a template without the
-message content, one that trims or escapes it) is refused with an error before any forward. When
-the tokenizer adds BOS by itself and the rendered template starts with the BOS text, that text is
-dropped (``apply_chat_template`` tokenises without special tokens; ``Sample.encode`` with them),
-so BOS appears once either way.
+The tokenizer's template is rendered by transformers in jinja2's sandbox, in a thread stopped
+after ``RENDER_SECONDS``: a template that fails, or loops for hours, is an error naming the
+template and the fix. A template must copy the prompt verbatim; one that drops or rewrites it
+(a template without the message content, one that trims or escapes it) is refused with an
+error before any forward. When the tokenizer adds BOS by itself and the rendered template
+starts with the BOS text, that text is dropped (``apply_chat_template`` tokenises without
+special tokens; ``Sample.encode`` with them), so BOS appears once either way.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 
 from interp_seal.defaults import CHAT_TEMPLATES
 from interp_seal.tasks import line_retrieval
@@ -49,6 +53,9 @@ VICUNA_SYSTEM = (
     "gives helpful, detailed, and polite answers to the user's questions."
 )
 NAMED_TEMPLATES = {"vicuna": VICUNA_SYSTEM + " USER: {prompt} ASSISTANT:"}
+RENDER_SECONDS = 5.0
+"""The most one message's rendering may take (a real template takes milliseconds; transformers
+renders in jinja2's sandbox, which stops attribute tricks but not a loop of 10^10 steps)."""
 TEMPLATES = CHAT_TEMPLATES  # "none", "tokenizer", then NAMED_TEMPLATES' names
 assert TEMPLATES == ("none", "tokenizer", *NAMED_TEMPLATES)
 
@@ -94,13 +101,56 @@ def render(template: str, prompt: str, tokenizer) -> str:
     """The conversation text of one user turn ``prompt`` with the assistant's turn opened."""
     if template in NAMED_TEMPLATES:
         return NAMED_TEMPLATES[template].replace("{prompt}", prompt)
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    text = _within_time(
+        lambda: tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        ),
+        f"the chat template of {tokenizer.name_or_path}",
     )
     bos = tokenizer.bos_token
     if bos and text.startswith(bos) and _adds_bos(tokenizer):
         text = text[len(bos) :]
     return text
+
+
+class _Stopped(BaseException):
+    """Raised inside a rendering thread that ran past ``RENDER_SECONDS``."""
+
+
+def _within_time(render: Callable[[], str], what: str) -> str:
+    """``render()`` in a thread of its own, stopped after ``RENDER_SECONDS``; any failure of
+    the template is a ``ValueError`` naming ``what`` and the fix."""
+    fix = (
+        "fix the template (chat_template.jinja or tokenizer_config.json's chat_template), or "
+        "use --chat-template none or vicuna"
+    )
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["text"] = render()
+        except Exception as err:  # a template can raise anything: reported below
+            result["error"] = err
+        except _Stopped:
+            pass
+
+    worker = threading.Thread(target=run, name="chat-template", daemon=True)
+    worker.start()
+    worker.join(RENDER_SECONDS)
+    if worker.is_alive():  # stop it at its next bytecode (templates are compiled to Python)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(worker.ident), ctypes.py_object(_Stopped)
+        )
+        worker.join(1.0)
+        raise ValueError(
+            f"{what} did not finish rendering one message in {RENDER_SECONDS:g} s (a loop that "
+            f"never ends?); {fix}"
+        )
+    if "error" in result:
+        err = result["error"]
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"{what} failed ({type(err).__name__}: {reason}); {fix}")
+    return result["text"]
 
 
 def _adds_bos(tokenizer) -> bool:

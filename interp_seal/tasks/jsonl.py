@@ -25,8 +25,9 @@ One task per file; ``read_samples`` tells the task from the first record's field
   file (``read_golden``), e.g. MuDAF's hand annotations of HotpotQA.
 
 A malformed line (bad JSON, a missing field, a field of the wrong type, a span that does not
-point at its text, golden ids out of range) raises ``ValueError("{path}:{line}: ...")`` naming
-the field.
+point at its text, golden ids out of range; a line past 16 MiB, nested too deep or holding a
+lone surrogate: ``interp_seal.inputs.parse_json``) raises ``ValueError("{path}:{line}: ...")``
+naming the field; a path that is not a regular file is refused before it is opened.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from interp_seal.inputs import MAX_JSON_BYTES, check_input_file, parse_json, read_json
 from interp_seal.outputs import atomic_path, write_text
 from interp_seal.tasks import line_retrieval, longbench
 from interp_seal.tasks.sample import Sample
@@ -236,26 +238,15 @@ _SIGNATURE = {"line_retrieval": "expected_number", "needle": "needle_span", "pas
 
 def _records(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number in the file, object) for each non-blank line of a JSONL file."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+    check_input_file(path, "JSONL file")
     with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ValueError(
-                    f"{path}:{lineno}: not UTF-8 text; is this a JSONL file?"
-                ) from None
-            if not line.strip():
+        lineno = 0
+        while raw := f.readline(MAX_JSON_BYTES + 1):  # a line past the limit is refused whole
+            lineno += 1
+            if not raw.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                column = min(err.pos, len(line.rstrip("\r\n"))) + 1
-                raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({err.msg}, column {column}); each "
-                    "line must hold one complete JSON object"
-                ) from None
+            fix = "each line must hold one complete JSON object"
+            record = parse_json(raw, f"{path}:{lineno}", fix=fix)
             if not isinstance(record, dict):
                 raise ValueError(
                     f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}"
@@ -373,14 +364,7 @@ def read_golden(path: str | Path) -> dict[str, tuple[int, ...]]:
                 raise ValueError(f"{path}:{lineno}: {err}") from None
             golden[record["_id"]] = tuple(record["golden"])
         return golden
-    if not path.is_file():
-        raise FileNotFoundError(f"no such golden-id file: {path}")
-    try:
-        mapping = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text; expected a JSON object of _id -> ids") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    mapping = read_json(path, "golden-id file", fix="expected a JSON object of _id -> golden ids")
     if not isinstance(mapping, dict):
         raise ValueError(f"{path}: expected a JSON object of _id -> golden ids")
     for key, ids in mapping.items():

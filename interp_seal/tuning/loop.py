@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from interp_seal.checkpoints import load_optimizer, save_optimizer
+from interp_seal.inputs import RESTART, read_json
 from interp_seal.outputs import atomic_dir
 from interp_seal.records import fingerprint
 from interp_seal.tuning.data import Example, TrainingBatch, check_window, collate
@@ -227,7 +228,7 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
 
 
 def _load_checkpoint(path: Path, tuner: Tuner, identity: dict) -> dict:
-    info = json.loads((path / "state.json").read_text())
+    info = read_json(path / "state.json", "checkpoint state", fix=RESTART)
     if info["identity"] != identity:
         raise ValueError(
             f"the checkpoint in {path} was written by a different run (tuner, training config, "

@@ -9,8 +9,10 @@ that is 1,024 and 131,072 parameters (SEAL, Table 1).
 A scale file is a safetensors file with one tensor, ``"scales"``, and string metadata: the model
 it was tuned on, its geometry (JSON of ``ModelSpec``), the granularity, the task and the
 hyperparameters (JSON). ``load_scales`` refuses files whose geometry differs from the model's,
-files holding NaN or inf, truncated or corrupt files and files without this metadata, each with
-a message saying what is wrong; ``save_scales`` writes the file whole or not at all.
+files holding anything but real finite floats (NaN, inf, complex, float8, integers), special
+files (``inputs.check_input_file``), truncated or corrupt files and files without this metadata
+(its JSON read within ``inputs.parse_json``'s limits), each with a message saying what is wrong;
+``save_scales`` writes the file whole or not at all.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from interp_seal.inputs import check_input_file, parse_json
+from interp_seal.interventions.head_edit import check_real
 from interp_seal.models.spec import ModelSpec
 from interp_seal.outputs import atomic_path
 
@@ -48,7 +52,8 @@ def init_scales(spec: ModelSpec, granularity: str) -> Float[Tensor, "layer head 
 
 
 def check_scales(scales: Tensor, spec: ModelSpec) -> str:
-    """The granularity of ``scales`` for a model of geometry ``spec``; raises if they don't fit."""
+    """The granularity of ``scales`` for a model of geometry ``spec``; raises if they don't fit
+    or are not real finite floats (``check_real``)."""
     L, H, D = spec.shape
     shape = tuple(scales.shape)
     if shape == (L, H, 1):
@@ -60,9 +65,7 @@ def check_scales(scales: Tensor, spec: ModelSpec) -> str:
             f"scales of shape {shape} do not fit this model: it needs (L, H, 1) = {(L, H, 1)} "
             f"for per-head scales or (L, H, D) = {(L, H, D)} for per-channel scales"
         )
-    if not torch.isfinite(scales).all():
-        bad = int((~torch.isfinite(scales)).sum())
-        raise ValueError(f"scales contain {bad} NaN or inf values; refusing to use them")
+    check_real(scales, "scales")
     return granularity
 
 
@@ -113,11 +116,11 @@ def save_scales(path: str | Path, scale_file: ScaleFile) -> Path:
 
 
 REQUIRED_METADATA = ("model", "geometry", "granularity", "task", "hyperparameters")
+REMEDY = "write it again with `interp-seal tune seal-h` / `seal-c` (or save_scales)"
 
 
 def _read(path: Path) -> tuple[dict, Tensor]:
     """The metadata and the ``scales`` tensor of a scale file; ValueError if it is not one."""
-    remedy = "write it again with `interp-seal tune seal-h` / `seal-c` (or save_scales)"
     try:
         with safe_open(str(path), framework="pt") as f:
             metadata, keys = f.metadata() or {}, set(f.keys())
@@ -125,25 +128,22 @@ def _read(path: Path) -> tuple[dict, Tensor]:
     except SafetensorError as err:
         raise ValueError(
             f"{path} is not a readable safetensors file ({err}): it is truncated or corrupt. "
-            f"Copy it again, or {remedy}."
+            f"Copy it again, or {REMEDY}."
         ) from None
     if metadata.get("format") != FORMAT or scales is None:
         raise ValueError(
             f"{path} is not an interp-seal scale file (expected a 'scales' tensor and metadata "
             f"format={FORMAT!r}; found tensors {sorted(keys)} and metadata keys "
-            f"{sorted(metadata)}); {remedy}."
+            f"{sorted(metadata)}); {REMEDY}."
         )
     missing = [k for k in REQUIRED_METADATA if k not in metadata]
     if missing:
-        raise ValueError(f"{path} lacks the metadata {missing} of a scale file; {remedy}.")
+        raise ValueError(f"{path} lacks the metadata {missing} of a scale file; {REMEDY}.")
     return metadata, scales
 
 
 def _json_field(path: Path, metadata: dict, key: str) -> dict:
-    try:
-        value = json.loads(metadata[key])
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: metadata {key!r} is not valid JSON ({err.msg})") from None
+    value = parse_json(metadata[key], f"{path}: metadata {key!r}", fix=REMEDY)
     if not isinstance(value, dict):
         raise ValueError(f"{path}: metadata {key!r} must be a JSON object, got {value!r:.60}")
     return value
@@ -156,9 +156,7 @@ def load_scales(path: str | Path, spec: ModelSpec | None = None) -> ScaleFile:
     A missing file raises FileNotFoundError; a truncated or corrupt file, one that is not a
     scale file, or one whose metadata is incomplete raises ValueError naming the file.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no scale file at {path}")
+    path = check_input_file(path, "scale file")
     metadata, scales = _read(path)
     try:
         saved = ModelSpec(**_json_field(path, metadata, "geometry"))
@@ -172,6 +170,10 @@ def load_scales(path: str | Path, spec: ModelSpec | None = None) -> ScaleFile:
             f"this model's ({', '.join(f'{k}: file {a} vs model {b}' for k, (a, b) in diff.items())}); "
             "scales only transfer between models of identical geometry"
         )
+    try:
+        check_scales(scales, saved)
+    except ValueError as err:  # the tensor: its shape, its dtype, its values
+        raise ValueError(f"{path}: {err}") from None
     return ScaleFile(
         scales=scales,
         spec=saved,

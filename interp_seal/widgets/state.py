@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from interp_seal.inputs import parse_json
 from interp_seal.interventions import Head
 from interp_seal.models import ModelSpec
 
@@ -108,10 +109,9 @@ class DashboardState:
         With ``spec``, refuse a view made for another geometry; with ``records`` (number of
         records per length of the dashboard), refuse a DLA record the dashboard does not have.
         """
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as err:
-            raise ValueError(f"the dashboard state is not valid JSON ({err})") from None
+        if not isinstance(text, str | bytes):
+            raise ValueError(f"the dashboard state must be JSON text, got {type(text).__name__}")
+        data = parse_json(text, "the dashboard state", fix="copy it from a dashboard's 'state' box")
         if not isinstance(data, dict) or data.pop("format", None) != FORMAT:
             raise ValueError(
                 f"this is not a dashboard state (expected a JSON object with format={FORMAT!r});"

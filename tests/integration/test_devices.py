@@ -67,10 +67,13 @@ def test_every_command_that_loads_a_model_takes_device_options():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_a_device_this_machine_lacks_is_one_line(capsys):
-    assert main(["evaluate", "lines", "--lengths", "3", "--n", "1", "--device", "cuda:1"]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "interp-seal evaluate: error: device cuda:1 asked for, but no CUDA GPU is available "
-        "here; use --device cpu"
+    """Refused when the arguments are parsed (argparse's usage, then one error line)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", "lines", "--lengths", "3", "--n", "1", "--device", "cuda:1"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "interp-seal evaluate lines: error: argument --device: device cuda:1 asked for, but no "
+        "CUDA GPU is available here; use --device cpu"
     )
 
 

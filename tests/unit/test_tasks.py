@@ -401,7 +401,7 @@ def test_longbench_golden_errors(tmp_path):
         jsonl.read_golden(duplicated)
     broken = tmp_path / "g5.json"
     broken.write_text('{"q1": [0],\n "q2": [0')
-    with pytest.raises(ValueError, match=r"g5\.json:2: not valid JSON"):
+    with pytest.raises(ValueError, match=r"g5\.json: not valid JSON \(.*line 2, column 10\)"):
         jsonl.read_golden(broken)
 
 
