@@ -28,15 +28,18 @@ import huggingface_hub
 import pytest
 import torch
 from conftest import build_checkpoint
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 import interp_seal.models
 from interp_seal.cli import main
-from interp_seal.evaluation import evaluate_line_retrieval
+from interp_seal.evaluation import evaluate_line_retrieval, score_records
 from interp_seal.evaluation.lengths import check_lengths
+from interp_seal.interventions import HeadIntervention
 from interp_seal.models import load_model
-from interp_seal.models.checks import CheckpointError
+from interp_seal.models.checks import CheckpointError, check_config
 from interp_seal.models.load import ModelNotFoundError
+from interp_seal.models.spec import UnsupportedModelError
 from interp_seal.outputs import (
     OutputPathError,
     atomic_dir,
@@ -45,10 +48,17 @@ from interp_seal.outputs import (
     check_output_file,
     write_text,
 )
-from interp_seal.records import RecordStore
+from interp_seal.records import RecordStore, read_records
 from interp_seal.tasks import jsonl, line_retrieval, needle, passages
+from interp_seal.tasks.chat import wrap_sample
 from interp_seal.tuning.merge import check_mergeable
-from interp_seal.tuning.scales import ScaleFile, init_scales, load_scales, save_scales
+from interp_seal.tuning.scales import (
+    ScaleFile,
+    check_scales,
+    init_scales,
+    load_scales,
+    save_scales,
+)
 from interp_seal.widgets.state import FORMAT as STATE_FORMAT
 from interp_seal.widgets.state import DashboardState
 
@@ -63,10 +73,95 @@ WEIGHT_DAMAGE = {  # checkpoints whose weights do not match their config
     ),
     "inf_weight": lambda t: t["model.norm.weight"].__setitem__(0, float("inf")),
 }
-CONFIG_DAMAGE = {  # configs of impossible geometry
+NORM = "model.norm.weight"
+WEIGHT_DAMAGE |= {  # weights that are not floating point: refused, never cast silently
+    f"{name}_weight": lambda t, dtype=dtype: t.__setitem__(NORM, t[NORM].to(dtype))
+    for name, dtype in {
+        "int8": torch.int8,
+        "uint8": torch.uint8,
+        "int16": torch.int16,
+        "int32": torch.int32,
+        "int64": torch.int64,
+        "float8_e4m3": torch.float8_e4m3fn,
+        "float8_e5m2": torch.float8_e5m2,
+        "bool": torch.bool,
+        "complex": torch.complex64,
+    }.items()
+}
+NAN, INF = float("nan"), float("inf")
+
+
+def _rope(**params) -> dict:
+    return {"rope_parameters": {"rope_theta": 10000.0, **params}}
+
+
+CONFIG_DAMAGE = {  # configs of impossible geometry, or values no model can have
     "zero_heads": {"num_attention_heads": 0},
     "kv_not_dividing": {"num_key_value_heads": 3},
     "zero_layers": {"num_hidden_layers": 0},
+    "act_unknown": {"hidden_act": "banana"},
+    "act_number": {"hidden_act": 3},
+    "layers_string": {"num_hidden_layers": "2"},
+    "layers_fraction": {"num_hidden_layers": 2.5},
+    "layers_bool": {"num_hidden_layers": True},
+    "heads_string": {"num_attention_heads": "4"},
+    "hidden_string": {"hidden_size": "64"},
+    "hidden_not_dividing": {"hidden_size": 66, "head_dim": None},
+    "head_dim_odd": {"head_dim": 15},
+    "head_dim_zero": {"head_dim": 0},
+    "head_dim_derived_odd": {"hidden_size": 60, "head_dim": None},  # 60 / 4 heads = 15
+    "kv_zero": {"num_key_value_heads": 0},
+    "kv_string": {"num_key_value_heads": "2"},
+    "vocab_zero": {"vocab_size": 0},
+    "vocab_below_tokenizer": {"vocab_size": 100},
+    "window_negative": {"max_position_embeddings": -128},
+    "intermediate_zero": {"intermediate_size": 0},
+    "eps_negative": {"rms_norm_eps": -1e-6},
+    "eps_nan": {"rms_norm_eps": NAN},
+    "eps_inf": {"rms_norm_eps": INF},
+    "eps_string": {"rms_norm_eps": "1e-6"},
+    "theta_zero": _rope(rope_type="default", rope_theta=0.0),
+    "theta_negative": _rope(rope_type="default", rope_theta=-10000.0),
+    "theta_nan": _rope(rope_type="default", rope_theta=NAN),
+    "theta_string": _rope(rope_type="default", rope_theta="10000"),
+    "theta_legacy_zero": {"rope_parameters": None, "rope_theta": 0},
+    "yarn_no_factor": _rope(rope_type="yarn", original_max_position_embeddings=64),
+    "linear_no_factor": _rope(rope_type="linear"),
+    "dynamic_no_factor": _rope(rope_type="dynamic"),
+    "llama3_incomplete": _rope(rope_type="llama3", factor=8.0),
+    "longrope_no_factors": _rope(rope_type="longrope", original_max_position_embeddings=64),
+    "rope_factor_zero": _rope(rope_type="linear", factor=0),
+    "rope_factor_nan": _rope(rope_type="yarn", factor=NAN, original_max_position_embeddings=64),
+    "rope_unknown_type": _rope(rope_type="banana"),
+    "rope_not_object": {"rope_parameters": "yarn"},
+    "rope_scaling_legacy": {"rope_parameters": None, "rope_scaling": {"type": "yarn"}},
+    "quantized": {"quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": True}},
+    "model_type_unknown": {"model_type": "llama99"},
+    "model_type_missing": {"model_type": None},
+}
+CONFIG_TEXT = {  # config.json files that are not a config at all
+    "config_deep": '{"model_type": "llama", "x": ' + "[" * 100 + "]" * 100 + "}",
+    "config_very_deep": "[" * 100_000 + "]" * 100_000,  # past Python's own recursion limit
+    "config_surrogate": '{"model_type": "llama\\ud800"}',
+    "config_array": "[1, 2, 3]",
+}
+# chat templates a hostile checkpoint may ship (rendered by `--chat-template tokenizer`)
+PROMPT = "{{ messages[0]['content'] }}"
+TEMPLATE_DAMAGE = {
+    "template_loop": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+    "{% endfor %}" + PROMPT,
+    "template_syntax": "{% for m in messages %}{{ m['content'] }",
+    "template_raises": "{{ raise_exception('this template refuses') }}",
+    "template_range": "{% for i in range(10**9) %}{% endfor %}" + PROMPT,
+    "template_escape": "{{ messages.__class__.__mro__[1].__subclasses__() }}" + PROMPT,
+    "template_divide": "{{ 1 / 0 }}" + PROMPT,
+    "template_recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}" + PROMPT,
+}
+SCALE_DTYPES = {  # scale tables of a type a scale file never holds
+    "complex": lambda t: t.to(torch.complex64) * 1j,
+    "float8": lambda t: t.to(torch.float8_e4m3fn),
+    "int64": lambda t: t.to(torch.int64),
+    "bool": lambda t: t.to(torch.bool),
 }
 TASK_DAMAGE = {  # one record with one bad field: (source file, field, value)
     "needle_nan_depth": ("needles", "depth_percent", float("nan")),
@@ -134,6 +229,34 @@ def files(tmp_path_factory) -> dict[str, Path]:
         shutil.copytree(ckpt, paths[name])
         config = json.loads((paths[name] / "config.json").read_text())
         (paths[name] / "config.json").write_text(json.dumps(config | fields))
+    for name, text in CONFIG_TEXT.items():
+        paths[name] = root / name
+        shutil.copytree(ckpt, paths[name])
+        (paths[name] / "config.json").write_text(text)
+    paths["config_latin1"] = root / "config_latin1"
+    shutil.copytree(ckpt, paths["config_latin1"])
+    (paths["config_latin1"] / "config.json").write_bytes(b'{"model_type": "llama\xe9"}')
+    for name, template in TEMPLATE_DAMAGE.items():
+        paths[name] = root / name
+        shutil.copytree(ckpt, paths[name])
+        (paths[name] / "chat_template.jinja").write_text(template)
+    with safe_open(str(scales), framework="pt") as f:
+        metadata = f.metadata()
+    for name, cast in SCALE_DTYPES.items():
+        paths[f"scales_{name}"] = root / f"scales_{name}.safetensors"
+        save_file(
+            {"scales": cast(init_scales(spec, "head"))}, str(paths[f"scales_{name}"]), metadata
+        )
+    for name, text in {
+        "scales_deep_meta": "[" * 100 + "]" * 100,
+        "scales_surrogate_meta": '{"lr": "\\udc00"}',
+    }.items():
+        paths[name] = root / f"{name}.safetensors"
+        save_file(
+            {"scales": init_scales(spec, "head")},
+            str(paths[name]),
+            metadata | {"hyperparameters": text},
+        )
     for name, factor in {"scales_negative": -0.5, "scales_huge": 1e30}.items():
         table = init_scales(spec, "head").clone()
         table[1, 2, 0] = factor
@@ -155,6 +278,32 @@ def files(tmp_path_factory) -> dict[str, Path]:
         record = jsonl.read_jsonl(paths[source])[0]
         paths[name] = root / f"{name}.jsonl"
         paths[name].write_text(json.dumps(record | {field: value}) + "\n")  # NaN as JSON's NaN
+    record = jsonl.read_jsonl(paths["tasks"])[0]
+    for name, line in {
+        "tasks_deep": "[" * 100_000 + "]" * 100_000,
+        "tasks_nested": json.dumps(record | {"meta": json.loads("[" * 80 + "]" * 80)}),
+        "tasks_surrogate_prompt": json.dumps(record | {"prompt": "line \ud800" + record["prompt"]}),
+        "tasks_surrogate_answer": json.dumps(record | {"answer": " \udfff 7."}),
+        "tasks_surrogate_key": json.dumps(record | {"\ud83d": 1}),
+        "preds_int": '{"pred": 7}',
+        "preds_null": '{"pred": null}',
+        "preds_list": '{"pred": ["7"]}',
+        "preds_object": '{"pred": {"text": "7"}}',
+        "preds_bool": '{"pred": true}',
+        "preds_surrogate": '{"pred": "\\ud800"}',
+        "preds_deep": '{"pred": ' + "[" * 70 + "]" * 70 + "}",
+    }.items():
+        paths[name] = root / f"{name}.jsonl"
+        paths[name].write_text((line + "\n") * (2 if name.startswith("preds") else 1))
+    passage = jsonl.read_jsonl(paths["passages"])[0]
+    paths["passages_surrogate"] = root / "passages_surrogate.jsonl"
+    paths["passages_surrogate"].write_text(json.dumps(passage | {"answers": ["\ud800"]}) + "\n")
+    paths["targets_deep"] = root / "targets_deep.json"
+    paths["targets_deep"].write_text("[" * 100_000 + "]" * 100_000)
+    paths["targets_flat"] = root / "targets_flat.json"
+    paths["targets_flat"].write_text("[1, 2]")
+    paths["golden_deep"] = root / "golden_deep.json"
+    paths["golden_deep"].write_text('{"q": ' + "[" * 100 + "]" * 100 + "}")
     paths["records_missing_key"] = root / "records_missing_key.jsonl"
     paths["records_missing_key"].write_text('{"key": "a", "fingerprint": "f"}\n{"value": 1}\n')
     paths["records_binary"] = root / "records_binary.jsonl"
@@ -744,6 +893,551 @@ HOSTILE_CASES = {
 CLI_CASES |= HOSTILE_CASES
 
 
+# -- validation before work (issue 42, item 4): configs, weights, scales, JSON, templates,
+# devices, Unicode, special files. Each names the file, the field and the fix.
+def _model_dir(work: Path, config: str | None = "{}") -> Path:
+    """``work/model``, a directory holding ``config.json`` (unless None)."""
+    (work / "model").mkdir()
+    if config is not None:
+        (work / "model" / "config.json").write_text(config)
+    return work / "model"
+
+
+def _fifo_config(work: Path) -> None:
+    os.mkfifo(_model_dir(work, None) / "config.json")
+
+
+def _device_config(work: Path) -> None:
+    (_model_dir(work, None) / "config.json").symlink_to("/dev/zero")
+
+
+def _dir_config(work: Path) -> None:
+    (_model_dir(work, None) / "config.json").mkdir()
+
+
+def _huge_config(work: Path) -> None:
+    with open(_model_dir(work, None) / "config.json", "wb") as f:
+        f.truncate((16 << 20) + 1)  # sparse: 16 MiB + 1 byte of zeros, nothing on disk
+
+
+def _fifo_weights(work: Path) -> None:
+    os.mkfifo(_model_dir(work) / "model.safetensors")
+
+
+def _fifo(work: Path) -> None:
+    os.mkfifo(work / "fifo")
+
+
+def _huge_line(work: Path) -> None:
+    (work / "huge.jsonl").write_bytes(b'{"prompt": "' + b"x" * (16 << 20) + b'"}\n')
+
+
+def _eval(model: str, extra: str = "") -> str:
+    return f"evaluate lines --model {{{model}}} --lengths 3 --n 1 --out {{tmp}}/out {extra}"
+
+
+FIX_CONFIG = r"; fix it in config\.json \(the value the model was trained with\), or save the"
+SPECIAL = r"is {}, not a regular file; a {} is read whole, so pass a regular file"
+NOT_FLOAT = (
+    r"weight model\.norm\.weight is stored as {}, not as floating point; quantised or integer "
+    r"weights are never cast to float silently .*Dequantise the model"
+)
+REAL_SCALES = r"scales are {}, but a scale table holds real floats \(float32\): convert it"
+TEMPLATE = r"the chat template of .*{} failed \({}.*\); fix the template .*--chat-template none"
+CONFIG_CASES = {  # (config damage, field, what the message says of it)
+    "act-unknown": ("act_unknown", "hidden_act", r"must be an activation transformers knows"),
+    "act-number": ("act_number", "hidden_act", r"must be an activation .*got 3 \(int\)"),
+    "layers-string": ("layers_string", "num_hidden_layers", r"whole number >= 1, got '2' \(str\)"),
+    "layers-fraction": ("layers_fraction", "num_hidden_layers", r"whole number >= 1, got 2\.5"),
+    "layers-bool": ("layers_bool", "num_hidden_layers", r"whole number >= 1, got True \(bool\)"),
+    "heads-string": ("heads_string", "num_attention_heads", r"whole number >= 1, got '4'"),
+    "hidden-string": ("hidden_string", "hidden_size", r"whole number >= 1, got '64'"),
+    "hidden-not-dividing": (
+        "hidden_not_dividing",
+        "hidden_size",
+        r"is 66, not a multiple of num_attention_heads 4, and no head_dim is given",
+    ),
+    "head-dim-odd": ("head_dim_odd", "head_dim", r"is 15: RoPE rotates channel pairs"),
+    "head-dim-zero": ("head_dim_zero", "head_dim", r"whole number >= 1, got 0"),
+    "head-dim-derived-odd": ("head_dim_derived_odd", "head_dim", r"is 15: RoPE rotates"),
+    "kv-zero": ("kv_zero", "num_key_value_heads", r"whole number >= 1, got 0"),
+    "kv-string": ("kv_string", "num_key_value_heads", r"whole number >= 1, got '2'"),
+    "vocab-zero": ("vocab_zero", "vocab_size", r"whole number >= 1, got 0"),
+    "window-negative": ("window_negative", "max_position_embeddings", r"got -128"),
+    "intermediate-zero": ("intermediate_zero", "intermediate_size", r"whole number >= 1, got 0"),
+    "eps-negative": ("eps_negative", "rms_norm_eps", r"finite number >= 0, got -1e-06"),
+    "eps-nan": ("eps_nan", "rms_norm_eps", r"finite number >= 0, got nan"),
+    "eps-inf": ("eps_inf", "rms_norm_eps", r"finite number >= 0, got inf"),
+    "eps-string": ("eps_string", "rms_norm_eps", r"finite number >= 0, got '1e-6' \(str\)"),
+    "theta-zero": ("theta_zero", "rope_parameters.rope_theta", r"finite number > 0, got 0\.0"),
+    "theta-negative": ("theta_negative", "rope_parameters.rope_theta", r"> 0, got -10000\.0"),
+    "theta-nan": ("theta_nan", "rope_parameters.rope_theta", r"finite number > 0, got nan"),
+    "theta-string": ("theta_string", "rope_parameters.rope_theta", r"> 0, got '10000'"),
+    "theta-legacy-zero": ("theta_legacy_zero", "rope_theta", r"finite number > 0, got 0 "),
+    "yarn-no-factor": (
+        "yarn_no_factor",
+        "rope_parameters.factor",
+        r"is missing: RoPE type 'yarn' needs factor",
+    ),
+    "linear-no-factor": ("linear_no_factor", "rope_parameters.factor", r"RoPE type 'linear'"),
+    "dynamic-no-factor": ("dynamic_no_factor", "rope_parameters.factor", r"type 'dynamic'"),
+    "llama3-incomplete": (
+        "llama3_incomplete",
+        "rope_parameters.low_freq_factor",
+        r"is missing: RoPE type 'llama3' needs factor, low_freq_factor, high_freq_factor",
+    ),
+    "longrope-no-factors": ("longrope_no_factors", "rope_parameters.short_factor", r"longrope"),
+    "rope-factor-zero": ("rope_factor_zero", "rope_parameters.factor", r">= 1, got 0 \(int\)"),
+    "rope-factor-nan": ("rope_factor_nan", "rope_parameters.factor", r">= 1, got nan"),
+    "rope-unknown-type": (
+        "rope_unknown_type",
+        "rope_parameters.rope_type",
+        r"is 'banana', not a RoPE type transformers knows \(default, linear",
+    ),
+    "rope-not-object": ("rope_not_object", "rope_parameters", r"must be an object of RoPE"),
+    "rope-scaling-legacy": (
+        "rope_scaling_legacy",
+        "rope_scaling.factor",
+        r"is missing: RoPE type 'yarn' needs factor",
+    ),
+}
+VALIDATION_CASES = (
+    {
+        f"config-{name}": Case(
+            argv=_eval(damage),
+            message=rf"{damage}/config\.json: field '{re.escape(field)}' .*{says}.*{FIX_CONFIG}",
+        )
+        for name, (damage, field, says) in CONFIG_CASES.items()
+    }
+    | {
+        "config-quantized": Case(
+            argv=_eval("quantized"),
+            message=r"quantized/config\.json: field 'quantization_config' says the weights are "
+            r"quantised \('bitsandbytes'\); .*dequantise the model and save it in float16",
+        ),
+        "config-model-type-unknown": Case(
+            argv=_eval("model_type_unknown"),
+            message=r"field 'model_type' is 'llama99', not a model type the installed transformers "
+            r"5\.\d+\.\d+ knows \(the version the lock pins\); interp-seal supports .*llama.*: use a",
+        ),
+        "config-model-type-missing": Case(
+            argv=_eval("model_type_missing"),
+            message=r"model_type_missing/config\.json: field 'model_type' is None, not a model type",
+        ),
+        "config-vocab-below-tokenizer": Case(
+            argv=_eval("vocab_below_tokenizer"),
+            message=r"vocab_below_tokenizer: field 'vocab_size' of config\.json is 100, but the "
+            r"tokenizer has \d+ tokens: ids 100\.\.\d+ would have no embedding\. Use the tokenizer",
+        ),
+        # config.json that is not a JSON object of sane size and depth
+        "config-deep": Case(
+            argv=_eval("config_deep"),
+            message=r"config_deep/config\.json: nests arrays or objects more than 64 levels deep; "
+            r"the checkpoint is damaged: save the checkpoint again",
+        ),
+        "config-very-deep": Case(
+            argv=_eval("config_very_deep"),
+            message=r"config_very_deep/config\.json: nests arrays or objects more than 64 levels",
+        ),
+        "config-surrogate": Case(
+            argv=_eval("config_surrogate"),
+            message=r"config_surrogate/config\.json: field 'model_type' holds a lone surrogate "
+            r"U\+D800 at character 5, which is not valid Unicode .*write the text as UTF-8",
+        ),
+        "config-latin1": Case(
+            argv=_eval("config_latin1"),
+            message=r"config_latin1/config\.json: not UTF-8 text \(byte 22\); the checkpoint is damaged",
+        ),
+        "config-array": Case(
+            argv=_eval("config_array"),
+            message=r"config_array/config\.json is not a JSON object; save the checkpoint again",
+        ),
+        "config-huge": Case(
+            argv="evaluate lines --model {tmp}/model --lengths 3 --n 1 --out {tmp}/out",
+            message=r"model/config\.json: is 16,777,217 bytes, more than the 16 MiB a JSON document "
+            r"may hold \(is it the right file\?\)",
+            setup=_huge_config,
+        ),
+        # special files where a checkpoint's files should be
+        "config-fifo": Case(
+            argv="evaluate lines --model {tmp}/model --lengths 3 --n 1 --out {tmp}/out",
+            message="model/config\\.json "
+            + SPECIAL.format(r"a FIFO \(named pipe\)", "checkpoint file"),
+            setup=_fifo_config,
+        ),
+        "config-device": Case(
+            argv="tune merge --model {tmp}/model --scales {scales} --out {tmp}/merged",
+            message="model/config\\.json "
+            + SPECIAL.format("a character device", "checkpoint file"),
+            setup=_device_config,
+        ),
+        "config-directory": Case(
+            argv="analysis head-sweep --model {tmp}/model --lengths 3 --n 1 --out {tmp}/out",
+            message=r"model/config\.json is a directory, not a regular file",
+            setup=_dir_config,
+        ),
+        "weights-fifo": Case(
+            argv="evaluate lines --model {tmp}/model --lengths 3 --n 1",
+            message="model/model\\.safetensors " + SPECIAL.format(r"a FIFO.*", "checkpoint file"),
+            setup=_fifo_weights,
+        ),
+    }
+    | {
+        f"weights-{name}": Case(
+            argv=_eval(f"{name.replace('-', '_')}_weight"), message=NOT_FLOAT.format(dtype)
+        )
+        for name, dtype in {
+            "int8": "I8",
+            "uint8": "U8",
+            "int16": "I16",
+            "int32": "I32",
+            "int64": "I64",
+            "float8-e4m3": "F8_E4M3",
+            "float8-e5m2": "F8_E5M2",
+            "bool": "BOOL",
+            "complex": "C64",
+        }.items()
+    }
+    | {
+        # scale tables: real finite floats only, in every command that reads them
+        **{
+            f"merge-scales-{name}": Case(
+                argv=f"tune merge --model {{ckpt}} --scales {{scales_{name}}} --out {{tmp}}/merged",
+                message=rf"scales_{name}\.safetensors: " + REAL_SCALES.format(dtype),
+            )
+            for name, dtype in {
+                "complex": "complex64",
+                "float8": "float8_e4m3fn",
+                "int64": "int64",
+                "bool": "bool",
+            }.items()
+        },
+        "evaluate-scales-complex": Case(  # once: every head pruned (the imaginary part dropped)
+            argv="tune evaluate --model {ckpt} --scales c={scales_complex} --lengths 3 --n 1",
+            message=r"scales_complex\.safetensors: " + REAL_SCALES.format("complex64"),
+        ),
+        "evaluate-scales-float8": Case(
+            argv="tune evaluate --model {ckpt} --scales c={scales_float8} --lengths 3 --n 1",
+            message=REAL_SCALES.format("float8_e4m3fn"),
+        ),
+        "scales-deep-metadata": Case(
+            argv="tune merge --model {ckpt} --scales {scales_deep_meta} --out {tmp}/merged",
+            message=r"scales_deep_meta\.safetensors: metadata 'hyperparameters': nests arrays or "
+            r"objects more than 64 levels deep; write it again with `interp-seal tune seal-h`",
+        ),
+        "scales-surrogate-metadata": Case(
+            argv="tune merge --model {ckpt} --scales {scales_surrogate_meta} --out {tmp}/merged",
+            message=r"metadata 'hyperparameters': field 'lr' holds a lone surrogate U\+DC00",
+        ),
+        "scales-duplicate-name": Case(
+            argv="tune evaluate --model {ckpt} --scales a={scales} a={scales_negative} --lengths 3",
+            message=r"--scales: the name 'a' is given twice \('a=.*scales_negative\.safetensors'\); "
+            r"give each file its own name",
+            early=True,
+        ),
+        "scales-named-base": Case(
+            argv="tune evaluate --model {ckpt} --scales base={scales} --lengths 3",
+            message=r"--scales: the name 'base' is the base model's row .*give each file its own name",
+            early=True,
+        ),
+        "tuned-named-like-scales": Case(
+            argv="tune evaluate --model {ckpt} --scales s={scales} --tuned s={ckpt} --lengths 3",
+            message=r"--tuned: the name 's' is given twice",
+            early=True,
+        ),
+        "retrieval-tuned-named-base": Case(
+            argv="tune retrieval --model {ckpt} --tuned base={ckpt} --n 1",
+            message=r"--tuned: the name 'base' is the base model's row",
+            early=True,
+        ),
+        "scales-fifo": Case(
+            argv="tune merge --model {ckpt} --scales {tmp}/fifo --out {tmp}/merged",
+            message=r"fifo " + SPECIAL.format(r"a FIFO \(named pipe\)", "scale file"),
+            setup=_fifo,
+        ),
+        "scales-dev-zero": Case(
+            argv="tune merge --model {ckpt} --scales /dev/zero --out {tmp}/merged",
+            message=r"/dev/zero " + SPECIAL.format("a character device", "scale file"),
+        ),
+        "scales-directory": Case(
+            argv="tune evaluate --model {ckpt} --scales s={tmp} --lengths 3",
+            message=r"is a directory, not a regular file; a scale file is read whole",
+        ),
+        # predictions: the text a model generated, nothing else
+        **{
+            f"predictions-{kind}": Case(
+                argv=f"evaluate generated {{tasks}} --predictions {{preds_{kind}}}",
+                message=rf"preds_{kind}\.jsonl record 1: field 'pred' is {shown} \({type_}\), "
+                r"not the text a model generated; write each prediction as a JSON string",
+                early=True,
+            )
+            for kind, shown, type_ in (
+                ("int", "7", "int"),
+                ("null", "None", "NoneType"),
+                ("list", r"\['7'\]", "list"),
+                ("object", r"\{'text': '7'\}", "dict"),
+                ("bool", "True", "bool"),
+            )
+        },
+        "predictions-field-number": Case(
+            argv="evaluate generated {tasks} --predictions {tasks} --field expected_number",
+            message=r"record 1: field 'expected_number' is \d+ \(int\), not the text",
+            early=True,
+        ),
+        "predictions-surrogate": Case(
+            argv="evaluate generated {tasks} --predictions {preds_surrogate}",
+            message=r"preds_surrogate\.jsonl:1: field 'pred' holds a lone surrogate U\+D800",
+            early=True,
+        ),
+        "predictions-deep": Case(
+            argv="evaluate generated {tasks} --predictions {preds_deep}",
+            message=r"preds_deep\.jsonl:1: nests arrays or objects more than 64 levels deep; each "
+            r"line must hold one complete JSON object",
+            early=True,
+        ),
+        "predictions-fifo": Case(
+            argv="evaluate generated {tasks} --predictions {tmp}/fifo",
+            message=r"fifo " + SPECIAL.format(r"a FIFO \(named pipe\)", "JSONL file"),
+            setup=_fifo,
+            early=True,
+        ),
+        "predictions-huge-line": Case(
+            argv="evaluate generated {tasks} --predictions {tmp}/huge.jsonl",
+            message=r"huge\.jsonl:1: is longer than the 16 MiB a JSON document may hold",
+            setup=_huge_line,
+            early=True,
+        ),
+        # task files: JSON within limits, valid Unicode, regular files
+        "tasks-deep": Case(
+            argv="evaluate generate {tasks_deep} --model {ckpt}",
+            message=r"tasks_deep\.jsonl:1: nests arrays or objects more than 64 levels deep",
+            early=True,
+        ),
+        "tasks-nested-field": Case(
+            argv="evaluate generated {tasks_nested} --predictions {preds}",
+            message=r"tasks_nested\.jsonl:1: nests arrays or objects more than 64 levels deep",
+            early=True,
+        ),
+        "tasks-surrogate-prompt": Case(
+            argv="evaluate generate {tasks_surrogate_prompt} --model {ckpt}",
+            message=r"tasks_surrogate_prompt\.jsonl:1: field 'prompt' holds a lone surrogate U\+D800 "
+            r"at character 5, which is not valid Unicode",
+            early=True,
+        ),
+        "tasks-surrogate-answer": Case(
+            argv="evaluate generated {tasks_surrogate_answer} --predictions {preds}",
+            message=r"tasks_surrogate_answer\.jsonl:1: field 'answer' holds a lone surrogate "
+            r"U\+DFFF at character 1, which is not valid Unicode \(half of a UTF-16 pair\); "
+            r"write the text as UTF-8",
+            early=True,
+        ),
+        "tasks-surrogate-key": Case(
+            argv="evaluate generated {tasks_surrogate_key} --predictions {preds}",
+            message=r"tasks_surrogate_key\.jsonl:1: field '\\ud83d' holds a lone surrogate U\+D83D",
+            early=True,
+        ),
+        "passages-surrogate": Case(
+            argv="retrieval passage-scores --model {ckpt} --samples {passages_surrogate} --out {tmp}/r",
+            message=r"passages_surrogate\.jsonl:1: field 'answers\[0\]' holds a lone surrogate",
+            early=True,
+        ),
+        "tasks-fifo": Case(
+            argv="evaluate generate {tmp}/fifo --model {ckpt}",
+            message=r"fifo " + SPECIAL.format(r"a FIFO \(named pipe\)", "JSONL file"),
+            setup=_fifo,
+            early=True,
+        ),
+        "tasks-dev-zero": Case(
+            argv="retrieval needle-scores --model {ckpt} --samples /dev/zero --out {tmp}/r",
+            message=r"/dev/zero " + SPECIAL.format("a character device", "sample file"),
+            early=True,
+        ),
+        "tasks-directory": Case(
+            argv="evaluate generated {tmp} --predictions {preds}",
+            message=r"is a directory, not a regular file; a JSONL file is read whole",
+            early=True,
+        ),
+        "tasks-huge-line": Case(
+            argv="evaluate generate {tmp}/huge.jsonl --model {ckpt}",
+            message=r"huge\.jsonl:1: is longer than the 16 MiB a JSON document may hold \(is it the "
+            r"right file\?\); each line must hold one complete JSON object",
+            setup=_huge_line,
+            early=True,
+        ),
+        "scores-fifo": Case(
+            argv="retrieval masking --model {ckpt} --samples {tasks} --scores {tmp}/fifo --out {tmp}/m",
+            message=r"fifo " + SPECIAL.format(r"a FIFO \(named pipe\)", "--scores file"),
+            setup=_fifo,
+            early=True,
+        ),
+        "targets-deep": Case(
+            argv="tune retrieval --model {ckpt} --targets {targets_deep} --n 1",
+            message=r"targets_deep\.json: nests arrays or objects more than 64 levels deep; pass the "
+            r"heads\.json that `interp-seal tune mudaf` writes",
+            early=True,
+        ),
+        "targets-not-pairs": Case(
+            argv="tune retrieval --model {ckpt} --targets {targets_flat} --n 1",
+            message=r"--targets .*targets_flat\.json is not a JSON list of \[layer, head\] pairs",
+            early=True,
+        ),
+        "targets-fifo": Case(
+            argv="tune retrieval --model {ckpt} --targets {tmp}/fifo --n 1",
+            message=r"fifo " + SPECIAL.format(r"a FIFO \(named pipe\)", "--targets file"),
+            setup=_fifo,
+            early=True,
+        ),
+        # chat templates: rendered in jinja2's sandbox, within a time limit
+        "template-loop": Case(
+            argv=_eval("template_loop", "--chat-template tokenizer"),
+            message=r"the chat template of .*template_loop did not finish rendering one message in "
+            r"5 s \(a loop that never ends\?\); fix the template .*--chat-template none or vicuna",
+        ),
+        "template-syntax": Case(
+            argv=_eval("template_syntax", "--chat-template tokenizer"),
+            message=TEMPLATE.format("template_syntax", "TemplateSyntaxError"),
+        ),
+        "template-raises": Case(
+            argv=_eval("template_raises", "--chat-template tokenizer"),
+            message=TEMPLATE.format("template_raises", "TemplateError: this template refuses"),
+        ),
+        "template-range": Case(
+            argv=_eval("template_range", "--chat-template tokenizer"),
+            message=TEMPLATE.format("template_range", "OverflowError: Range too big"),
+        ),
+        "template-escape": Case(
+            argv=_eval("template_escape", "--chat-template tokenizer"),
+            message=TEMPLATE.format("template_escape", "(UndefinedError|SecurityError)"),
+        ),
+        "template-divide": Case(
+            argv=_eval("template_divide", "--chat-template tokenizer"),
+            message=TEMPLATE.format("template_divide", "ZeroDivisionError"),
+        ),
+        "template-recursion": Case(
+            argv=_eval("template_recursion", "--chat-template tokenizer"),
+            message=TEMPLATE.format("template_recursion", "RecursionError"),
+        ),
+        # devices: one that exists, refused when the arguments are parsed
+        **{
+            f"device-{name.replace(':', '-')}": Case(
+                argv=f"{command} --device {name}",
+                message=rf"argument --device: {says}",
+                early=True,
+            )
+            for name, command, says in (
+                (
+                    "meta",
+                    EVAL,
+                    r"device 'meta' holds shapes but no data, .*; use --device cpu, cuda",
+                ),
+                (
+                    "vulkan",
+                    EVAL,
+                    r"device 'vulkan' is not a device interp-seal runs models on; use",
+                ),
+                (
+                    "xla",
+                    "dashboard --model {ckpt}",
+                    r"device 'xla' is not a device interp-seal runs",
+                ),
+                (
+                    "cuda:99",
+                    EVAL,
+                    r"device cuda:99 asked for, but (no CUDA GPU is available here; use "
+                    r"--device cpu|this machine has \d+ CUDA GPUs)",
+                ),
+                ("cuda:-1", EVAL, r"unknown device 'cuda:-1'; use --device cpu, cuda, cuda:N, mps"),
+                (
+                    "gpu",
+                    "analysis head-sweep --model {ckpt} --out {tmp}/o",
+                    r"unknown device 'gpu'",
+                ),
+                ("cpu:1", EVAL, r"device cpu:1 does not exist \(the CPU is cpu\)"),
+                (
+                    "mps",
+                    "attribution dla --model {ckpt} --out {tmp}/o",
+                    r"device mps asked for, but "
+                    r"Apple's MPS is not available here; use --device cpu",
+                ),
+            )
+        },
+        # real numbers: finite, and in range, when the arguments are parsed
+        **{
+            f"float-{flag}-{value}": Case(
+                argv=f"{command} --{flag} {value}",
+                message=rf"argument --{flag}: must be {says}, got {value}",
+                early=True,
+            )
+            for flag, value, command, says in (
+                ("max-minutes", "nan", "organism train --smoke --out {tmp}/o", "a finite number"),
+                ("max-minutes", "inf", "organism train --smoke --out {tmp}/o", "a finite number"),
+                ("max-minutes", "0", "organism train --smoke --out {tmp}/o", "a number > 0"),
+                ("max-minutes", "-5", "organism train --smoke --out {tmp}/o", "a number > 0"),
+                (
+                    "lr",
+                    "nan",
+                    "tune seal-h --model {ckpt} " + SMALL + " --out {tmp}/o",
+                    "a finite number",
+                ),
+                (
+                    "lr",
+                    "-0.01",
+                    "tune seal-c --model {ckpt} " + SMALL + " --out {tmp}/o",
+                    "a number > 0",
+                ),
+                ("lr", "0", "tune lora --model {ckpt} " + SMALL + " --out {tmp}/o", "a number > 0"),
+                (
+                    "alpha",
+                    "nan",
+                    "tune dora --model {ckpt} " + SMALL + " --out {tmp}/o",
+                    "a finite number",
+                ),
+                (
+                    "alpha",
+                    "1.5",
+                    "tune mudaf --model {ckpt} --heads 0.1 " + SMALL + " --out {tmp}/o",
+                    "a number from 0 to 1",
+                ),
+                (
+                    "tau",
+                    "0",
+                    "tune mudaf --model {ckpt} --heads 0.1 " + SMALL + " --out {tmp}/o",
+                    "a number > 0",
+                ),
+                (
+                    "select-tau",
+                    "nan",
+                    "tune mudaf --model {ckpt} --sample-k 2 --scores {scores_columns} "
+                    + SMALL
+                    + " --out {tmp}/o",
+                    "a finite number",
+                ),
+                ("factor", "nan", EVAL + " --ablate 0.1 --mode scale", "a finite number"),
+                (
+                    "factor",
+                    "inf",
+                    "analysis head-sweep --model {ckpt} --mode scale --out {tmp}/o",
+                    "a finite number",
+                ),
+                (
+                    "eps",
+                    "2",
+                    "retrieval passage-scores --model {ckpt} --samples {passages} --out {tmp}/o",
+                    "a number from 0 to 1",
+                ),
+                (
+                    "threshold",
+                    "nan",
+                    "retrieval needle-scores --model {ckpt} --samples {needles} --out {tmp}/o",
+                    "a finite number",
+                ),
+            )
+        },
+    }
+)
+CLI_CASES |= VALIDATION_CASES
+
+
 def _snapshot(root: Path) -> dict[str, bytes | None]:
     """Every file (its bytes) and directory (None) under ``root``."""
     return {
@@ -976,6 +1670,169 @@ API_CASES = {
         call=lambda f, h: check_output_file(f["ckpt"]),
         error=OutputPathError,
         message=r"is a directory, but a file name is needed",
+    ),
+    # validation before work (issue 42, item 4), through the library
+    **{
+        f"intervention-{name}": ApiCase(
+            call=lambda f, h, dtype=dtype: HeadIntervention.from_scales(
+                h.spec, init_scales(h.spec, "head").to(dtype)
+            ),
+            error=ValueError,
+            message=rf"scales are {name}, but a scale table holds real floats",
+        )
+        for name, dtype in {
+            "complex64": torch.complex64,
+            "float8_e4m3fn": torch.float8_e4m3fn,
+            "int64": torch.int64,
+        }.items()
+    },
+    "intervention-imaginary": ApiCase(  # 1j: its real part, 0, would prune every head
+        call=lambda f, h: HeadIntervention.from_scales(h.spec, init_scales(h.spec, "head") * 1j),
+        error=ValueError,
+        message=r"scales are complex64, .*complex factors would lose their imaginary part",
+    ),
+    "check-scales-complex": ApiCase(
+        call=lambda f, h: check_scales(init_scales(h.spec, "channel") * 1j, h.spec),
+        error=ValueError,
+        message=r"scales are complex64",
+    ),
+    "merge-complex-api": ApiCase(
+        call=lambda f, h: check_mergeable(h, init_scales(h.spec, "head") * 1j, "o_proj"),
+        error=ValueError,
+        message=r"scales are complex64",
+    ),
+    "load-scales-float8": ApiCase(
+        call=_load_scales("scales_float8"),
+        error=ValueError,
+        message=r"scales_float8\.safetensors: scales are float8_e4m3fn",
+    ),
+    "load-scales-dev-zero": ApiCase(
+        call=lambda f, h: load_scales("/dev/zero", h.spec),
+        error=ValueError,
+        message=r"/dev/zero is a character device, not a regular file; a scale file is read whole",
+    ),
+    "score-non-string": ApiCase(
+        call=lambda f, h: inspect.unwrap(score_records)([{"expected_number": 7}], [7]),
+        error=TypeError,
+        message=r"prediction 0 is 7 \(int\), not the text a model generated; pass strings",
+    ),
+    "load-device-meta": ApiCase(
+        call=lambda f, h: load_model(f["ckpt"], device="meta"),
+        error=ValueError,
+        message=r"device 'meta' holds shapes but no data",
+    ),
+    "load-device-vulkan": ApiCase(
+        call=lambda f, h: load_model(f["ckpt"], device="vulkan"),
+        error=ValueError,
+        message=r"device 'vulkan' is not a device interp-seal runs models on",
+    ),
+    "load-int8-weight": ApiCase(
+        call=lambda f, h: load_model(f["int8_weight"]),
+        error=CheckpointError,
+        message=r"weight model\.norm\.weight is stored as I8, not as floating point",
+    ),
+    "load-quantized": ApiCase(
+        call=lambda f, h: load_model(f["quantized"]),
+        error=CheckpointError,
+        message=r"field 'quantization_config' says the weights are quantised",
+    ),
+    "load-vocab-below-tokenizer": ApiCase(
+        call=lambda f, h: load_model(f["vocab_below_tokenizer"]),
+        error=CheckpointError,
+        message=r"field 'vocab_size' of config\.json is 100, but the tokenizer has",
+    ),
+    "load-model-type-unknown": ApiCase(
+        call=lambda f, h: load_model(f["model_type_unknown"]),
+        error=UnsupportedModelError,
+        message=r"'llama99', not a model type the installed transformers .* knows",
+    ),
+    "config-yarn-api": ApiCase(
+        call=lambda f, h: check_config(
+            {"model_type": "llama", "rope_parameters": {"rope_type": "yarn"}}, "cfg.json"
+        ),
+        error=CheckpointError,
+        message=r"cfg\.json: field 'rope_parameters\.factor' is missing: RoPE type 'yarn'",
+    ),
+    "config-rope-per-layer-type": ApiCase(
+        call=lambda f, h: check_config(
+            {
+                "model_type": "llama",
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": -1.0},
+                },
+            },
+            "cfg.json",
+        ),
+        error=CheckpointError,
+        message=r"field 'rope_parameters\.sliding_attention\.rope_theta' must be a finite number > 0",
+    ),
+    "state-deep": ApiCase(
+        call=lambda f, h: DashboardState.from_json(
+            json.dumps({"format": STATE_FORMAT, "model": "m"})[:-1]
+            + ', "geometry": '
+            + "[" * 100
+            + "]" * 100
+            + "}"
+        ),
+        error=ValueError,
+        message=r"the dashboard state: nests arrays or objects more than 64 levels deep; copy it",
+    ),
+    "state-very-deep": ApiCase(
+        call=lambda f, h: DashboardState.from_json("[" * 100_000 + "]" * 100_000),
+        error=ValueError,
+        message=r"the dashboard state: nests arrays or objects more than 64 levels deep",
+    ),
+    "state-huge": ApiCase(
+        call=lambda f, h: DashboardState.from_json(" " * (16 << 20) + "{}"),
+        error=ValueError,
+        message=r"the dashboard state: is longer than the 16 MiB a JSON document may hold",
+    ),
+    "state-surrogate": ApiCase(
+        call=lambda f, h: DashboardState.from_json('{"model": "\\ud800", "geometry": {}}'),
+        error=ValueError,
+        message=r"the dashboard state: field 'model' holds a lone surrogate U\+D800",
+    ),
+    "read-jsonl-deep": ApiCase(
+        call=lambda f, h: jsonl.read_jsonl(f["tasks_deep"]),
+        error=ValueError,
+        message=r"tasks_deep\.jsonl:1: nests arrays or objects more than 64 levels deep",
+    ),
+    "read-jsonl-dev-zero": ApiCase(
+        call=lambda f, h: jsonl.read_jsonl("/dev/zero"),
+        error=ValueError,
+        message=r"/dev/zero is a character device, not a regular file",
+    ),
+    "read-samples-surrogate": ApiCase(
+        call=lambda f, h: jsonl.read_samples(f["tasks_surrogate_prompt"]),
+        error=ValueError,
+        message=r"tasks_surrogate_prompt\.jsonl:1: field 'prompt' holds a lone surrogate",
+    ),
+    "read-golden-deep": ApiCase(
+        call=lambda f, h: jsonl.read_golden(f["golden_deep"]),
+        error=ValueError,
+        message=r"golden_deep\.json: nests arrays or objects more than 64 levels deep; expected "
+        r"a JSON object of _id -> golden ids",
+    ),
+    "read-golden-directory": ApiCase(
+        call=lambda f, h: jsonl.read_golden(f["ckpt"]),
+        error=ValueError,
+        message=r"ckpt is a directory, not a regular file; a golden-id file is read whole",
+    ),
+    "records-deep": ApiCase(
+        call=lambda f, h: read_records(f["tasks_deep"], repair=False),
+        error=ValueError,
+        message=r"tasks_deep\.jsonl:1: nests arrays or objects more than 64 levels deep; "
+        r"damaged\? delete the file to start over",
+    ),
+    "wrap-sample-template-raises": ApiCase(
+        call=lambda f, h: wrap_sample(
+            line_retrieval.generate(_cfg(3), 1)[0],
+            "tokenizer",
+            load_model(f["template_raises"]).tokenizer,
+        ),
+        error=ValueError,
+        message=r"template_raises failed \(TemplateError: this template refuses\); fix the",
     ),
 }
 
