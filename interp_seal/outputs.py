@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from interp_seal.inputs import parse_json
+
 RUN_MARK = ".interp-seal-run"
 """The file that marks a directory as one of our runs; locked while a run writes there."""
 RUN_MANIFESTS = (RUN_MARK, "manifest.json", "run.json")
@@ -258,7 +260,7 @@ def _read_mark(mark: Path) -> dict:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > 1 << 16:
             return {}
-        data = json.loads(os.read(fd, info.st_size) or b"null")
+        data = parse_json(os.read(fd, info.st_size) or b"null", str(mark))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -272,7 +274,7 @@ def _our_manifest(path: Path) -> bool:
     if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 22:
         return False
     try:
-        data = json.loads(path.read_text())
+        data = parse_json(path.read_bytes(), str(path))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and "model" in data and bool({"sizes", "geometry"} & set(data))

@@ -932,6 +932,16 @@ def _huge_line(work: Path) -> None:
     (work / "huge.jsonl").write_bytes(b'{"prompt": "' + b"x" * (16 << 20) + b'"}\n')
 
 
+def _deep_in_run(name: str):
+    """A setup: ``work/run`` holding ``name`` (a run mark or manifest) nested 30,000 deep."""
+
+    def setup(work: Path) -> None:
+        (work / "run").mkdir()
+        (work / "run" / name).write_text("[" * 30_000 + "]" * 30_000)
+
+    return setup
+
+
 def _eval(model: str, extra: str = "") -> str:
     return f"evaluate lines --model {{{model}}} --lengths 3 --n 1 --out {{tmp}}/out {extra}"
 
@@ -1287,6 +1297,16 @@ VALIDATION_CASES = (
             setup=_fifo,
             early=True,
         ),
+        # a run mark or manifest in --out nested past Python's parser: not one of ours
+        **{
+            f"out-deep-{name.strip('.').replace('.', '-')}": Case(
+                argv=EVAL + " --out {tmp}/run",
+                message=rf"--out .*run holds files interp-seal did not write \({re.escape(name)}\)",
+                setup=_deep_in_run(name),
+                early=True,
+            )
+            for name in (".interp-seal-run", "manifest.json")
+        },
         # chat templates: rendered in jinja2's sandbox, within a time limit
         "template-loop": Case(
             argv=_eval("template_loop", "--chat-template tokenizer"),
