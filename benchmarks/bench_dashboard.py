@@ -1,8 +1,10 @@
 """Benchmark: one head edit in the dashboard vs re-running the full evaluation for it.
 
-Command (from the repository root; a few minutes on one CPU thread)::
+Command (from the repository root; a few minutes on one CPU thread, about 15 at the
+dashboard's own sizes, most of it the layer-0 channel map)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_dashboard.py
+    OMP_NUM_THREADS=1 python benchmarks/bench_dashboard.py --lengths 40 80 120 160  # the page's
     python benchmarks/bench_dashboard.py --device cuda [--dtype bfloat16]  # on a GPU
 
 Builds the head-pruning dashboard (``interp_seal.widgets.Dashboard``) on the model organism (or
@@ -19,8 +21,14 @@ seconds after ``torch.cuda.synchronize`` (``common.Clock``). It ends with::
 
     RESULT dashboard dashboard_update_s=<mean CPU s per click> dashboard_speedup=<naive / click>
         dashboard_update_wall_s=<mean wall s per click> evaluate_s=<mean CPU s of the accuracy
-        update alone> naive_s=<mean CPU s, naive> threads=<torch threads> ...
-        device=<device> dtype=<dtype> clock=<cpu_s, or wall_s on a GPU>
+        update alone> naive_s=<mean CPU s, naive> above_layer0_s=<CPU s of a click above a
+        layer-0 edit> above_layer0_naive_s=<the same edit from the clean run> threads=<torch
+        threads> ... device=<device> dtype=<dtype> clock=<cpu_s, or wall_s on a GPU>
+
+A click above a layer-0 edit: with L0H0 pruned, a click on a layer-2 head, then on a layer-3
+head; the second is timed (``above_layer0_s``: the dashboard starts it at layer 3 from its
+cached run of the layer-0 edit, built by the first) against the same edit evaluated from the
+clean run, which starts at layer 0 (``above_layer0_naive_s``).
 
 ``--threads 2`` uses both cores, as the served page does; then the wall time per click is the
 number a user feels.
@@ -31,8 +39,13 @@ records (one torch thread): from the mouse click to the cell's new colour
 (``dashboard_first_feedback_s``, the mean over the clicks; ``first_feedback_max_s`` the worst)
 and to the finished update, minus the kernel's own compute time for it
 (``dashboard_browser_overhead_s``: what the widgets and the browser add; ``browser_final_s``
-the whole wait; ``click_bytes``: what the page's websockets received per click). ``--screenshots DIR`` saves the page at 800 and 1600 px wide after the clicks
-(``dashboard_800.png``, ``dashboard_1600.png``).
+the whole wait; ``click_bytes``: what the page's websockets received per click). The layer-0
+click alone, the costliest: ``browser_layer0_update_s`` (mouse press to the finished update)
+and ``browser_layer0_compute_s`` (the kernel's part). Then the channel map of a head of layer
+``--channel-layer`` (default 0, the costliest: every channel restarts at layer 0; -1 skips it),
+locked with no edit: ``browser_channel_map_s`` from the press on its button to the complete
+map on the page, ``channel_map_compute_s`` the kernel's part. ``--screenshots DIR`` saves the
+page at 800 and 1600 px wide after the clicks (``dashboard_800.png``, ``dashboard_1600.png``).
 
 An edit of layer ``l`` recomputes ``L - l`` layers, so edits near the top are cheapest; the mean
 is over one head per layer.
@@ -77,6 +90,12 @@ def main() -> None:
     )
     parser.add_argument("--no-browser", action="store_true", help="skip the browser timings")
     parser.add_argument("--screenshots", type=Path, help="save the page's screenshots here")
+    parser.add_argument(
+        "--channel-layer",
+        type=int,
+        default=0,
+        help="time the channel map of a head of this layer in the browser (-1: skip it)",
+    )
     add_device_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -112,6 +131,11 @@ def main() -> None:
                 f"exact match {[round(x, 3) for x in shown]}"
             )
             dash.remove(head)
+        above, above_naive = click_above_layer0(dash, clock)
+        print(
+            f"click above a layer-0 edit: {above:.2f} {clock.unit} "
+            f"(from the clean run: {above_naive:.2f})"
+        )
         browser = "" if args.no_browser else browser_timings(name_path(handle), heads, args)
     n_mismatches = check_agreement(
         mismatches, dtype=args.dtype, what="dashboard click and full evaluation"
@@ -121,10 +145,25 @@ def main() -> None:
         f"RESULT dashboard dashboard_update_s={mean(click_cpu):.3f} "
         f"dashboard_speedup={mean(naive_cpu) / mean(click_cpu):.2f} "
         f"dashboard_update_wall_s={mean(click_wall):.3f} "
-        f"evaluate_s={mean(eval_cpu):.3f} naive_s={mean(naive_cpu):.3f} threads={args.threads} "
+        f"evaluate_s={mean(eval_cpu):.3f} naive_s={mean(naive_cpu):.3f} "
+        f"above_layer0_s={above:.3f} above_layer0_naive_s={above_naive:.3f} threads={args.threads} "
         f"lengths={'/'.join(map(str, args.lengths))} n={args.n} model={name} "
         f"mismatches={n_mismatches} {browser}{result_tags(args, clock)}"
     )
+
+
+def click_above_layer0(dash: Dashboard, clock: Clock) -> tuple[float, float]:
+    """Prune L0H0, then a layer-2 head (the dashboard caches the run of the layer-0 edit), then
+    a head of the last layer: that click's seconds, and the same edit from the clean run."""
+    spec = dash.handle.spec
+    top = (spec.n_layers - 1, 1)
+    for head in [(0, 0), (min(2, spec.n_layers - 2), 1)]:
+        dash.click(head)
+    _, seconds = timed(dash.click, top, clock=clock)
+    iv = scale_table(spec, dash.state.table())
+    _, naive = timed(dash.evaluator.evaluate, iv, clock=clock)
+    dash.reset()
+    return seconds, naive
 
 
 def name_path(handle) -> str:
@@ -150,7 +189,7 @@ def browser_timings(model: str, heads, args) -> str:
         )
         try:
             page = open_dashboard(browser, f"http://127.0.0.1:{port}/?token={token}")
-            timings = []
+            timings, channel_map = [], ""
             for head in heads:
                 timing = click_head(page, head)  # prune
                 print(
@@ -161,6 +200,17 @@ def browser_timings(model: str, heads, args) -> str:
                 timings.append(timing)
                 click_head(page, head)  # prune -> scale
                 click_head(page, head)  # scale -> keep
+                if head[0] == args.channel_layer:  # locked, with no edit: its channel map
+                    final, compute = time_channel_map(page, head)
+                    print(
+                        f"browser: channel map of L{head[0]}H{head[1]}: complete after "
+                        f"{final:.1f} s (kernel {compute:.1f} s)"
+                    )
+                    channel_map = (
+                        f"browser_channel_map_s={final:.2f} channel_map_compute_s={compute:.2f} "
+                        f"channel_map_head=L{head[0]}H{head[1]} "
+                    )
+            layer0 = timings[0]  # heads[0] is on layer 0
             if args.screenshots:
                 click_head(page, heads[0])
                 args.screenshots.mkdir(parents=True, exist_ok=True)
@@ -182,7 +232,38 @@ def browser_timings(model: str, heads, args) -> str:
         f"browser_final_s={mean([t.final_s for t in timings]):.3f} "
         f"overhead_max_s={max(t.overhead_s for t in timings):.3f} "
         f"click_bytes={mean([t.received_bytes for t in timings]):.0f} "
+        f"browser_layer0_update_s={layer0.final_s:.3f} "
+        f"browser_layer0_compute_s={layer0.compute_s:.3f} {channel_map}"
     )
+
+
+WATCH_MAP = """(label) => {
+  // in the page's clock: the press on the button, the first frame showing the finished map
+  const marks = window.__mapMarks = {press: null, done: null};
+  document.addEventListener('mousedown', () => { marks.press = performance.now(); },
+                            {capture: true, once: true});
+  const watch = () => {
+    const s = document.querySelector(`[data-channels="${label}"][data-compute-s]`);
+    if (marks.press !== null && s) { marks.done = performance.now(); return; }
+    requestAnimationFrame(watch);
+  };
+  requestAnimationFrame(watch);
+}"""
+
+
+def time_channel_map(page, head, *, timeout_ms: int = 1_800_000) -> tuple[float, float]:
+    """Press the channel-map button (``head`` locked) and wait for the complete map: seconds
+    from the press to the first frame showing it, and the kernel's compute seconds."""
+    label = f"L{head[0]}H{head[1]}"
+    page.evaluate(WATCH_MAP, label)
+    page.get_by_role("button", name="channel map of the outlined head").click()
+    page.wait_for_function("() => window.__mapMarks.done !== null", timeout=timeout_ms)
+    marks = page.evaluate("() => window.__mapMarks")
+    compute = page.evaluate(
+        '(label) => Number(document.querySelector(`[data-channels="${label}"]`).dataset.computeS)',
+        label,
+    )
+    return (marks["done"] - marks["press"]) / 1000, float(compute)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,7 @@ class Dashboard:
         self.results = self._evaluate(self.state)
         self.attribution = self._attribute(self.state)
         self.channel_results: pd.DataFrame | None = None
+        self._mapped: tuple[Head, tuple] | None = None  # the map shown: its head and edits
         self._ui = threading.RLock()  # the status line and the grid, changed from two threads
         self._progress: tuple[str, int, int] | None = None  # what the worker computes now
         self._queued: list[tuple[object, str, str]] = []  # (job key, kind, what) waiting
@@ -462,24 +463,27 @@ class Dashboard:
         the DLA panel. While an earlier update runs, the status line says this one is queued
         and the grid outlines its changed heads; queued states are computed latest first
         (an update always computes the newest state asked for)."""
+        asked = time.perf_counter()
         if record and state != self.state:
             self.history.append(self.state)
         old, self.state = self.state, state
         self._render_controls()
-        self._submit(self._update, _change(old, state), kind="update")
+        self._submit(self._update, _change(old, state), kind="update", asked=asked)
 
-    def _submit(self, job, what: str, *, kind: str) -> None:
+    def _submit(self, job, what: str, *, kind: str, asked: float) -> None:
         """Queue ``job``; if another is running, say at once that ``what`` waits its turn. An
         edit stops a running channel map after its current channels (the map was of the old
-        edits; its button computes it again)."""
+        edits; its button computes it again). The job's time counts from ``asked`` (when the
+        click came), or from its own start when it had to wait."""
         key = object()
         with self._ui:
-            if what and self.worker.pending:
+            waits = self.worker.pending > 0
+            if what and waits:
                 self._queued.append((key, kind, what))
                 self._show_status()
             if kind == "update" and what:
                 self._edit_requests += 1
-        self.worker.submit(lambda: job(key))
+        self.worker.submit(lambda: job(key, None if waits else asked))
 
     def _start(self, key, kind: str) -> None:
         """A job begins: it no longer waits (an update computes the newest state, so every
@@ -489,10 +493,10 @@ class Dashboard:
                 q for q in self._queued if q[0] is not key and not (kind == "update" == q[1])
             ]
 
-    def _update(self, key) -> None:
+    def _update(self, key, started: float | None) -> None:
         """The worker's part of ``apply``: compute the newest state asked for."""
         self._start(key, "update")
-        started = time.perf_counter()
+        started = started or time.perf_counter()
         state, shown = self.state, self.shown
         if state.edits != shown.edits:
             lengths = self.evaluator.lengths
@@ -519,6 +523,13 @@ class Dashboard:
             self.attribution = self._attribute(state)
             self._draw_dla()
         self.shown = state
+        if self._mapped is not None and self._mapped[1] != state.edits:
+            head, edits = self._mapped
+            then = f"{len(edits)} edit{'s' if len(edits) > 1 else ''}" if edits else "no edits"
+            self._channel_note(
+                head, f"map computed under {then}; the edits changed: press again to recompute"
+            )
+            self._mapped = None
         self._finish(time.perf_counter() - started)
 
     def _finish(self, seconds: float) -> None:
@@ -626,17 +637,21 @@ class Dashboard:
         self.channel_busy.layout.visibility = "visible"
         self.channel_busy.bar_style, self.channel_busy.value = "warning", 0
         self._channel_note(head, "queued after the running update" if self.worker.pending else "")
-        asked = self._edit_requests
+        edits = self._edit_requests
         self._submit(
-            lambda key: self._open_channels(key, head, channels, asked),
+            lambda key, started: self._open_channels(key, started, head, channels, edits),
             f"channel map of {label}",
             kind="channels",
+            asked=time.perf_counter(),
         )
 
-    def _open_channels(self, key, head: Head, channels: list[int], asked: int) -> None:
-        """The worker's part of ``open_channels``."""
+    def _open_channels(
+        self, key, started: float | None, head: Head, channels: list[int], edits: int
+    ) -> None:
+        """The worker's part of ``open_channels``; it stops if an edit is asked for after
+        ``edits`` edit requests."""
         self._start(key, "channels")
-        started = time.perf_counter()
+        started = started or time.perf_counter()
         state = self.shown
         label = f"L{head[0]}H{head[1]}"
         under = _under(state, head)
@@ -649,7 +664,7 @@ class Dashboard:
             self._draw_channels(table, head, channels, under)
             self._channel_note(head, f"channels {done} / {total}, {_took(started)}")
             self._busy(what, done, total)
-            if done < total and self._edit_requests > asked:
+            if done < total and self._edit_requests > edits:
                 raise _Stopped(f"stopped at {done} / {total} channels: an edit came first")
 
         def forward(done: int, total: int) -> None:
@@ -665,7 +680,7 @@ class Dashboard:
             self.channel_busy.bar_style = "danger"
             self._channel_note(head, f"{stop}; press the button again for the new edits")
         else:
-            self.channel_results = table
+            self.channel_results, self._mapped = table, (head, state.edits)
             self.channel_busy.bar_style = "success"
             self.channel_busy.value = self.channel_busy.max
             seconds = time.perf_counter() - started
@@ -827,11 +842,13 @@ def _factor(factor: float | None) -> str:
 def _under(state: DashboardState, head: Head) -> str:
     """The channel map's subtitle: the edits it is computed under."""
     edits = state.table()
+    if not edits:
+        return "under no edits\nchange against the unedited model"
     own = edits.get(tuple(head))
     others = [f"L{a}H{b} {_factor(f)}" for (a, b), f in edits.items() if (a, b) != tuple(head)]
     if len(others) > 6:
         others = [*others[:6], f"{len(others) - 6} more"]
-    text = "under the current edits (" + (", ".join(others) if others else "no other head") + ")"
+    text = "under the current edits (" + (", ".join(others) or "no other head edited") + ")"
     if own is not None:
         text += f"; L{head[0]}H{head[1]}'s own {_factor(own)} kept on its other channels"
     return text + "\nchange against the edited model"

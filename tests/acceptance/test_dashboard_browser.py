@@ -6,7 +6,9 @@
    the same records, itself checked against one full forward per record in
    ``test_widgets_dashboard.py``), how fast the page answers (the cell within 0.3 s of the
    click, the finished update within 0.3 s of the kernel's own compute time), and that the
-   grid fits an 800 px window.
+   grid fits an 800 px window. Then a click in *channels* mode opens a head's channel map
+   through the page (its values: the library's channel sweep under the same edits), and a
+   click made while an update runs shows at once as queued, then lands.
 2. JupyterLab renders ``notebooks/dashboard.ipynb``'s widgets after running it.
 3. A small served page loads nothing from outside its server (every request the browser makes,
    and the URLs in its HTML), every response says ``Referrer-Policy: no-referrer``, and closing
@@ -31,8 +33,12 @@ import pytest
 import torch
 
 from interp_seal.analysis.live_eval import EditEvaluator
+from interp_seal.analysis.sweeps import SweepOptions, channel_sweep
 from interp_seal.browser import (
+    CELL_POSITION,
+    CELL_VALUE,
     CHROMIUM,
+    HOVERED,
     SHOWN,
     click_head,
     curves,
@@ -129,13 +135,75 @@ def test_served_dashboard_answers_at_once_with_the_library_numbers(chromium, tmp
         saved = tmp_path / "dashboard_scales.safetensors"
         page.get_by_role("button", name="save scale file").click()
         page.get_by_text(f"saved the scale file to {saved}").wait_for(timeout=30_000)
+        factors = load_scales(saved, handle.spec).scales[..., 0]
+        expected = torch.ones(handle.spec.n_layers, handle.spec.n_heads)
+        expected[head] = expected[top] = 0.0
+        assert torch.equal(factors, expected)
+
+        # a channel map through the page, under the edits: the library's sweep of them
+        edits = {head: 0.0, top: 0.0}
+        mapped = (2, 5)
+        page.set_viewport_size({"width": 1400, "height": 2400})
+        page.get_by_role("button", name="channels", exact=True).click()
+        press(page, mapped)  # locks the head and opens its map, its edit unchanged
+        label = f"L{mapped[0]}H{mapped[1]}"
+        done = f'[data-channels="{label}"][data-compute-s]'
+        page.wait_for_selector(done, state="attached", timeout=300_000)
+        ref = channel_sweep(
+            handle,
+            records,
+            heads=[mapped],
+            intervention=scale_table(handle.spec, edits),
+            options=SweepOptions(progress=False),
+        )
+        ref = ref[ref.metric == "exact_match"]
+        drawn = figure(page, f"Channel map of {label}")[0]["z"]  # rows: lengths, shortest first
+        for row, length in enumerate(LENGTHS):
+            want = ref[ref.length == length].sort_values("channel").delta.tolist()
+            assert drawn[row] == pytest.approx(want, abs=1e-9), length
+        assert "L0H" in figure_title(page, f"Channel map of {label}")  # names the edits
+        page.get_by_role("button", name="edit", exact=True).click()
+
+        # a click during an update: marked and queued at once, applied after
+        first, second = (0, (head[1] + 1) % handle.spec.n_heads), (1, 6)
+        press(page, first)  # a new layer-0 edit: about a whole forward
+        page.wait_for_function("() => document.body.innerText.includes('computing exact')")
+        press(page, second)
+        pressed = time.monotonic()
+        page.wait_for_selector("[data-queued]", state="attached", timeout=5_000)
+        assert page.evaluate(CELL_VALUE, list(second)) == 0  # the cell shows the edit at once
+        assert time.monotonic() - pressed < FIRST_FEEDBACK_S + 0.5
+        assert "queued: L1H6 pruned" in page.locator("[data-queued]").text_content()
+        page.wait_for_function(
+            "() => { const s = document.querySelector('[data-update]');"
+            " return s && s.textContent.includes('4 edits'); }",
+            timeout=300_000,
+        )
+        four = {**edits, first: 0.0, second: 0.0}
+        want = evaluator.evaluate(scale_table(handle.spec, four))
+        assert curves(page)["edited"] == pytest.approx(
+            want[want.metric == "exact_match"].value.tolist()
+        )
         page.close()
     finally:
         stop(server)
-    factors = load_scales(saved, handle.spec).scales[..., 0]
-    expected = torch.ones(handle.spec.n_layers, handle.spec.n_heads)
-    expected[head] = expected[top] = 0.0
-    assert torch.equal(factors, expected)
+
+
+def press(page, head) -> None:
+    """A mouse click on ``head``'s grid cell (hovered first, as a hand does); no waiting."""
+    x, y = page.evaluate(CELL_POSITION, list(head))
+    page.mouse.move(x, y)
+    page.wait_for_function(HOVERED, arg=list(head), polling="raf", timeout=10_000)
+    page.mouse.down()
+    page.mouse.up()
+
+
+def figure_title(page, title: str) -> str:
+    return page.evaluate(
+        "(t) => [...document.querySelectorAll('.js-plotly-plot')].map(g => g.layout.title.text)"
+        ".find(x => x && x.includes(t))",
+        title,
+    )
 
 
 LAB_CELL = """import torch

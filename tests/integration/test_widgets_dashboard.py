@@ -319,6 +319,8 @@ def test_channel_map_under_the_edits_equals_channel_sweep_under_them(
         assert f"L{head[0]}H{head[1]}'s own x{edits[head]:.2f} kept on its other channels" in title
     assert dash.channel_busy.value == dash.channel_busy.max  # forwards: all done
     assert f"{n_channels} channels under {len(edits)} edits" in dash.channel_status.value
+    dash.click((3, 7))  # the edits change: the map says it is of the edits before
+    assert "edits changed: press again" in dash.channel_status.value
 
 
 def test_drill_down_click_opens_channels_and_keeps_the_edits(organism, records, dash):
