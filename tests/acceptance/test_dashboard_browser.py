@@ -109,9 +109,10 @@ def test_served_dashboard_answers_at_once_with_the_library_numbers(chromium, tmp
         page = open_dashboard(chromium, f"http://127.0.0.1:{port}/?token={token}")
         assert curves(page) == {"edited": pytest.approx(base), "unedited": pytest.approx(base)}
         assert "Head-pruning dashboard: organism" in page.content()
-        # the loading message reported the clean runs (4 lengths, one forward each), then hid
+        # the loading message reported the clean runs (4 lengths of 20 records, 4 records per
+        # forward), then hid
         loading = page.locator("text=the dashboard teacher-forces")
-        assert "clean runs 4/4" in loading.text_content() and not loading.is_visible()
+        assert "clean runs 20/20" in loading.text_content() and not loading.is_visible()
 
         timings = {"layer 0": click_head(page, head)}  # the costliest click: every layer
         assert curves(page) == {"edited": pytest.approx(edited), "unedited": pytest.approx(base)}
