@@ -14,6 +14,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "interp_seal"
 
 FLOORS = {
+    "inputs": -1,  # what is read: below outputs, whose run marks it parses
     "outputs": 0,
     "shards": 0,
     "defaults": 0,
