@@ -9,7 +9,10 @@ heads of Wu et al. (copy-paste score), hurts far less. The conditions here:
   ``PassageScores.heads``);
 - ``"random"``: ``k`` heads drawn uniformly from the heads *outside* that top set, one draw
   per seed;
-- ``"niah"``: the top-``k`` heads by copy-paste score (``NeedleScores.heads``), if given.
+- ``"niah"``: the top-``k`` heads by copy-paste score (``NeedleScores.heads``), if given; any
+  other ranked table given beside the retrieval scores (``others``: e.g. QRHead's scores, an
+  ablation sweep's ranking, ``analysis.head_definitions``) is masked the same way, under its
+  name. The random control always avoids the ``retrieval`` table's top set.
 
 MuDAF's Fig. 4 instead draws the ``k`` masked retrieval (and NIAH) heads at random from a
 fixed set of retrieval heads (their top 50, about 5% of Llama-3.1-8B's heads) and averages
@@ -29,7 +32,7 @@ decoded answer (decoded without a KV cache, so that uniform attention stays exac
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,16 +122,23 @@ def draw(pool: Sequence[Head], k: int, seed: str) -> list[Head]:
     return sorted(random.Random(seed).sample(list(pool), k))
 
 
+RESERVED = ("none", "retrieval", "random")  # strategy names ``others`` cannot take
+
+
 def conditions(
     handle: ModelHandle,
     retrieval: pd.DataFrame,
-    niah: pd.DataFrame | None,
+    others: Mapping[str, pd.DataFrame] | None,
     config: MaskingConfig,
 ) -> list[dict]:
-    """Every (strategy, mode, k, seed, heads) to evaluate, baseline first."""
+    """Every (strategy, mode, k, seed, heads) to evaluate, baseline first: the ``retrieval``
+    table's top heads, then each of ``others`` under its name, then the random draws."""
     L, H = handle.spec.n_layers, handle.spec.n_heads
     out = [{"strategy": "none", "mode": "none", "k": 0, "seed": -1, "heads": []}]
-    tables = {"retrieval": retrieval} | ({"niah": niah} if niah is not None else {})
+    taken = sorted(set(others or {}) & set(RESERVED))
+    if taken:
+        raise ValueError(f"ranked tables cannot be named {taken}: those names are the conditions'")
+    tables = {"retrieval": retrieval} | dict(others or {})
     for k in config.ks:
         top = top_ranked(retrieval, config.pool or k)
         outside = [(i, j) for i in range(L) for j in range(H) if (i, j) not in set(top)]
@@ -197,19 +207,20 @@ def masking_experiment(
     samples: Sequence[Sample],
     retrieval: pd.DataFrame,
     *,
-    niah: pd.DataFrame | None = None,
+    others: Mapping[str, pd.DataFrame] | None = None,
     config: MaskingConfig = MaskingConfig(),
     results: str | Path | None = None,
     progress: bool = True,
     intervention: HeadEdit | None = None,
 ) -> pd.DataFrame:
-    """MuDAF Fig. 4: task scores with top retrieval heads, random heads or NIAH heads masked.
+    """MuDAF Fig. 4: task scores with top retrieval heads, random heads or other heads masked.
 
     Args:
         handle: the model.
         samples: task samples with answers (e.g. multi-document QA).
         retrieval: ranked head table (``layer, head, rank``) whose top heads are masked.
-        niah: ranked copy-paste head table, for the ``"niah"`` strategy.
+        others: more ranked head tables by name, each masked as a strategy of that name
+            (MuDAF Fig. 4: ``{"niah": <copy-paste scores>}``).
         config: ks, modes, seeds, metrics.
         results: JSONL file of finished conditions (a restart skips them).
         progress: show a progress bar over conditions.
@@ -232,7 +243,7 @@ def masking_experiment(
             config.max_new_tokens,
             edits_manifest(handle),
         )
-        every = conditions(handle, retrieval, niah, config)
+        every = conditions(handle, retrieval, others, config)
         mine = [i for i in range(len(every)) if shard.owns(i)]
         rows = []
         for i in tqdm(mine, desc="masking", disable=not progress):

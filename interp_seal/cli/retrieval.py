@@ -248,10 +248,17 @@ def run_masking(args: argparse.Namespace) -> int:
     )
     ranked = ("layer", "head", "rank")
     retrieval = read_table(args.scores, "--scores", ranked)
-    niah = read_table(args.niah_scores, "--niah-scores", ranked) if args.niah_scores else None
+    others = {}
+    if args.niah_scores:
+        others["niah"] = read_table(args.niah_scores, "--niah-scores", ranked)
     handle, samples = _setup(args)
     frame = masking_experiment(
-        handle, samples, retrieval, niah=niah, config=config, results=args.out / "conditions.jsonl"
+        handle,
+        samples,
+        retrieval,
+        others=others,
+        config=config,
+        results=args.out / "conditions.jsonl",
     )
     if not Shard.current().main:
         return 0  # rank 0 writes the outputs

@@ -317,7 +317,13 @@ def test_masking_matches_direct_ablation(family_pair, mdqa, tmp_path):
     niah = ranked.assign(rank=ranked["rank"][::-1].to_numpy())
     config = MaskingConfig(ks=(2,), seeds=(0, 1), qa_f1=True, max_new_tokens=3)
     frame = masking_experiment(
-        handle, mdqa, ranked, niah=niah, config=config, results=tmp_path / "c.jsonl", progress=False
+        handle,
+        mdqa,
+        ranked,
+        others={"niah": niah},
+        config=config,
+        results=tmp_path / "c.jsonl",
+        progress=False,
     )
     assert len(frame) == 1 + 2 * 4  # baseline + 2 modes x (top, 2 random, niah)
     rows = frame.set_index(["strategy", "mode", "seed"])
@@ -337,7 +343,13 @@ def test_masking_matches_direct_ablation(family_pair, mdqa, tmp_path):
     assert rows["qa_f1"].between(0, 1).all()
     # resuming reads every condition back instead of recomputing it
     again = masking_experiment(
-        handle, mdqa, ranked, niah=niah, config=config, results=tmp_path / "c.jsonl", progress=False
+        handle,
+        mdqa,
+        ranked,
+        others={"niah": niah},
+        config=config,
+        results=tmp_path / "c.jsonl",
+        progress=False,
     )
     pd.testing.assert_frame_equal(again, frame)
     assert masking_bars(frame).data[0].y is not None
@@ -389,7 +401,7 @@ def test_masking_pool_draws_like_mudaf_fig4(handle):
         {"layer": [1, 0, 1, 0, 0, 0, 1, 1], "head": [2, 3, 0, 0, 1, 2, 1, 3], "rank": range(1, 9)}
     )
     config = MaskingConfig(ks=(2,), modes=("zero",), seeds=(0, 1, 2), pool=4)
-    conds = conditions(handle, ranked, ranked.assign(rank=range(8, 0, -1)), config)
+    conds = conditions(handle, ranked, {"niah": ranked.assign(rank=range(8, 0, -1))}, config)
     pool, niah_pool = {(1, 2), (0, 3), (1, 0), (0, 0)}, {(1, 3), (1, 1), (0, 2), (0, 1)}
     by = {(c["strategy"], c["seed"]): set(c["heads"]) for c in conds}
     assert len(conds) == 1 + 3 * 3
