@@ -1,0 +1,217 @@
+"""Streaming heads (DuoAttention / RazorAttention KV compression) against masked eager attention.
+
+The reference is an attention function written here the plain way: every query head over every
+key (``T x T``), masked per KV head (full heads causal, streaming heads sink + window), softmax.
+The mode's blocked function must give the same logits for a mix of full and streaming heads
+with GQA, alone, under a head edit and under NTK scaling; the same tokens when decoding from its
+compressed cache; the cache must hold what ``kv_budget_bytes`` says; and the mode must matter
+(a window shorter than the sequence changes the logits, one covering it does not).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+from transformers import AttentionInterface
+
+from interp_seal.engine import greedy_decode
+from interp_seal.interventions import ablate
+from interp_seal.models import ContextExtension, extend_context, load_model
+from interp_seal.models import streaming_heads as sh
+from interp_seal.models.kv_cache import cache_arg, returned_cache
+
+REFERENCE = "test_streaming_reference"
+MIX = sh.StreamingHeads(heads={(0, 1), (1, 0)}, sink=3, window=7, block_size=5)
+
+
+@pytest.fixture(scope="module")
+def handle(llama_checkpoint):
+    return load_model(llama_checkpoint)  # 2 layers, 4 query heads, 2 KV heads
+
+
+def reference_attention(module, query, key, value, attention_mask, scaling=None, **_kwargs):
+    """Eager attention with a per-KV-head mask (T x T): full heads causal, streaming heads on
+    their sinks and window."""
+    cfg, on = module._test_reference
+    B, H, T, D = query.shape
+    groups = H // key.shape[1]
+    k, v = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    pos = torch.arange(T)
+    masks = [
+        sh.allowed(pos, pos, cfg.sink, cfg.window) if on and h // groups in on[0] else None
+        for h in range(H)
+    ]
+    causal = pos[:, None] >= pos[None]
+    mask = torch.stack([causal if m is None else m for m in masks])
+    scores = (query @ k.transpose(-1, -2)) * scaling
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return (weights @ v).transpose(1, 2), None
+
+
+@contextmanager
+def reference(handle, cfg, *, masked=True):
+    """The model on ``reference_attention`` (``masked=False``: every head causal)."""
+    AttentionInterface.register(REFERENCE, reference_attention)
+    for layer in range(handle.spec.n_layers):
+        on = (cfg.streaming(layer, handle.spec.n_kv_heads),) if masked else ()
+        handle.attn(layer)._test_reference = (cfg, on)
+    old = handle.model.config._attn_implementation
+    handle.model.set_attn_implementation(REFERENCE)
+    try:
+        yield
+    finally:
+        handle.model.set_attn_implementation(old)
+        for layer in range(handle.spec.n_layers):
+            del handle.attn(layer)._test_reference
+
+
+def logits(handle, ids):
+    with torch.no_grad():
+        return handle.model(ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("block", [1, 5, 64])
+def test_matches_masked_eager_reference_with_gqa(handle, block):
+    cfg = sh.StreamingHeads(heads=MIX.heads, sink=3, window=7, block_size=block)
+    ids = torch.randint(5, len(handle.tokenizer), (2, 41))
+    with sh.compress_kv(handle, cfg):
+        got = logits(handle, ids)
+    with reference(handle, cfg):
+        expected = logits(handle, ids)
+    with reference(handle, cfg, masked=False):
+        unmasked = logits(handle, ids)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert (unmasked - expected).abs().max() > 1e-2  # the mask matters at this length
+    assert handle.model.config._attn_implementation == "sdpa"  # restored
+
+
+def test_all_streaming_and_no_sink(handle):
+    for cfg in (
+        sh.StreamingHeads.all_heads(handle.spec, sink=2, window=4, block_size=3),
+        sh.StreamingHeads(heads=MIX.heads, sink=0, window=5, block_size=4),
+    ):
+        ids = torch.randint(5, len(handle.tokenizer), (1, 30))
+        with sh.compress_kv(handle, cfg):
+            got = logits(handle, ids)
+        with reference(handle, cfg):
+            expected = logits(handle, ids)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_float64_to_1e_10(handle):
+    ids = torch.randint(5, len(handle.tokenizer), (1, 33))
+    handle.model.double()
+    try:
+        with sh.compress_kv(handle, MIX):
+            got = logits(handle, ids)
+        with reference(handle, MIX):
+            expected = logits(handle, ids)
+    finally:
+        handle.model.float()
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+def test_window_covering_the_sequence_is_plain_attention(handle):
+    """The mode is not ignored: a window shorter than the sequence changes the logits, one as
+    long as it changes nothing."""
+    ids = torch.randint(5, len(handle.tokenizer), (1, 40))
+    plain = logits(handle, ids)
+    wide = sh.StreamingHeads.all_heads(handle.spec, sink=0, window=40, block_size=8)
+    with sh.compress_kv(handle, wide):
+        same = logits(handle, ids)
+    with sh.compress_kv(handle, MIX):
+        narrow = logits(handle, ids)
+    torch.testing.assert_close(same, plain, atol=1e-5, rtol=0)
+    assert (narrow - plain).abs().max() > 1e-2
+
+
+def test_under_head_edit_and_ntk(handle):
+    """NTK scaling + a pruned query head + streaming heads == the same on the reference."""
+    ids = torch.randint(5, len(handle.tokenizer), (2, 37))
+    iv = ablate(handle.spec, [(1, 1), (0, 2)], mode="zero")
+    ntk = ContextExtension(ntk_factor=4.0)
+    with extend_context(handle, ntk), handle.edit(iv):
+        with sh.compress_kv(handle, MIX):
+            got = logits(handle, ids)
+        with reference(handle, MIX):
+            expected = logits(handle, ids)
+    with reference(handle, MIX):
+        neither = logits(handle, ids)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert (got - neither).abs().max() > 1e-3  # the edit and NTK took effect
+
+
+def test_decoding_keeps_the_budget_and_matches_the_recompute(handle):
+    """Prefill into the compressed cache, then one token at a time: each step's logits equal
+    the full masked forward's at that position, and the cache holds ``kv_budget_bytes``."""
+    ids = torch.randint(5, len(handle.tokenizer), (2, 40))
+    with reference(handle, MIX):
+        full = logits(handle, ids)
+    with torch.no_grad(), sh.compress_kv(handle, MIX):
+        cache = returned_cache(handle.model(ids[:, :25], use_cache=True))
+        assert sh.cache_bytes(cache) == sh.kv_budget_bytes(MIX, handle.spec, 25, rows=2)
+        for t in range(25, 40):
+            out = handle.model(ids[:, t : t + 1], **cache_arg(cache), use_cache=True)
+            torch.testing.assert_close(out.logits[:, -1], full[:, t], atol=1e-5, rtol=0)
+        assert sh.cache_bytes(cache) == sh.kv_budget_bytes(MIX, handle.spec, 40, rows=2)
+        assert sh.cache_bytes(cache) < sh.kv_budget_bytes(None, handle.spec, 40, rows=2)
+        # a chunk of several tokens continues the cache too (shared-prefix runs)
+        cache = returned_cache(handle.model(ids[:, :20], use_cache=True))
+        out = handle.model(ids[:, 20:], **cache_arg(cache), use_cache=True)
+    torch.testing.assert_close(out.logits, full[:, 20:], atol=1e-5, rtol=0)
+
+
+def test_greedy_decode_equals_recompute(handle):
+    prompt = torch.randint(5, len(handle.tokenizer), (30,))
+    with sh.compress_kv(handle, MIX):
+        cached = greedy_decode(handle, prompt, 8)
+    ids = prompt[None]
+    with reference(handle, MIX):
+        for _ in range(len(cached)):
+            ids = torch.cat([ids, logits(handle, ids)[:, -1:].argmax(-1)], dim=1)
+    assert cached == ids[0, 30:].tolist()
+
+
+def test_never_builds_t_by_t(handle, monkeypatch):
+    calls = []
+    attend = sh._attend
+
+    def recording(q, k, v, causal, mask, scale):
+        calls.append((q.shape[-2], k.shape[-2], None if mask is None else tuple(mask.shape)))
+        return attend(q, k, v, causal, mask, scale)
+
+    monkeypatch.setattr(sh, "_attend", recording)
+    T, cfg = 120, sh.StreamingHeads(heads=MIX.heads, sink=4, window=10, block_size=16)
+    with sh.compress_kv(handle, cfg):
+        logits(handle, torch.randint(5, len(handle.tokenizer), (1, T)))
+    assert all(rows <= 16 for rows, _, _ in calls)
+    masks = [m for _, _, m in calls if m is not None]
+    assert masks and max(m[-1] for m in masks) <= 16 + 10 - 1
+    assert max(m[-2] * m[-1] for m in masks) < T * T // 20
+
+
+def test_kv_budget_bytes():
+    spec = type("S", (), {"n_layers": 3, "n_kv_heads": 2, "d_head": 8})()
+    cfg = sh.StreamingHeads(heads={(0, 0), (2, 1)}, sink=4, window=100)
+    # 4 full heads x 1000 positions + 2 streaming x 103, keys and values, float32
+    assert sh.kv_budget_bytes(cfg, spec, 1000) == 2 * 8 * 4 * (4 * 1000 + 2 * 103)
+    assert sh.kv_budget_bytes(cfg, spec, 50, itemsize=2, rows=3) == 2 * 8 * 2 * 3 * 6 * 50
+    assert sh.kv_budget_bytes(None, spec, 10) == 2 * 8 * 4 * 6 * 10
+
+
+def test_bad_configs_are_refused(handle):
+    with pytest.raises(ValueError, match="window >= 1"):
+        sh.StreamingHeads(heads=set(), window=0)
+    with pytest.raises(ValueError, match="outside"):
+        with sh.compress_kv(handle, sh.StreamingHeads(heads={(2, 0)})):
+            pass
+    with pytest.raises(ValueError, match="layer.kv_head"):
+        sh.StreamingHeads.parse("3:1")
+    assert sh.StreamingHeads.parse("0.1, 1.0", sink=2).heads == MIX.heads
+    se = ContextExtension(group_size=2, window=8)
+    with extend_context(handle, se), pytest.raises(ValueError, match="Self-Extend"):
+        with sh.compress_kv(handle, MIX):
+            pass
+    assert handle.model.config._attn_implementation == "sdpa"
