@@ -139,6 +139,56 @@ def register(subparsers) -> None:
     qr.add_argument("--ks", type=positive_int, nargs="+", default=[1, 2, 5], help="recall@k")
     qr.set_defaults(func=run_qr_scores, torchrun="shards")
 
+    compare = sub.add_parser(
+        "compare",
+        help="retrieval-head definitions side by side: rank correlations, top-5 %% overlaps, "
+        "masking each top set",
+    )
+    compare.add_argument(
+        "--rankings",
+        nargs="+",
+        default=[],
+        metavar="NAME=FILE",
+        help="a named ranked head_scores.csv per definition (passage-scores, needle-scores, "
+        "qr-scores)",
+    )
+    compare.add_argument(
+        "--sweep",
+        nargs="+",
+        default=[],
+        metavar="NAME=FILE",
+        help="a named `analysis head-sweep` results.csv, ranked by what zeroing each head costs",
+    )
+    compare.add_argument(
+        "--metric",
+        choices=("answer_logprob", "exact_match", "first_token"),
+        default="answer_logprob",
+        help="the sweep's metric that ranks heads",
+    )
+    compare.add_argument(
+        "--share", type=fraction, default=0.05, help="top share of heads compared (papers: 5 %%)"
+    )
+    compare.add_argument(
+        "--samples",
+        type=Path,
+        help="task JSONL: also mask each definition's top heads on these questions, against "
+        "random heads",
+    )
+    compare.add_argument("--golden", type=Path, help="golden passage ids of a LongBench file")
+    compare.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the random head draws"
+    )
+    compare.add_argument(
+        "--model", default="organism", help="'organism', a checkpoint dir or hub name"
+    )
+    compare.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    compare.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
+    compare.add_argument("--out", type=Path, required=True, help="output directory")
+    add_resume_argument(compare)
+    compare.set_defaults(func=run_compare, torchrun="shards")
+
 
 SCORED = {  # task -> (what its scores need in a sample, whether a sample has it)
     "passages": ("passages with golden ids", lambda s: bool(s.passages and s.golden)),
@@ -315,4 +365,83 @@ def run_qr_scores(args: argparse.Namespace) -> int:
     write_table(with_provenance(recall, model=args.model, n=n), args.out / "recall.csv")
     print(recall.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {args.out / 'ranking.csv'} and recall.csv")
+    return 0
+
+
+def _named_files(pairs: list[str], flag: str) -> dict[str, Path]:
+    """``NAME=FILE`` arguments as a dict, checked before any work."""
+    from interp_seal.analysis.masking import RESERVED
+
+    named: dict[str, Path] = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(
+                f"{flag} {pair!r}: give NAME=FILE, e.g. {flag} qr=runs/qr/head_scores.csv"
+            )
+        if name in named or name in RESERVED:
+            why = "is given twice" if name in named else "names a masking condition"
+            raise ValueError(f"{flag}: the name {name!r} {why}; give each ranking its own name")
+        named[name] = Path(path)
+    return named
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from interp_seal.analysis.head_definitions import (
+        compare_rankings,
+        mask_rankings,
+        masking_effects,
+        sweep_ranking,
+    )
+    from interp_seal.provenance import with_provenance
+    from interp_seal.viz.passages import definition_comparison
+
+    tables = _named_files(args.rankings, "--rankings")
+    sweeps = _named_files(args.sweep, "--sweep")
+    both = sorted(set(tables) & set(sweeps))
+    if both:
+        raise ValueError(f"--rankings and --sweep both name {both}: give each ranking its own name")
+    rankings = {
+        n: read_table(p, "--rankings", ("layer", "head", "rank")) for n, p in tables.items()
+    }
+    for name, path in sweeps.items():
+        sweep = read_table(path, "--sweep", ("layer", "head", "channel", "metric", "delta"))
+        rankings[name] = sweep_ranking(sweep, args.metric)
+    if len(rankings) < 2:
+        raise ValueError("compare at least two rankings: give --rankings and / or --sweep")
+    comparison = compare_rankings(rankings, share=args.share)
+    effects = None
+    if args.samples is not None:
+        handle, samples = _setup(args)
+        frame = mask_rankings(
+            handle,
+            samples,
+            rankings,
+            k=comparison.k,
+            seeds=args.seeds,
+            results=args.out / "conditions.jsonl",
+        )
+        if not Shard.current().main:
+            return 0  # rank 0 writes the outputs
+        effects = masking_effects(frame)
+        table = with_provenance(effects.drop(columns="n"), model=args.model, n=effects["n"])
+        write_table(table, args.out / "masking.csv")
+    args.out.mkdir(parents=True, exist_ok=True)
+    pairs = comparison.pairs()
+    write_table(pairs, args.out / "pairs.csv")
+    sets = [
+        {"definition": name, "rank": i + 1, "layer": layer, "head": head}
+        for name, heads in comparison.sets.items()
+        for i, (layer, head) in enumerate(heads)
+    ]
+    write_table(pd.DataFrame(sets), args.out / "sets.csv")
+    write_html(definition_comparison(comparison, effects), args.out / "compare.html")
+    print(pairs.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if effects is not None:
+        print(effects.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(
+        f"wrote pairs.csv, sets.csv{', masking.csv' if effects is not None else ''} and compare.html in {args.out}"
+    )
     return 0

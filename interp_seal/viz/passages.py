@@ -9,6 +9,9 @@
 - ``ranked_score_curve``: MuDAF Fig. 3, scores of all heads ranked by the first one.
 - ``masking_bars``: MuDAF Fig. 4, task score per masking strategy and mode (random heads
   averaged over seeds, with their spread).
+- ``definition_comparison``: retrieval-head definitions side by side
+  (``analysis.head_definitions``): Spearman's rho and top-k overlap between every two, and
+  the task score with each definition's top set masked beside random sets.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from interp_seal.analysis.head_definitions import RankingComparison
 from interp_seal.analysis.retrieval_scores import PassageAttention
 from interp_seal.analysis.statistics import wilson
 from interp_seal.viz.colors import SIGNED, symmetric_range
@@ -251,3 +255,68 @@ def _masking_panel(fig: go.Figure, frame: pd.DataFrame, metric: str, col: int) -
             )
         fig.add_hline(y=value, line_dash="dash", annotation_text="no masking", row=1, col=col)
     return wilson_bars
+
+
+def definition_comparison(
+    comparison: RankingComparison, effects: pd.DataFrame | None = None
+) -> go.Figure:
+    """Spearman's rho and the top-``k`` overlap between every two definitions (heatmaps, each
+    cell written), and, with ``effects`` (``head_definitions.masking_effects``), the task's
+    exact match with each definition's top ``k`` heads zeroed, with 95 % Wilson intervals,
+    beside the random draws' mean (dashed) and each verdict."""
+    names = list(comparison.spearman.index)
+    cols = 3 if effects is not None else 2
+    titles = ["Spearman's rho (all heads)", f"shared top-{comparison.k} heads / {comparison.k}"]
+    if effects is not None:
+        titles.append(f"exact match, top {comparison.k} zeroed")
+    fig = make_subplots(cols=cols, subplot_titles=titles, horizontal_spacing=0.12)
+    for col, (values, scale) in enumerate(
+        [
+            (comparison.spearman, dict(colorscale=SIGNED, zmid=0, zmin=-1, zmax=1)),
+            (comparison.overlap, dict(colorscale="Viridis", zmin=0, zmax=1)),
+        ],
+        1,
+    ):
+        z = values.loc[names, names].to_numpy(dtype=float)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=names,
+                y=names,
+                text=[[f"{v:.2f}" for v in row] for row in z],
+                texttemplate="%{text}",
+                showscale=False,
+                hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>",
+                **scale,
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_yaxes(autorange="reversed", row=1, col=col)
+    if effects is not None:
+        p, n = effects["exact_match"].to_numpy(), effects["n"].to_numpy()
+        fig.add_trace(
+            go.Bar(
+                x=effects["definition"],
+                y=p,
+                error_y=wilson_error_y(p, n),
+                text=effects["verdict"],
+                textposition="outside",
+                marker_color=qualitative.Plotly[0],
+                hovertemplate="%{x}: %{y:.3f}<br>heads %{customdata}<extra></extra>",
+                customdata=effects["heads"],
+                showlegend=False,
+            ),
+            row=1,
+            col=3,
+        )
+        fig.add_hline(
+            y=float(effects["random_exact_match"].iloc[0]),
+            line_dash="dash",
+            annotation_text="random heads",
+            row=1,
+            col=3,
+        )
+        fig.update_yaxes(range=[0, 1.1], row=1, col=3)
+    fig.update_layout(title="Retrieval-head definitions compared", template="plotly_white")
+    return fig
