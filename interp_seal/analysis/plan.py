@@ -79,6 +79,16 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   wrong token), then two attribution forwards with a cache; after each, ``W_U`` and one
   layer's ``W_O`` in float64 and every component's ``d``-vector. Three forwards.
 
+**Decoding** (``plan_decode``, not one of ``ANALYSES``: ``engine.greedy_decode`` of one record,
+the prompt into a KV cache, then ``answer_tokens`` steps): the cache of ``T + answer_tokens -
+1`` positions beside the prompt forward's layer step and embeddings, ``T b (d + layer)``. With
+streaming heads (``interp_seal.models.streaming_heads``, DuoAttention / RazorAttention) a
+streaming KV head keeps ``sink + window - 1`` positions (``kv_budget_bytes``), and where the
+last layer (the peak: every other layer's cache is full) has a streaming head, its attention
+step holds one block's float32 mask and scores beside ``q``, ``k`` and ``v``: ``8 block (block
++ window - 1)`` bytes (measured 0.95-0.98 of the peak with full heads there, 0.86-0.95 with
+streaming ones, 1K-8K tokens).
+
 **Not modelled**: the float32 upcast inside a norm in half precision (below the MLP step),
 allocator fragmentation and caching (a CUDA allocator reserves more than it holds: leave ~10%
 of the budget), the CUDA context (~0.5 GiB), the ``T x T`` mask and repeated keys of layers
@@ -100,6 +110,7 @@ from interp_seal.defaults import PLANNED_ANALYSES
 from interp_seal.models.gguf import gguf_target
 from interp_seal.models.load import load_config
 from interp_seal.models.spec import ModelSpec, family_for
+from interp_seal.models.streaming_heads import StreamingHeads, kv_budget_bytes
 
 ANALYSES = PLANNED_ANALYSES
 ONE_RECORD = ("passage-scores", "needle-scores", "dla")
@@ -575,4 +586,57 @@ def plan(
         peak_bytes=weights + peak.total,
         max_batch=_max_batch(g, w, analysis, budget_bytes - weights),
         forwards=_forwards(g, w, analysis, batch),
+    )
+
+
+def plan_decode(
+    model,
+    *,
+    length: int,
+    budget_bytes: int,
+    streaming_heads: StreamingHeads | None = None,
+    dtype: torch.dtype | str = torch.float32,
+    answer_tokens: int = 8,
+) -> Plan:
+    """The memory plan of greedy decoding one record (``engine.greedy_decode``): the prompt's
+    forward into a KV cache beside the cache of ``length + answer_tokens - 1`` positions, under
+    ``streaming_heads`` when given (see the module docstring). ``analysis`` reads ``"decode"``;
+    ``batch`` and ``max_batch`` are 1 (0 when it does not fit)."""
+    if length < 1 or answer_tokens < 1:
+        raise ValueError(f"length and answer_tokens must be >= 1, got {length}, {answer_tokens}")
+    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype!r}")
+    config = model_config(model)
+    family_for(config)
+    spec = ModelSpec.from_config(config)
+    if streaming_heads is not None:
+        streaming_heads.check_model(spec, str(model))
+    g = Geometry(spec=spec, d_mlp=config.intermediate_size, itemsize=dtype.itemsize)
+    kv = kv_budget_bytes(streaming_heads, spec, length + answer_tokens - 1, itemsize=dtype.itemsize)
+    d, q, k = spec.d_model, g.q, g.k
+    attention = length * g.itemsize * (2 * d + 4 * q + 2 * k)
+    last = spec.n_layers - 1
+    if streaming_heads is not None and streaming_heads.streaming(last, spec.n_kv_heads):
+        cfg = streaming_heads  # a block's additive mask and the kernel's scores, float32
+        attention += 2 * 4 * cfg.block_size * (cfg.block_size + cfg.window - 1)
+    mlp = length * g.itemsize * (3 * d + 3 * g.d_mlp)
+    activations = length * g.itemsize * d + max(attention, mlp)
+    weights = parameter_count(config) * g.itemsize
+    peak = weights + kv + activations
+    return Plan(
+        model=config.model_type if isinstance(model, transformers.PretrainedConfig) else str(model),
+        analysis="decode",
+        length=length,
+        batch=1,
+        dtype=str(dtype).removeprefix("torch."),
+        budget_bytes=budget_bytes,
+        parameters=weights // g.itemsize,
+        weights_bytes=weights,
+        kv_cache_bytes=kv,
+        activation_bytes=activations,
+        buffer_bytes=0,
+        peak_bytes=peak,
+        max_batch=int(peak <= budget_bytes),
+        forwards=1 + answer_tokens,
     )

@@ -273,10 +273,12 @@ def _merge(acc: Tensor, acc_lse: Tensor, rows: slice, out: Tensor, lse: Tensor) 
     acc_lse[..., rows] = merged
 
 
-def _additive(keep: Tensor, like: Tensor) -> Tensor:
-    return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(
-        ~keep, float("-inf")
-    )
+def _distance_mask(q_pos: Tensor, k_pos: Tensor, low: float, high: float, like: Tensor) -> Tensor:
+    """Additive mask (``like``'s dtype): 0 where ``low <= i - j < high``, -inf elsewhere; its
+    temporaries (int32 distances, two bool tensors) are freed before the kernel runs."""
+    dist = q_pos.int()[:, None] - k_pos.int()[None, :]
+    out = torch.zeros(dist.shape, dtype=like.dtype, device=like.device)
+    return out.masked_fill_((dist < low) | (dist >= high), float("-inf"))
 
 
 def _full_block(q, k, v, s, e, offset, scale, acc, acc_lse) -> None:
@@ -303,16 +305,14 @@ def _streaming_block(q, k, v, positions, q_pos, cfg: StreamingHeads, scale, acc,
     lo = int(torch.searchsorted(positions, first - cfg.window + 1))
     hi = int(torch.searchsorted(positions, last + 1))
     kp = positions[lo:hi]
-    dist = q_pos[:, None] - kp[None, :]
-    band = _additive((dist >= 0) & (dist < cfg.window), q)
+    band = _distance_mask(q_pos, kp, 0, cfg.window, q)
     rows = slice(0, len(q_pos))
     _merge(acc, acc_lse, rows, *_attend(q, k[:, :, lo:hi], v[:, :, lo:hi], False, band, scale))
     far = max(0, cfg.window - first)  # first row at a position >= window: sinks outside the band
     n_sink = int(torch.searchsorted(positions, min(cfg.sink, last - cfg.window + 1)))
     if far < len(q_pos) and n_sink > 0:
         kp = positions[:n_sink]
-        keep = q_pos[far:, None] - kp[None, :] >= cfg.window
-        mask = _additive(keep, q)
+        mask = _distance_mask(q_pos[far:], kp, cfg.window, float("inf"), q)
         out = _attend(q[:, :, far:], k[:, :, :n_sink], v[:, :, :n_sink], False, mask, scale)
         _merge(acc, acc_lse, slice(far, len(q_pos)), *out)
 
