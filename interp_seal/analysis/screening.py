@@ -15,6 +15,12 @@ pruning helps or hurts retrieval most. A screened sweep finds them in three stag
 
    so one backward pass prices every head at once. Per length, the estimate is the mean over
    records, like the sweep's per-length means.
+   Two options apply AtP*'s corrections (Kramar et al. 2024; ``interp_seal.analysis.atp_star``
+   teaches both): ``qk_fix=True`` recomputes later heads' attention softmax exactly at the
+   answer rows instead of linearising it (the signed estimate changes); ``grad_drop=True``
+   adds GradDrop's magnitude score ``c_GD`` (the mean ``|estimate|`` over ``L`` backward
+   passes, each with one layer's residual contributions dropped), which then chooses the
+   candidates below instead of ``|mean| + 2 SE``.
 2. **Confirm.** First-order estimates misjudge heads whose effect is far from linear: on
    SmolLM2-135M the head whose pruning costs most (L16H0, -7 nats) is estimated at +0.7, the
    wrong sign. Its estimate is still large. So the heads swept exactly (``candidates``) are the
@@ -56,6 +62,12 @@ from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from interp_seal.analysis.atp_star import (
+    captured_stream,
+    grad_drop_magnitude,
+    grad_drop_scores,
+    qk_fix_corrections,
+)
 from interp_seal.analysis.attribution_patching import tracked_head_outputs
 from interp_seal.analysis.sweeps import (
     Head,
@@ -85,7 +97,9 @@ class ScreenedSweep:
         estimates: ``layer, head, length, estimate, se, baseline, confirmed`` for every head:
             the attribution estimate of the change of ``answer_logprob`` (mean over the
             length's records) and its standard error, the records' mean ``answer_logprob``,
-            and whether the head was swept exactly.
+            and whether the head was swept exactly. With ``qk_fix``, ``estimate`` is the
+            QK-fixed one and ``atp`` the plain one; with ``grad_drop``, ``grad_drop`` and
+            ``grad_drop_se`` are GradDrop's score ``c_GD`` (mean over records) and its SE.
         helpful, harmful: the ``top_k`` heads whose pruning lowers / raises ``answer_logprob``
             most (mean over lengths), most extreme first.
     """
@@ -166,15 +180,22 @@ def attribution_estimates(
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     progress: bool = True,
     intervention: HeadEdit | None = None,
+    qk_fix: bool = False,
+    grad_drop: bool = False,
 ) -> pd.DataFrame:
     """Attribution estimate of each head's ablation effect on ``answer_logprob``, per length.
 
-    Returns ``layer, head, length, estimate`` (mean over the length's records).
+    Returns ``layer, head, length, estimate`` (mean over the length's records), plus ``atp``
+    (the plain estimate) with ``qk_fix`` and ``grad_drop`` (GradDrop's score) with
+    ``grad_drop`` (``interp_seal.analysis.atp_star``).
     ``intervention`` edits the model screened (composed with ``handle.edit``'s).
     """
+    fixes = Fixes(qk_fix=qk_fix, grad_drop=grad_drop)
     with handle.edit(intervention):
-        per_record = _record_estimates(handle, samples, mode, factor, mean_z, None, progress)
-        return _per_length(handle, per_record)[["layer", "head", "length", "estimate"]]
+        per_record = _record_estimates(handle, samples, mode, factor, mean_z, None, progress, fixes)
+        table = _per_length(handle, per_record)
+        extra = [c for c in ("atp", "grad_drop") if c in table]
+        return table[["layer", "head", "length", "estimate", *extra]]
 
 
 def screened_head_sweep(
@@ -189,6 +210,8 @@ def screened_head_sweep(
     mean_z: Float[Tensor, "layer head d_head"] | None = None,
     options: SweepOptions | None = None,
     intervention: HeadEdit | None = None,
+    qk_fix: bool = False,
+    grad_drop: bool = False,
 ) -> ScreenedSweep:
     """Screen every head by attribution patching, confirm the likeliest movers exactly, rank.
 
@@ -201,8 +224,13 @@ def screened_head_sweep(
         options: as for ``head_sweep``. With ``options.out``, the per-record estimates go to
             ``out/screen`` and the exact sweep to ``out/exact`` (both resumable with
             ``options.resume``, both split over torchrun's processes).
+        qk_fix: AtP*'s QK fix: later heads' softmax recomputed exactly at the answer rows for
+            each head's direct path (``atp_star``; about one extra forward per source layer).
+        grad_drop: AtP*'s GradDrop: candidates chosen by ``c_GD + 2 SE`` (``atp_star``; about
+            ``L / 2`` extra backward passes per record).
     ``intervention`` edits the model screened (composed with ``handle.edit``'s).
     """
+    fixes = Fixes(qk_fix=qk_fix, grad_drop=grad_drop)
     with handle.edit(intervention):
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1 (heads reported in each direction), got {top_k}")
@@ -215,10 +243,10 @@ def screened_head_sweep(
         out = None if options.out is None else Path(options.out)
         store = None
         if out is not None:
-            manifest = _screen_manifest(handle, samples, mode, factor, mean_z)
+            manifest = _screen_manifest(handle, samples, mode, factor, mean_z, fixes)
             store = RecordStore.open(out / "screen", manifest, resume=options.resume)
         per_record = _record_estimates(
-            handle, samples, mode, factor, mean_z, store, options.progress
+            handle, samples, mode, factor, mean_z, store, options.progress, fixes
         )
         estimates = _per_length(handle, per_record)
         confirmed = screen_candidates(estimates, candidates)
@@ -249,10 +277,72 @@ def screened_head_sweep(
         )
 
 
-def _record_estimates(handle, samples, mode, factor, mean_z, store, progress) -> list[dict]:
+@dataclass(frozen=True, kw_only=True)
+class Fixes:
+    """AtP*'s corrections switched on for a screen (``interp_seal.analysis.atp_star``)."""
+
+    qk_fix: bool = False
+    grad_drop: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.qk_fix or self.grad_drop
+
+
+def screen_record(
+    handle: ModelHandle,
+    enc: Encoded,
+    slope: Float[Tensor, "layer head d_head"],
+    offset: Float[Tensor, "layer head d_head"],
+    fixes: Fixes,
+) -> dict:
+    """One record's forward and backward pass(es) with AtP*'s fixes: ``metric`` and ``atp``
+    (``(L, H)``, plain AtP), with ``qk_fix`` ``qk`` (the QK-fixed estimates) and with
+    ``grad_drop`` ``grad_drop`` (GradDrop's ``c_GD``). Activation checkpointing as for
+    ``answer_logprob_gradients``."""
+    if fixes.qk_fix and handle.active_edit() is not None:
+        raise ValueError(
+            "the QK fix reads later heads' attention as z = A v: screen the unedited model "
+            "(merge the edit into the weights first)"
+        )
+    L = handle.spec.n_layers
+    ids = enc.input_ids.to(handle.device)
+    target = enc.answer_ids.to(handle.device)
+    keep = len(target) + 1
+    with (
+        tracked_head_outputs(handle) as zs,
+        captured_stream(handle, values=fixes.qk_fix) as captured,
+        recomputed_layers(handle),
+    ):
+        logits = handle.model(ids[None], logits_to_keep=keep, use_cache=False).logits[0, :-1]
+        metric = logits.float().log_softmax(-1).gather(-1, target[:, None]).sum()
+        z = torch.stack([zs[layer][0].detach().float().cpu() for layer in range(L)])
+        change = slope[:, None] * z + offset[:, None]  # (L, T, H, D)
+        record = {"metric": float(metric.detach())}
+        if fixes.grad_drop:
+            grad, per_layer = grad_drop_scores(handle, metric, zs, captured.resid(), change)
+            record["grad_drop"] = grad_drop_magnitude(per_layer).double().cpu().numpy()
+        else:
+            grads = torch.autograd.grad(metric, [zs[layer] for layer in range(L)])
+            grad = torch.stack([g[0].float() for g in grads])
+        grad = grad.cpu()
+        atp = (change * grad).sum((1, 3)).double()
+        record["atp"] = atp.numpy()
+        if fixes.qk_fix:
+            T = ids.shape[0]
+            rows = torch.arange(T - keep, T - 1)  # the positions predicting the answer
+            record["qk"] = (atp + qk_fix_corrections(handle, captured, grad, change, rows)).numpy()
+        del metric, logits
+    return record
+
+
+def _record_estimates(
+    handle, samples, mode, factor, mean_z, store, progress, fixes=Fixes()
+) -> list[dict]:
     """Per record: ``length``, ``sample``, ``metric`` (M) and ``estimate`` (``(L, H)``, the
-    first-order change of M per ablated head). With a ``store``, finished records are read
-    back; under torchrun each rank estimates every N-th record."""
+    first-order change of M per ablated head; QK-fixed with ``fixes.qk_fix``, then ``atp`` holds
+    the plain one), and ``grad_drop`` with ``fixes.grad_drop``. With a ``store``, finished
+    records are read back; under torchrun each rank estimates every N-th record."""
     if mode not in SCREEN_MODES:
         raise ValueError(
             f"screening estimates edits affine in the head output, modes {SCREEN_MODES}; got "
@@ -270,14 +360,25 @@ def _record_estimates(handle, samples, mode, factor, mean_z, store, progress) ->
     done = {}
     if store is not None:
         fields = ("length", "sample", "metric", "estimate")
+        fields += ("atp",) * fixes.qk_fix + ("grad_drop",) * fixes.grad_drop
         done = {(r["length"], r["sample"]): r for r in store.load(fields)}
     mine = [u for index, u in enumerate(units) if shard.owns(index) and u not in done]
     new = []
     for length, i in tqdm(mine, desc="attribution screen", disable=not progress):
-        z, grad, metric = answer_logprob_gradients(handle, encoded[length][i])  # (L, T, H, D)
-        change = slope[:, None] * z + offset[:, None]
-        estimate = (change * grad).sum((1, 3)).double().cpu().numpy()
-        record = {"length": length, "sample": i, "metric": metric, "estimate": estimate.tolist()}
+        record = {"length": length, "sample": i}
+        if fixes.any:
+            found = screen_record(handle, encoded[length][i], slope, offset, fixes)
+            record["metric"] = found["metric"]
+            record["estimate"] = found["qk" if fixes.qk_fix else "atp"].tolist()
+            if fixes.qk_fix:
+                record["atp"] = found["atp"].tolist()
+            if fixes.grad_drop:
+                record["grad_drop"] = found["grad_drop"].tolist()
+        else:
+            z, grad, metric = answer_logprob_gradients(handle, encoded[length][i])  # (L,T,H,D)
+            change = slope[:, None] * z + offset[:, None]
+            estimate = (change * grad).sum((1, 3)).double().cpu().numpy()
+            record |= {"metric": metric, "estimate": estimate.tolist()}
         new.append(record)
         if store is not None:
             store.append([record])
@@ -295,28 +396,48 @@ def _per_length(handle: ModelHandle, per_record: list[dict]) -> pd.DataFrame:
     for length in dict.fromkeys(r["length"] for r in per_record):
         records = [r for r in per_record if r["length"] == length]
         values = np.array([r["estimate"] for r in records])  # (records, L, H)
-        se = values.std(0, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0 * values[0]
-        frames.append(
-            pd.DataFrame(
-                {
-                    "layer": [lay for lay, _ in heads],
-                    "head": [h for _, h in heads],
-                    "length": length,
-                    "estimate": values.mean(0).ravel(),
-                    "se": se.ravel(),
-                    "baseline": float(np.mean([r["metric"] for r in records])),
-                }
-            )
+        frame = pd.DataFrame(
+            {
+                "layer": [lay for lay, _ in heads],
+                "head": [h for _, h in heads],
+                "length": length,
+                "estimate": values.mean(0).ravel(),
+                "se": _standard_error(values).ravel(),
+                "baseline": float(np.mean([r["metric"] for r in records])),
+            }
         )
+        if "atp" in records[0]:
+            frame["atp"] = np.array([r["atp"] for r in records]).mean(0).ravel()
+        if "grad_drop" in records[0]:
+            scores = np.array([r["grad_drop"] for r in records])
+            frame["grad_drop"] = scores.mean(0).ravel()
+            frame["grad_drop_se"] = _standard_error(scores).ravel()
+        frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def _standard_error(values: np.ndarray) -> np.ndarray:
+    """Standard error of the mean over the first axis (0 with one record)."""
+    if len(values) < 2:
+        return 0 * values[0]
+    return values.std(0, ddof=1) / np.sqrt(len(values))
 
 
 def screen_candidates(estimates: pd.DataFrame, k: int) -> list[Head]:
     """The ``k`` heads with the largest ``|mean estimate| + 2 SE`` over lengths: large effects
-    of either sign, and uncertain ones, whatever the first-order sign says."""
-    per_head = estimates.groupby(["layer", "head"], as_index=False).agg(
-        estimate=("estimate", "mean"), se=("se", lambda se: float(np.sqrt((se**2).mean())))
-    )
+    of either sign, and uncertain ones, whatever the first-order sign says. Where the
+    estimates carry GradDrop's score (``grad_drop``), the bound is ``c_GD + 2 SE`` instead
+    (AtP*'s ranking, Kramar et al. 2024)."""
+    rms = ("se", lambda se: float(np.sqrt((se**2).mean())))
+    if "grad_drop" in estimates:
+        per_head = estimates.groupby(["layer", "head"], as_index=False).agg(
+            estimate=("grad_drop", "mean"),
+            se=("grad_drop_se", lambda se: float(np.sqrt((se**2).mean()))),
+        )
+    else:
+        per_head = estimates.groupby(["layer", "head"], as_index=False).agg(
+            estimate=("estimate", "mean"), se=rms
+        )
     per_head["bound"] = per_head["estimate"].abs() + 2 * per_head["se"]
     best = per_head.sort_values(["bound", "layer", "head"], ascending=[False, True, True])
     return sorted((int(r.layer), int(r.head)) for r in best.head(k).itertuples())
@@ -341,9 +462,11 @@ def _estimated_rows(estimates: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(source="estimate")
 
 
-def _screen_manifest(handle, samples, mode, factor, mean_z) -> dict:
-    """What a screen is: the model, the records, the edit."""
+def _screen_manifest(handle, samples, mode, factor, mean_z, fixes=Fixes()) -> dict:
+    """What a screen is: the model, the records, the edit (and AtP*'s fixes, where on)."""
+    extra = {"fixes": dataclasses.asdict(fixes)} if fixes.any else {}
     return {
+        **extra,
         "model": handle.identity,
         "geometry": handle.spec.as_dict(),
         "dtype": str(handle.dtype),

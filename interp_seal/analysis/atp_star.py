@@ -1,0 +1,265 @@
+"""AtP*: the two corrections of attribution patching (Kramar et al. 2024), for head ablation.
+
+Attribution patching (AtP, ``interp_seal.analysis.screening``) prices the ablation of head
+``(l, h)`` by the first-order change of the metric ``M`` (the answer's log-probability)::
+
+    AtP(l, h) = sum_{t, d} dz[l, t, h, d] * dM/dz[l, t, h, d]      (dz = edited z - z)
+
+Kramar, Lieberum, Shah and Nanda (2024), "AtP*: An efficient and scalable method for localizing
+LLM behaviour to components" (arXiv 2403.00745), find two ways this first-order estimate misses
+large effects (false negatives) and fix each while keeping the cost far below one forward per
+component.
+
+**The QK fix (their Sec. 3.1.1, "attention saturation").** The softmax of a later head's
+attention is where a linear expansion fails worst: a saturated row (one key near weight 1) has
+a near-zero gradient, so a shift of its logits that moves the weight to another key is priced at
+almost nothing. AtP* keeps the linear expansion *after* the attention pattern but computes the
+pattern change exactly: for a patched query or key, the softmax is recomputed with the patched
+logits, and the change of the pattern ``A`` is multiplied by ``dM/dA``::
+
+    I_fix = sum_{t, s} (softmax(x_t + dx_t)_s - A_ts) * dM/dA_ts
+
+Our nodes are head *outputs*: zeroing ``z[l, :, h]`` does not touch head ``(l, h)``'s own
+softmax (``z`` comes after it), it shifts the residual stream read by every later head's queries
+and keys. The adaptation prices, for each later head ``(l', h')``, the *direct* path
+``z[l, h] -> o_proj (-> post-attention norm) -> residual -> layer l''s norm -> q, k (-> q/k norm)
+-> RoPE``: its first-order change of the queries and keys (a forward-mode derivative through the
+model's own modules, ``torch.func.jvp``) gives patched logits, whose softmax is recomputed
+exactly, and the linearised softmax term that AtP already contains for this path is replaced::
+
+    QK(l, h) = AtP(l, h) + sum_{l' > l, h'} sum_{t in R, s}
+               dM/dA[l', h', t, s] * (A'[t, s] - A[t, s] - dA_lin[t, s])
+
+``A'`` is the softmax of the patched logits ``(q + dq) . (k + dk)``, ``dA_lin`` the softmax's
+first-order response to ``dq, dk`` (the term AtP used), and ``dM/dA[t, s] = dM/dz[l', t, h'] .
+v[l', s, kv(h')]`` (``z_t = sum_s A_ts v_s``), so no pattern gradient is ever stored. Only the
+query rows ``R`` whose logits are the metric (the positions predicting the answer) are
+recomputed, as row-wise attention (``analysis.attention_rows``: ``|R| x T`` per head, never
+``T x T``); other rows keep AtP's linear term. Paths through intermediate layers stay linear.
+
+**GradDrop (their Sec. 3.1.2, "cancellation").** A head's direct and indirect effects can
+cancel in the gradient (a large effect estimated near zero, or with the wrong sign). AtP*
+computes ``L`` further estimates, the ``l``-th with the gradient through layer ``l``'s
+contributions to the residual stream (its attention and MLP outputs) set to zero in the backward
+pass, and scores a node by their mean magnitude (their Eq. 11)::
+
+    c_GD(n) = 1 / (L - 1) * sum_{l=1..L} |AtP_l(n)|
+
+(``AtP_l = AtP`` for layers at or below the node's own, except its own layer, where the node has
+no path left: ``0``; hence ``L - 1``). One backward pass gives the full gradient and, at every
+layer input ``r_l``, the gradient ``dM/dr_l``; dropping layer ``l`` removes exactly its block's
+share ``delta_l = dM/dr_l - dM/dr_{l+1}`` of the gradient at ``r_l``, and the backward is linear,
+so ``dM/dz^(l) = dM/dz - J^T delta_l`` for heads below ``l``: ``L - 1`` partial backward passes
+from each ``r_l`` down (about ``L / 2`` full ones), not ``L`` full ones. ``c_GD`` is a magnitude:
+the screen uses it to choose which heads to confirm exactly (the paper's use: a prefilter for
+verification), not as a signed estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp_seal.analysis.attention_rows import layer_rows, post_rope_qk_hooks
+from interp_seal.models import ModelHandle
+
+
+@dataclass(frozen=True, kw_only=True)
+class Captured:
+    """What one forward of the screen keeps for the fixes (first forward only: a backward that
+    recomputes a layer does not replace it).
+
+    Attributes:
+        slots: each layer's input residual stream ``r_l`` (key ``l``) and the final norm's
+            input ``r_L`` (key ``L``), in the autograd graph, ``(1, T, d_model)`` each.
+        values: per layer, the value vectors ``(KV, T, D)`` (QK fix only).
+        rope: per layer, the ``(cos, sin)`` its attention received (QK fix only).
+    """
+
+    slots: dict[int, Tensor]
+    values: dict[int, Tensor]
+    rope: dict[int, tuple[Tensor, Tensor]]
+
+    def resid(self) -> list[Tensor]:
+        """``[r_0, ..., r_L]``."""
+        return [self.slots[i] for i in sorted(self.slots)]
+
+
+@contextmanager
+def captured_stream(handle: ModelHandle, *, values: bool) -> Iterator[Captured]:
+    """Inside the block, a forward keeps the residual stream at each layer input (and, with
+    ``values``, each layer's values and RoPE tables) in the yielded ``Captured``."""
+    L, KV, D = handle.spec.n_layers, handle.spec.n_kv_heads, handle.spec.d_head
+    kept = Captured(slots={}, values={}, rope={})
+
+    def keep_resid(index):
+        def hook(_mod, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            kept.slots.setdefault(index, x)
+
+        return hook
+
+    def keep_v(layer):
+        def hook(out):
+            kept.values.setdefault(layer, out[0].detach().float().view(-1, KV, D).transpose(0, 1))
+
+        return hook
+
+    def keep_rope(layer, _mod, kwargs, _q, _k):
+        cos, sin = kwargs["position_embeddings"]
+        kept.rope.setdefault(layer, (cos.detach(), sin.detach()))
+
+    with ExitStack() as hooks:
+        for index, module in enumerate([*handle.layers(), handle.final_norm()]):
+            hooks.enter_context(
+                module.register_forward_pre_hook(keep_resid(index), with_kwargs=True)
+            )
+        if values:
+            for layer in range(L):
+                hooks.enter_context(handle.on_projection(layer, "v", keep_v(layer)))
+            hooks.enter_context(post_rope_qk_hooks(handle, range(L), keep_rope))
+        yield kept
+
+
+def grad_drop_scores(
+    handle: ModelHandle,
+    metric: Tensor,
+    zs: dict[int, Tensor],
+    resid: list[Tensor],
+    change: Float[Tensor, "layer pos head d_head"],
+) -> tuple[Float[Tensor, "layer pos head d_head"], Float[Tensor, "dropped layer head"]]:
+    """The full gradient ``dM/dz`` and GradDrop's per-layer estimates ``AtP_l``.
+
+    ``AtP_l[l, m, h] = sum_{t,d} change[m, t, h, d] * dM/dz^(l)[m, t, h, d]`` with layer
+    ``l``'s residual contributions dropped from the backward pass. Leaves the graph alive
+    (every call uses ``retain_graph``); the caller frees it.
+    """
+    L = handle.spec.n_layers
+    layers = [zs[m] for m in range(L)]
+    grads = torch.autograd.grad(metric, [*layers, *resid], retain_graph=True)
+    grad_z = torch.stack([g[0].float() for g in grads[:L]])  # (L, T, H, D)
+    grad_r = grads[L:]
+    device_change = change.to(grad_z.device)
+    full = (device_change * grad_z).sum((1, 3))  # (L, H): plain AtP
+    per_layer = full[None].repeat(L, 1, 1)  # (dropped, L, H)
+    for dropped in range(L):
+        per_layer[dropped, dropped] = 0  # the node's own layer: no path left
+        if dropped == 0:
+            continue
+        delta = grad_r[dropped] - grad_r[dropped + 1]  # the block's share of dM/dr_l
+        below = torch.autograd.grad(
+            resid[dropped], layers[:dropped], grad_outputs=delta, retain_graph=True
+        )
+        for m, g in enumerate(below):
+            per_layer[dropped, m] -= (device_change[m] * g[0].float()).sum((0, 2))
+    return grad_z, per_layer
+
+
+def grad_drop_magnitude(per_layer: Float[Tensor, "dropped layer head"]) -> Tensor:
+    """AtP*'s GradDrop score (Kramar et al. 2024, Eq. 11): ``sum_l |AtP_l| / (L - 1)``."""
+    L = per_layer.shape[0]
+    return per_layer.abs().sum(0) / max(L - 1, 1)
+
+
+def qk_fix_corrections(
+    handle: ModelHandle,
+    captured: Captured,
+    grad: Float[Tensor, "layer pos head d_head"],
+    change: Float[Tensor, "layer pos head d_head"],
+    rows: Tensor,
+) -> Float[Tensor, "layer head"]:
+    """``QK(l, h) - AtP(l, h)``: for every later head, the exact softmax of the query rows
+    ``rows`` under the direct path's first-order change of its queries and keys, minus the
+    linearised softmax term AtP contains (module docstring)."""
+    L, H = handle.spec.n_layers, handle.spec.n_heads
+    KV = handle.spec.n_kv_heads
+    resid = captured.resid()
+    device = resid[0].device
+    rows = rows.to(device)
+    out = torch.zeros(L, H, dtype=torch.float64)
+    cached: dict[int, tuple] = {}
+
+    def later_terms(later):  # clean rows and dM/dA of a later layer, computed once
+        if later not in cached:
+            x = resid[later][0].detach()
+            cos, sin = captured.rope[later]
+            q0, k0 = _project_qk(handle, later, x[None], cos, sin, rows)
+            g = grad[later, rows.cpu()].to(device).transpose(0, 1)  # (H', R, D)
+            g = g.reshape(KV, H // KV, *g.shape[1:])  # query head h' = kv * group + g
+            v = captured.values[later]  # (KV, T, D)
+            grad_a = torch.einsum("kgrd,ktd->kgrt", g, v).reshape(H, len(rows), -1)
+            cached[later] = (x, cos, sin, q0, k0, grad_a)
+        return cached[later]
+
+    with torch.no_grad():
+        for source in range(L - 1):
+            dresid = _residual_change(handle, source, change[source].to(device))  # (H, T, d)
+            for later in range(source + 1, L):
+                x, cos, sin, q0, k0, grad_a = later_terms(later)
+                dq, dk = _qk_change(handle, later, x, dresid, cos, sin, rows)
+
+                def pattern(q, k, later=later):
+                    return layer_rows(handle, later, q, k, rows)
+
+                base = pattern(q0, k0)  # (1, H', R, T)
+                patched = pattern(q0 + dq, k0 + dk)  # (H, H', R, T)
+                _, linear = torch.func.jvp(
+                    pattern,
+                    (q0.expand_as(dq).contiguous(), k0.expand_as(dk).contiguous()),
+                    (dq, dk),
+                )
+                residual = patched - base - linear
+                out[source] += (residual * grad_a[None]).sum((1, 2, 3)).double().cpu()
+    return out
+
+
+def _residual_change(handle: ModelHandle, layer: int, dz: Tensor) -> Tensor:
+    """``(H, T, d_model)``: the first-order change of ``layer``'s attention write to the residual
+    stream (``o_proj``, then the post-attention norm where the family has one) when head ``h``'s
+    output changes by ``dz[:, h]`` alone."""
+    T, H, D = dz.shape
+    o_proj = handle.proj(layer, "o_proj")
+    tangent = torch.zeros(H, T, H, D, device=dz.device, dtype=torch.float32)
+    for h in range(H):
+        tangent[h, :, h] = dz[:, h]
+    tangent = tangent.reshape(H, T, H * D).to(o_proj.weight.dtype)
+    if handle.norm(layer, "post_attn") is None:
+        return torch.nn.functional.linear(tangent, o_proj.weight).float()
+    raise NotImplementedError(
+        f"the QK fix's direct path through {handle.family.name}'s post-attention norm needs the "
+        "layer's attention output: not supported yet"
+    )
+
+
+def _project_qk(handle, layer, x, cos, sin, rows):
+    """Post-RoPE queries of ``rows`` ``(N, H, R, D)`` and keys of every position
+    ``(N, KV, T, D)`` that ``layer`` computes from its input ``x`` ``(N, T, d)``, by the model's
+    own modules (pre-attention norm, projections, q / k norms, RoPE), in float32."""
+    rope = handle.rope(layer)
+    normed = handle.apply_norm(layer, "pre_attn", x)
+    (k,) = handle.project(layer, normed, "k")
+    (q,) = handle.project(layer, normed[:, rows], "q")
+    q = handle.split_heads(layer, "q", q)
+    k = handle.split_heads(layer, "k", k)
+    q, _ = rope(q, q, cos[:, rows], sin[:, rows])
+    k, _ = rope(k, k, cos, sin)
+    return q.float(), k.float()
+
+
+def _qk_change(handle, layer, x, dresid, cos, sin, rows):
+    """First-order changes ``dq (N, H, R, D), dk (N, KV, T, D)`` of ``_project_qk`` at ``x``
+    ``(T, d)`` for each residual change ``dresid`` ``(N, T, d)`` (forward mode, vectorised over
+    the ``N`` changes: the clean projection runs once)."""
+
+    def tangent(t):
+        _, (dq, dk) = torch.func.jvp(
+            lambda x: _project_qk(handle, layer, x, cos, sin, rows), (x[None],), (t[None],)
+        )
+        return dq[0], dk[0]
+
+    return torch.func.vmap(tangent)(dresid.to(x.dtype))
