@@ -3,7 +3,7 @@ peak while a call runs: for tests and benchmarks.
 
 Useful to test a pipeline end to end without a trained model: the checkpoint is a real
 ``save_pretrained`` directory (config + safetensors + ``tokenizer.json``) that ``load_model``
-reads through the same path as a hub model. RMSNorm weights are ``1 + 0.3 * randn`` (all-ones
+reads through the same path as a hub model. RMSNorms scale by ``1 + 0.3 * randn`` (all-ones
 norms hide direct-logit-attribution bugs) and other weights ``std * randn``, so next-token
 distributions are peaked and argmaxes rarely tie.
 
@@ -79,10 +79,11 @@ def save_random_checkpoint(
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.config.architectures = [type(model).__name__]
+    offset = FAMILIES[family].norm_offset  # Gemma's norms scale by 1 + weight
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "norm" in name:
-                param.copy_(1 + 0.3 * torch.randn_like(param))
+            if "norm" in name:  # scales 1 + 0.3 * randn, whatever the family's offset
+                param.copy_(1 - offset + 0.3 * torch.randn_like(param))
             elif name.endswith("bias"):
                 param.normal_(0, 0.1)
             else:

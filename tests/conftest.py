@@ -53,7 +53,18 @@ from interp_seal.testing import save_random_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe", "phi3")
+FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "olmo2",
+    "mixtral",
+    "qwen3_moe",
+    "phi3",
+    "gemma2",
+    "gemma3_text",
+)
 # families whose random checkpoints compute different functions: mistral's (window off, see its
 # row) is llama's computation under another name, so the slower per-family tests skip it
 DISTINCT_FAMILIES = tuple(f for f in FAMILIES if f != "mistral")
@@ -92,6 +103,16 @@ def build_checkpoint(path, family: str = "llama", **kwargs) -> str:
     n_heads = kwargs.pop("n_heads", 4)
     n_kv_heads = n_heads if family == "qwen2" else 2
     return save_random_checkpoint(path, family, n_heads=n_heads, n_kv_heads=n_kv_heads, **kwargs)
+
+
+def rms_norm_terms(norm) -> tuple[torch.Tensor, float]:
+    """``(w, eps)`` of an RMSNorm module, ``norm(x) = w * x / sqrt(mean(x^2) + eps)``, read
+    from what the module computes (``w = norm(1) * sqrt(1 + eps)``), not from its weight: a
+    family's offset (Gemma's ``1 + weight``) is then in ``w`` without being assumed."""
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    ones = torch.ones(norm.weight.shape, dtype=norm.weight.dtype)
+    with torch.no_grad():
+        return norm(ones).double() * (1 + eps) ** 0.5, eps
 
 
 def float64(model):

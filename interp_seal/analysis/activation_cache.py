@@ -42,7 +42,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_seal.analysis.attention_rows import attention_rows, post_rope_qk_hooks
+from interp_seal.analysis.attention_rows import layer_rows, post_rope_qk_hooks
 from interp_seal.engine.layers import layer_output
 from interp_seal.interventions import HeadEdit
 from interp_seal.models.handle import ModelHandle
@@ -152,7 +152,7 @@ def run_with_cache(
         if {"q", "k", "pattern"} & set(names):
             on(post_rope_qk_hooks(handle, layers, _qk_keeper(handle, names, acts, at, keep, T)))
         if "scale" in names:
-            eps = handle.final_norm().variance_epsilon
+            _, eps = handle.norm_terms(handle.final_norm())
 
             def keep_scale(_mod, args):
                 x = args[0].float()
@@ -215,7 +215,7 @@ def _layer_hooks(handle: ModelHandle, layer: int, names, acts: dict, at) -> Exit
 def _qk_keeper(handle: ModelHandle, names, acts: dict, at, keep: Tensor | None, T: int):
     """The ``post_rope_qk_hooks`` callback keeping ``q``, ``k`` and attention rows."""
 
-    def on_qk(layer: int, mod, _kwargs, q: Tensor, k: Tensor) -> None:
+    def on_qk(layer: int, _mod, _kwargs, q: Tensor, k: Tensor) -> None:
         # q (B, H, T, D), k (B, KV, T, D)
         if "q" in names:
             acts["q", layer] = at(q.transpose(1, 2))
@@ -224,8 +224,6 @@ def _qk_keeper(handle: ModelHandle, names, acts: dict, at, keep: Tensor | None, 
         if "pattern" in names:
             rows = torch.arange(T) if keep is None else keep
             q_rows = q.index_select(2, rows.to(q.device))
-            acts["pattern", layer] = attention_rows(
-                q_rows, k, rows, scaling=mod.scaling, sliding_window=handle.sliding_window(layer)
-            ).detach()
+            acts["pattern", layer] = layer_rows(handle, layer, q_rows, k, rows).detach()
 
     return on_qk

@@ -12,7 +12,9 @@ per layer in fp32 at 32K tokens. A row costs ``H x T``. For each layer we take
 
 and compute ``softmax(q k^T * scaling)`` over the causal prefix of each row (and inside the
 layer's sliding window, if it has one), with ``scaling`` read from the attention module
-(``module.scaling``, ``1/sqrt(d_head)`` for the supported families) rather than assumed.
+(``module.scaling``: ``1/sqrt(d_head)``, or Gemma's ``query_pre_attn_scalar ** -0.5``) rather
+than assumed, and the scores soft-capped first where the family caps them (Gemma 2's
+``c * tanh(s / c)``, ``ModelHandle.attn_softcap``): ``layer_rows``.
 Memory is linear in ``T``; the model itself runs its usual sdpa attention.
 
 Two capture routes give identical numbers (the same ops on the same tensors):
@@ -42,7 +44,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_seal.models import ModelHandle
+from interp_seal.models import ModelHandle, soft_cap
 from interp_seal.models.kv_cache import layer_keys, received_cache
 
 Rows = Float[Tensor, "batch head query key"]
@@ -57,6 +59,7 @@ def attention_rows(
     *,
     scaling: float,
     sliding_window: int | None = None,
+    softcap: float | None = None,
 ) -> Rows:
     """Causal softmax attention weights of the given query rows over keys ``0..T-1``.
 
@@ -67,6 +70,8 @@ def attention_rows(
             ``j <= query_positions[i]`` (and ``j > query_positions[i] - sliding_window``).
         scaling: the factor on ``q . k`` (the attention module's ``scaling``).
         sliding_window: the layer's attention window, or None.
+        softcap: the layer's attention-logit soft-cap ``c`` (scores ``c * tanh(s / c)``
+            before the mask, as Gemma 2 computes them), or None.
     """
     B, H, Q, D = q.shape
     KV, T = k.shape[1], k.shape[2]
@@ -74,6 +79,7 @@ def attention_rows(
         raise ValueError(f"{H} query heads cannot share {KV} key heads")
     q = q.float().reshape(B, KV, H // KV, Q, D)  # query head h = kv * group + g
     scores = q @ k.float()[:, :, None].transpose(-1, -2) * scaling  # (B, KV, G, Q, T)
+    scores = soft_cap(scores, softcap)
     keys = torch.arange(T, device=k.device)
     pos = query_positions.to(k.device)[:, None]
     visible = keys[None, :] <= pos  # (Q, T)
@@ -81,6 +87,25 @@ def attention_rows(
         visible &= keys[None, :] > pos - sliding_window
     scores = scores.masked_fill(~visible, float("-inf"))
     return scores.softmax(-1).reshape(B, H, Q, T)
+
+
+def layer_rows(
+    handle: ModelHandle,
+    layer: int,
+    q: Float[Tensor, "batch head query d_head"],
+    k: Float[Tensor, "batch kv_head key d_head"],
+    query_positions: Int[Tensor, " query"],
+) -> Rows:
+    """``attention_rows`` as ``layer`` computes them: its module's ``scaling``, its sliding
+    window and its attention-logit soft-cap (``ModelHandle.attn_softcap``)."""
+    return attention_rows(
+        q,
+        k,
+        query_positions,
+        scaling=handle.attn(layer).scaling,
+        sliding_window=handle.sliding_window(layer),
+        softcap=handle.attn_softcap(layer),
+    )
 
 
 def _local_positions(positions: Sequence[int], length: int) -> Int[Tensor, " query"]:
@@ -177,12 +202,8 @@ def attention_row_hooks(
                 "0..t (no left padding, no sliding-window cache that drops old keys)"
             )
         local = _local_positions(query_positions, n_new)
-        found = attention_rows(
-            q_rot[:, :, local.to(q_rot.device)],
-            k_rot,
-            local + (n_keys - n_new),
-            scaling=mod.scaling,
-            sliding_window=handle.sliding_window(layer),
+        found = layer_rows(
+            handle, layer, q_rot[:, :, local.to(q_rot.device)], k_rot, local + (n_keys - n_new)
         )
         capture.put(layer, found if reduce is None else reduce(found))
 
@@ -235,12 +256,6 @@ def _capture_nnsight(handle, input_ids, query_positions, reduce) -> Tensor:
         for layer in range(handle.spec.n_layers):
             attn = fold(getattr, handle.family.attn.split("."), layer_envoys[layer])
             q_rot, k_rot = getattr(attn.source, f"{handle.family.rope_function}_0").output
-            rows = attention_rows(
-                q_rot[:, :, local.to(q_rot.device)],
-                k_rot,
-                local,
-                scaling=handle.attn(layer).scaling,
-                sliding_window=handle.sliding_window(layer),
-            )
+            rows = layer_rows(handle, layer, q_rot[:, :, local.to(q_rot.device)], k_rot, local)
             captured.append(rows if reduce is None else reduce(rows))
     return torch.stack(list(captured))

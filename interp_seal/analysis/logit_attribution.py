@@ -31,11 +31,26 @@ z_{l,h} / rms(o_l)``), the same linearisation as the final norm's, so the parts 
 the stream exactly; the MLP's part is the post-MLP norm's output. Both variants freeze these
 sublayer norms (``"seal"`` drops only the final norm's factor).
 
+Families whose RMSNorms scale by ``1 + w`` (Gemma) are read through ``ModelHandle.norm_terms``,
+so ``w`` above is always the norm's effective elementwise scale. Gemma 2's sandwich norms are
+both kinds at once: the pre-sublayer norms sit inside a head's computation (before ``q``, ``k``,
+``v``) and need nothing; the post-attention and post-MLP norms are frozen as above.
+
+**Final soft-capping** (Gemma 2: the model returns ``c * tanh(l / c)`` of ``lm_head``'s output
+``l``) is not linear in ``l`` and has no frozen form whose parts sum to anything useful, so DLA
+attributes the *pre-cap* logit ``l`` (``LogitAttribution.logits`` holds it, not the returned
+logit): the parts sum to ``l`` exactly, and the cap is monotone, so the ranking of tokens and
+the sign of a logit difference are those of the capped logits. This is TransformerLens's
+convention too: ``cache.logit_attrs`` projects components onto ``W_U`` and never applies
+``output_logits_soft_cap``. A user comparing with ``model(...).logits`` sees the capped value,
+``c * tanh(l / c)``, which is smaller in size (at most ``c``).
+
 For the difference between two tokens (SEAL Fig. 4: the correct vs the wrong digit) the
 direction ``W_U[t]`` becomes ``W_U[correct] - W_U[wrong]``.
 
-One forward pass on the Hugging Face model (sdpa attention, so long prompts are fine) records
-the embedding, every ``o_proj`` input and every MLP output at position ``p`` only.
+One forward pass on the Hugging Face model (sdpa attention, so long prompts are fine; eager on
+Gemma 2) records the embedding (as the embedding module returns it: Gemma's is scaled by
+``sqrt(d_model)`` inside it), every ``o_proj`` input and every MLP output at position ``p`` only.
 """
 
 from __future__ import annotations
@@ -68,7 +83,8 @@ class LogitAttribution:
             ``"embed"``, ``"head"``, ``"attn_bias"`` (o_proj bias, if any), ``"mlp"`` or
             ``"unembed_bias"`` (lm_head bias, if any); ``layer``/``head`` are null where they do
             not apply.
-        logits: the model's own logit (or logit difference) per target at ``position``.
+        logits: the model's own logit (or logit difference) per target at ``position``:
+            ``lm_head``'s output, before a final soft-cap where the family has one (Gemma 2).
         rms: ``rms(x)`` of the residual stream entering the final norm at ``position``.
         variant: ``"frozen_norm"`` or ``"seal"``.
         position: the (non-negative) position attributed.
@@ -178,12 +194,12 @@ def attribute(
         position %= n
         parts, labels, x, logits = residual_parts(handle, input_ids, position)
 
-        norm = handle.final_norm()
-        rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+        weight, eps = handle.norm_terms(handle.final_norm())
+        rms = torch.sqrt(x.pow(2).mean() + eps)
         scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
         unembed = handle.unembed()
         w_u = unembed.weight.detach().double()  # (vocab, d_model)
-        normed = parts * norm.weight.detach().double() * scale  # (component, d_model)
+        normed = parts * weight * scale  # (component, d_model)
 
         rows, model_logits = [], {}
         for name, (a, b) in contrasts.items():
@@ -248,6 +264,11 @@ def residual_parts(
         mlp_writes = handle.mlp(layer) if post_mlp is None else post_mlp
         hooks.append((mlp_writes, "forward", keep_output(f"mlp{layer}")))
     hooks.append((handle.final_norm(), "pre", keep_input("x")))
+
+    def keep_logits(_mod, _args, out):  # lm_head's output: the logit before a final soft-cap
+        seen["logits"] = out[0, -1].detach().double()
+
+    hooks.append((handle.unembed(), "forward", keep_logits))
     with torch.no_grad(), ExitStack() as installed:
         for module, kind, fn in hooks:
             register = (
@@ -255,8 +276,8 @@ def residual_parts(
             )
             installed.enter_context(register(fn))
         keep = torch.tensor([position])  # unembed one position: no (T, vocab) logits
-        out = handle.model(input_ids[None].to(handle.device), logits_to_keep=keep)
-        logits = out.logits[0, 0].double()
+        handle.model(input_ids[None].to(handle.device), logits_to_keep=keep)
+    logits = seen["logits"]
 
     parts, labels = [seen["embed"]], [("embed", None, None)]
     for layer in range(L):
@@ -264,7 +285,7 @@ def residual_parts(
         w_o = o_proj.weight.detach().double().view(-1, H, D)  # (d_model, H, D)
         heads = torch.einsum("hd,mhd->hm", seen[f"z{layer}"].view(H, D), w_o)
         post_attn = handle.norm(layer, "post_attn")
-        frozen = 1 if post_attn is None else frozen_norm(post_attn, seen[f"attn{layer}"])
+        frozen = 1 if post_attn is None else frozen_norm(handle, post_attn, seen[f"attn{layer}"])
         parts += list(heads * frozen)
         labels += [("head", layer, h) for h in range(H)]
         if o_proj.bias is not None:
@@ -285,13 +306,17 @@ def residual_parts(
     return parts, labels, x, logits
 
 
-def frozen_norm(norm: torch.nn.Module, x: Float[Tensor, " d_model"]) -> Float[Tensor, " d_model"]:
+def frozen_norm(
+    handle: ModelHandle, norm: torch.nn.Module, x: Float[Tensor, " d_model"]
+) -> Float[Tensor, " d_model"]:
     """``w / rms(x)``: an RMSNorm ``w * c / rms(c)`` as the linear map it is on its input ``x``
-    (float64), so each part ``c`` of ``x`` maps to ``c * frozen_norm(norm, x)`` and the parts
-    map to ``norm(x)`` together (a family's post-sublayer norms; the final norm's own factor
-    is split out in ``attribute`` for its variants)."""
-    rms = torch.sqrt(x.double().pow(2).mean() + norm.variance_epsilon)
-    return norm.weight.detach().double().to(x.device) / rms
+    (float64), so each part ``c`` of ``x`` maps to ``c * frozen_norm(handle, norm, x)`` and the
+    parts map to ``norm(x)`` together (a family's post-sublayer norms; the final norm's own
+    factor is split out in ``attribute`` for its variants). ``w`` includes the family's norm
+    offset (Gemma's ``1 + w``, ``ModelHandle.norm_terms``)."""
+    weight, eps = handle.norm_terms(norm)
+    rms = torch.sqrt(x.double().pow(2).mean() + eps)
+    return weight.to(x.device) / rms
 
 
 def strongest_wrong_token(

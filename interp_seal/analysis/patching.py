@@ -372,7 +372,7 @@ def _run_from(
     else:
         hidden, first = x, layer
     hidden = run_layers(handle, hidden, range(first, L), inputs.kwargs, prefix.fresh_cache(len(x)))
-    return handle.unembed()(handle.final_norm()(hidden[:, -1]))
+    return handle.cap_logits(handle.unembed()(handle.final_norm()(hidden[:, -1])))
 
 
 def patch_table(

@@ -36,7 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_seal.analysis.attention_rows import attention_rows, post_rope_qk_hooks
+from interp_seal.analysis.attention_rows import layer_rows, post_rope_qk_hooks
 from interp_seal.analysis.logit_attribution import (
     VARIANTS,
     Token,
@@ -115,14 +115,14 @@ def source_token_attribution(
 
     seen: dict[str, Tensor] = {}
 
-    def keep_row(_layer, mod, _kwargs, q, k):
+    def keep_row(_layer, _mod, _kwargs, q, k):
         query = torch.tensor([position])
-        rows = attention_rows(
+        rows = layer_rows(
+            handle,
+            layer,
             q[:, head : head + 1, position : position + 1],
             k[:, head // (H // KV) : head // (H // KV) + 1],
             query,
-            scaling=mod.scaling,
-            sliding_window=handle.sliding_window(layer),
         )  # (1, 1, 1, T)
         seen["a"] = rows[0, 0, 0].detach().double()
 
@@ -158,16 +158,16 @@ def source_token_attribution(
                 f"(max gap {gap:.3g}); this attention variant cannot be split by source token"
             )
 
-    norm = handle.final_norm()
+    weight, eps = handle.norm_terms(handle.final_norm())
     x = seen["x"].cpu()
-    rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+    rms = torch.sqrt(x.pow(2).mean() + eps)
     scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
     w_u = handle.unembed().weight.detach().double().cpu()  # (vocab, d_model)
     direction = w_u[a] - (w_u[b] if b is not None else 0)  # (d_model,)
     w_o = o_proj.weight.detach().double().cpu()[:, head * D : (head + 1) * D]  # (d_model, D)
-    read = norm.weight.detach().double().cpu() * direction * scale  # (d_model,)
+    read = weight.cpu() * direction * scale  # (d_model,)
     if post_attn is not None:  # the layer's post-attention norm, its RMS frozen
-        read = read * frozen_norm(post_attn, seen["attn_out"]).cpu()
+        read = read * frozen_norm(handle, post_attn, seen["attn_out"]).cpu()
     u = w_o.T @ read  # (D,)
     return SourceAttribution(
         values=attention * (v @ u),

@@ -44,7 +44,8 @@ from torch import Tensor
 from interp_seal.engine.batch import AnswerBatch
 from interp_seal.engine.layers import LayerInputs, attn_half, mlp_half, run_layers
 from interp_seal.interventions import HeadEdit, HeadIntervention
-from interp_seal.models import ModelHandle
+from interp_seal.models import ModelHandle, soft_cap
+from interp_seal.models.streaming_heads import streaming_rows
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -219,7 +220,7 @@ def _logits_at(
 ) -> Float[Tensor, "row answer vocab"]:
     """Logits at ``query`` from the residual stream entering the last layer."""
     out = _last_layer_at(handle, hidden, query, kwargs)
-    return handle.unembed()(handle.final_norm()(out))
+    return handle.cap_logits(handle.unembed()(handle.final_norm()(out)))
 
 
 def _last_layer_at(
@@ -252,14 +253,23 @@ def _last_layer_at(
         allowed = torch.arange(T, device=query.device)[None, None] <= query[..., None]
     else:  # the model's own mask (e.g. a sliding window), rows at the query positions
         allowed = mask[0, 0][query]
+        if allowed.dtype != torch.bool:  # eager attention's additive mask: 0 where allowed
+            allowed = allowed == 0
     # GQA without copying keys: the G query heads of one KV head become G x Q query rows
-    z = F.scaled_dot_product_attention(
-        q.reshape(B, KV, G * Q, D),
-        k,
-        v.transpose(1, 2),
-        attn_mask=allowed[:, None, None].expand(B, 1, G, Q, T).reshape(B, 1, G * Q, T),
-        scale=attn.scaling,
-    )
+    q, allowed = q.reshape(B, KV, G * Q, D), allowed[:, None, None].expand(B, 1, G, Q, T)
+    allowed = allowed.reshape(B, 1, G * Q, T)
+    cap = handle.attn_softcap(last)
+    if cap is None:
+        z = F.scaled_dot_product_attention(
+            q, k, v.transpose(1, 2), attn_mask=allowed, scale=attn.scaling
+        )
+    else:  # soft-capped scores (Gemma 2), which sdpa cannot compute: Q x T per head still
+        scores = soft_cap(q @ k.transpose(-1, -2) * attn.scaling, cap)
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        z = weights @ v.transpose(1, 2)
+    # streaming KV heads (models.streaming_heads): their rows again, on sinks + window
+    q = q.reshape(B, KV, G * Q, D)
+    z = streaming_rows(handle, last, z, q, k, v.transpose(1, 2), query, attn.scaling)
     # reshape, not view: CUDA kernels may return these rows in another memory order
     z = z.reshape(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
     resid = attn_half(handle, last, _at(hidden, query), z, v, query=query)

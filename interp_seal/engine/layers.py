@@ -58,7 +58,9 @@ class LayerInputs:
         def hook(_mod, args, kwargs):
             self.resid[layer] = args[0] if args else kwargs["hidden_states"]
             self.kwargs[layer] = {
-                k: x for k, x in kwargs.items() if k not in ("hidden_states", CACHE_ARG)
+                k: _shared_mask(x) if k == "attention_mask" else x
+                for k, x in kwargs.items()
+                if k not in ("hidden_states", CACHE_ARG)
             }
             if layer == self.stop_at:
                 raise _StopForward
@@ -76,6 +78,15 @@ class LayerInputs:
                             f"{tuple(t.shape)}; runs that start at a layer need batch-shared "
                             "positions and masks (right-padded samples, no padding mask)"
                         )
+
+
+def _shared_mask(mask):
+    """A 4-D attention mask whose rows are all the same as one row: eager attention (Gemma 2)
+    materialises the batch-shared causal mask once per row, sdpa passes None instead."""
+    if isinstance(mask, Tensor) and mask.dim() == 4 and mask.shape[0] > 1:
+        if mask.stride(0) == 0 or bool((mask == mask[:1]).all()):
+            return mask[:1]
+    return mask
 
 
 def layer_output(out) -> Tensor:

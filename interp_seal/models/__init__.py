@@ -1,7 +1,7 @@
 """Model loading, geometry and module maps (``load.py``, ``gguf.py``, ``spec.py``, ``handle.py``)."""
 
 from interp_seal.models.gguf import GGUFError, convert_gguf, smollm2_path
-from interp_seal.models.handle import BACKENDS, ModelHandle
+from interp_seal.models.handle import BACKENDS, ModelHandle, soft_cap
 from interp_seal.models.load import DEFAULT_MODEL, ModelNotFoundError, load_model
 from interp_seal.models.rope_extension import ContextExtension, extend_context
 from interp_seal.models.spec import (
@@ -29,5 +29,6 @@ __all__ = [
     "load_model",
     "register_family",
     "smollm2_path",
+    "soft_cap",
     "unregister_family",
 ]

@@ -29,6 +29,12 @@ BACKENDS = ("hf", "nnsight", "transformer_lens")
 NORM_SITES = ("pre_attn", "post_attn", "pre_mlp", "post_mlp")
 
 
+def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap * tanh(x / cap)`` (Gemma 2's soft-capping of attention scores and logits); ``x``
+    itself where ``cap`` is None."""
+    return x if cap is None else cap * torch.tanh(x / cap)
+
+
 @dataclass(kw_only=True, eq=False)
 class ModelHandle:
     """A loaded causal LM.
@@ -161,6 +167,25 @@ class ModelHandle:
         """``x`` through ``norm(layer, which)``; unchanged where the family has no norm there."""
         norm = self.norm(layer, which)
         return x if norm is None else norm(x)
+
+    def norm_terms(self, norm: nn.Module) -> tuple[torch.Tensor, float]:
+        """An RMSNorm of this family as ``(w, eps)``, ``norm(x) = w * x / sqrt(mean(x^2) + eps)``:
+        its weight with the family's offset added (Gemma's ``1 + w``, ``Family.norm_offset``),
+        detached, float64."""
+        weight = norm.weight.detach().double() + self.family.norm_offset
+        return weight, float(getattr(norm, self.family.norm_eps))
+
+    def attn_softcap(self, layer: int) -> float | None:
+        """The attention-logit soft-cap of ``layer`` (None: the family has none)."""
+        if self.family.attn_softcap is None:
+            return None
+        return get_attribute(self.attn(layer), self.family.attn_softcap)
+
+    def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` (``lm_head``'s output) through the family's final soft-cap, if any: what
+        the model returns as its logits."""
+        path = self.family.final_softcap
+        return soft_cap(logits, None if path is None else get_attribute(self.model, path))
 
     def sliding_window(self, layer: int) -> int | None:
         """The attention window of ``layer`` (None: the whole causal prefix)."""

@@ -230,7 +230,7 @@ def load_model(
     model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
         target,
         dtype=dtype,
-        attn_implementation="sdpa",
+        attn_implementation=family.attn_implementation,  # sdpa unless the family has none
         trust_remote_code=trust_remote_code,
         output_loading_info=True,
         use_safetensors=True,  # never unpickle weights (checks.py refuses pickle-only dirs)

@@ -124,7 +124,8 @@ def rotary_modules(handle: ModelHandle) -> list[torch.nn.Module]:
     if not found:
         raise ValueError(
             f"{handle.name_or_path} has no rotary embedding module with an inv_freq buffer; "
-            "NTK scaling and Self-Extend need RoPE attention (llama / mistral / qwen2 families)"
+            "NTK scaling and Self-Extend need RoPE attention with one table for every layer "
+            "(Gemma 3 rotates its local and global layers with different bases)"
         )
     return found
 
@@ -364,6 +365,13 @@ def install(handle: ModelHandle, extension: ContextExtension, restore: ExitStack
             old = mod.inv_freq.clone()
             mod.inv_freq.copy_(ntk_inv_freq(base, dim, extension.ntk_factor))
             restore.callback(mod.inv_freq.copy_, old)
+    if extension.self_extend and any(
+        handle.attn_softcap(layer) is not None for layer in range(handle.spec.n_layers)
+    ):
+        raise ValueError(
+            f"Self-Extend attention does not soft-cap attention logits, which "
+            f"{handle.family.name} does; use NTK scaling alone on this model"
+        )
     if extension.self_extend:
         inv_freq = rotary[0].inv_freq.clone()  # after NTK scaling when both are on
         for layer in range(handle.spec.n_layers):

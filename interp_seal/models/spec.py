@@ -14,19 +14,29 @@ place (``ModelHandle.split_heads``), and so is where a decoder layer's norms sit
 after each sublayer: pre-norm Llama, post-sublayer OLMo 2, both for sandwich norms), applied by
 ``ModelHandle.apply_norm`` in the engine's restarted layers (``engine.layers``) and in DLA.
 A fused projection whose output is ``[q | k | v]`` (Phi-3's ``qkv_proj``) is a row field too,
-sliced in one place (``Family.projection``). What a row cannot express, and every supported
-family shares: a decoder-only causal LM with ``nn.Linear`` projections (no GPT-2 ``Conv1D``),
-q / k / v either separate or fused as ``[q | k | v]`` blocks (not interleaved per head, as
-GPT-NeoX's ``query_key_value``), a separate ``o_proj``, a sequential residual block
-(attention, then MLP; no parallel residual), RMSNorms ``w * x / rms(x)`` (DLA reads ``weight``
-and ``variance_epsilon``; no ``1 + w`` offset, no LayerNorm mean or bias), RoPE applied by one
+sliced in one place (``Family.projection``). So are Gemma 2's particulars: the attention-logit
+soft-cap (``attn_softcap``, applied by the row capture and the engine's last layer, where
+sdpa cannot: ``ModelHandle.attn_softcap``), the final-logit soft-cap (``final_softcap``,
+``ModelHandle.cap_logits``), the ``1 + w`` RMSNorm (``norm_offset``, ``norm_eps``: DLA reads
+norms through ``ModelHandle.norm_terms``), the attention implementation it needs
+(``attn_implementation="eager"``), sandwich norms (all four norm sites) and alternating
+sliding windows (read per layer from each attention module). Its embedding scale
+(``sqrt(d_model)``) lives inside the embedding module, whose output is all the analyses read,
+and ``query_pre_attn_scalar`` inside the attention module's ``scaling``, which they read too.
+
+What a row cannot express, and every supported family shares: a decoder-only causal LM with
+``nn.Linear`` projections (no GPT-2 ``Conv1D``), q / k / v either separate or fused as
+``[q | k | v]`` blocks (not interleaved per head, as GPT-NeoX's ``query_key_value``), a
+separate ``o_proj``, a sequential residual block (attention, then MLP; no parallel residual),
+RMSNorms ``(offset + w) * x / rms(x)`` (no LayerNorm mean or bias), RoPE applied by one
 module-level function of the modeling file to the first channels of each head (all of them,
-or a ``partial_rotary_factor`` share; no absolute position embeddings), plain softmax attention
-scaled by the module's ``scaling`` over the whole causal prefix in the tests (no logit
-soft-capping, no attention sinks; sliding windows are read per layer but uniform attention
-ignores them, see the README), an MLP module called on the residual stream alone (dense, or
-mixture-of-experts routing inside it), no embedding scale and no final logit soft-capping, and
-GQA query head ``i`` reading KV head ``i // group_size``.
+or a ``partial_rotary_factor`` share; no absolute position embeddings) with one ``(cos, sin)``
+pair for every layer (not Gemma 3's separate local and global RoPE bases), softmax attention
+scaled by the module's ``scaling``, optionally soft-capped, over the causal prefix or a
+per-layer sliding window (no attention sinks), an MLP module called on the residual stream
+alone (dense, or mixture-of-experts routing inside it), logits ``lm_head(final_norm(x))``
+optionally soft-capped, and GQA query head ``i`` reading KV head ``i // group_size``. Self-Extend
+refuses soft-capped attention (its kernel does not cap).
 
 ``ModelSpec`` holds the numbers every analysis needs: layers, query heads, KV heads (GQA when
 ``n_kv_heads < n_heads``), head dimension, model dimension and vocabulary size.
@@ -34,12 +44,13 @@ GQA query head ``i`` reading KV head ``i // group_size``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
 
 QK_NORM_SCOPES = ("head", "projection")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +87,18 @@ class Family:
             after the head split: Qwen3) or ``"projection"`` (the whole ``q_proj`` / ``k_proj``
             output before the split: OLMo 2). ``ModelHandle.split_heads`` applies them, the
             one place the engine turns projections into per-head queries and keys.
+        attn_implementation: the transformers attention the HF model runs (``load_model``):
+            ``"sdpa"`` (memory linear in length) where the family supports it, ``"eager"``
+            where it does not (Gemma 2: sdpa has no logit soft-capping; eager builds the
+            ``T x T`` pattern per head, so long prompts cost quadratic memory there).
+        attn_softcap: dotted path, relative to the attention module, of the attention-logit
+            soft-cap ``c`` (Gemma 2: scores become ``c * tanh(s / c)`` before the mask and the
+            softmax); None, or a cap of None there: no soft-capping.
+        final_softcap: dotted path, relative to the ``*ForCausalLM`` object, of the final-logit
+            soft-cap (Gemma 2: ``logits = c * tanh(lm_head(x) / c)``); None: none.
+        norm_offset: the RMSNorms compute ``(norm_offset + weight) * x / rms(x)`` (Gemma's
+            ``1 + w``: 1.0); DLA and every place that reads a norm's weight add it.
+        norm_eps: the attribute of the family's RMSNorm modules holding epsilon.
         gguf_architecture: llama.cpp's ``general.architecture`` for GGUF files of this family
             (None: not loadable from GGUF; llama.cpp writes Mistral models as "llama").
         random_config: config overrides for random test checkpoints, given to the config
@@ -108,6 +131,11 @@ class Family:
     q_norm: str | None = None
     k_norm: str | None = None
     qk_norm_over: str = "head"
+    attn_implementation: str = "sdpa"
+    attn_softcap: str | None = None
+    final_softcap: str | None = None
+    norm_offset: float = 0.0
+    norm_eps: str = "variance_epsilon"
     gguf_architecture: str | None = None
     random_config: tuple[tuple[str, Any], ...] = ()
 
@@ -123,10 +151,39 @@ class Family:
         return self.qkv_proj, rows[which]
 
     def __post_init__(self):
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(
+                f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got "
+                f"{self.attn_implementation!r}"
+            )
         if self.qk_norm_over not in QK_NORM_SCOPES:
             raise ValueError(
                 f"qk_norm_over must be one of {QK_NORM_SCOPES}, got {self.qk_norm_over!r}"
             )
+
+
+# Gemma 2: sandwich norms, soft-capped attention and logits, ``1 + w`` RMSNorms, every other
+# layer windowed
+GEMMA2 = Family(
+    name="gemma2",
+    attn_implementation="eager",  # transformers' sdpa cannot soft-cap attention logits
+    # sandwich norms: before and after each sublayer
+    post_attn_norm="post_attention_layernorm",
+    pre_mlp_norm="pre_feedforward_layernorm",
+    post_mlp_norm="post_feedforward_layernorm",
+    sliding_window="sliding_window",  # every other layer (config.layer_types)
+    attn_softcap="attn_logit_softcapping",
+    final_softcap="config.final_logit_softcapping",
+    norm_offset=1.0,
+    norm_eps="eps",
+    # caps the random test models' scores and logits reach, and a query_pre_attn_scalar
+    # that is not d_head (16), so that each particular changes the numbers
+    random_config=(
+        ("attn_logit_softcapping", 10.0),
+        ("final_logit_softcapping", 10.0),
+        ("query_pre_attn_scalar", 10),
+    ),
+)
 
 
 FAMILIES: dict[str, Family] = {
@@ -153,6 +210,24 @@ FAMILIES: dict[str, Family] = {
         q_norm="q_norm",
         k_norm="k_norm",
         qk_norm_over="projection",
+    ),
+    "gemma2": GEMMA2,
+    # Gemma 2 plus per-head q / k norms (``1 + w`` too); no attention soft-cap, so sdpa.
+    # Its local and global layers rotate with different RoPE bases: each decoder layer receives
+    # its own (cos, sin), which the engine and the row capture take from that layer's inputs.
+    "gemma3_text": replace(
+        GEMMA2,
+        name="gemma3_text",
+        attn_implementation="sdpa",
+        attn_softcap=None,  # transformers' sdpa would ignore a cap: a row with none
+        q_norm="q_norm",
+        k_norm="k_norm",
+        # local (RoPE base 1e4) and global (base 1e6) layers alternating, not 5 : 1 as in the
+        # released models, so that a 2-layer test model has both
+        random_config=(
+            ("sliding_window_pattern", 2),
+            ("query_pre_attn_scalar", 10),
+        ),
     ),
     "phi3": Family(
         name="phi3",

@@ -183,6 +183,10 @@ def test_grouped_rotation_is_the_familys_rope_at_grouped_positions(family_checkp
     """Self-Extend turns keys rotated at their positions into keys at grouped positions by a
     further rotation: equal to the family's own RoPE (partial in Phi-3) at those positions."""
     handle = load_model(family_checkpoint)
+    if handle.family.name == "gemma3_text":  # local and global RoPE tables: refused, said why
+        with pytest.raises(ValueError, match="one table for every layer.*Gemma 3"):
+            rx.rotary_modules(handle)
+        return
     T = 20
     x = torch.randn(1, T, handle.spec.d_model, generator=torch.Generator().manual_seed(0))
     rope, (rotary,) = handle.rope(0), rx.rotary_modules(handle)
@@ -194,6 +198,16 @@ def test_grouped_rotation_is_the_familys_rope_at_grouped_positions(family_checkp
         expected = rope(k, k[:, :0], *rotary(x, grouped))[0]
     angles = (grouped - positions)[0, :, None] * rotary.inv_freq.double()
     torch.testing.assert_close(rx.rotate(at_true, angles.float()), expected, atol=1e-5, rtol=0)
+
+
+def test_self_extend_refuses_soft_capped_attention(tmp_path):
+    """Gemma 2 soft-caps attention logits; Self-Extend's kernel does not, so it is refused."""
+    from conftest import build_checkpoint
+
+    handle = load_model(build_checkpoint(tmp_path / "gemma2", "gemma2"))
+    with pytest.raises(ValueError, match="does not soft-cap.*gemma2"):
+        with extend_context(handle, ContextExtension(group_size=4, window=9)):
+            pass
 
 
 def test_self_extend_model_wide_window_is_plain_and_decoding_matches(handle):

@@ -30,7 +30,7 @@ from interp_seal.interventions import (
     nnsight_logits,
     scale_table,
 )
-from interp_seal.models import BACKENDS, ModelSpec, load_model
+from interp_seal.models import BACKENDS, ModelSpec, load_model, soft_cap
 
 TOL = 1e-5
 OTHER_BACKENDS = ("nnsight", "transformer_lens")
@@ -161,10 +161,11 @@ def test_mean_ablation_outputs_the_reference_mean(handle):
 
 
 def zeroed_scores_attention(module, query, key, value, attention_mask, scaling, **kwargs):
-    """Eager causal attention; heads in ``module.uniform_heads`` get pre-softmax scores of 0."""
+    """Eager causal attention (soft-capped where the family caps: Gemma 2); heads in
+    ``module.uniform_heads`` get pre-softmax scores of 0."""
     group = query.shape[1] // key.shape[1]  # query (B, H, T, D), key/value (B, KV, T, D)
     key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
-    scores = query @ key.transpose(-1, -2) * scaling  # (B, H, T, T)
+    scores = soft_cap(query @ key.transpose(-1, -2) * scaling, kwargs.get("softcap"))
     scores[:, getattr(module, "uniform_heads", [])] = 0.0
     T = scores.shape[-1]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
@@ -189,7 +190,7 @@ def windowed_zeroed_scores_attention(module, query, key, value, attention_mask, 
     """``zeroed_scores_attention`` in a layer that attends within ``module.window`` positions."""
     group = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
-    scores = query @ key.transpose(-1, -2) * scaling
+    scores = soft_cap(query @ key.transpose(-1, -2) * scaling, kw.get("softcap"))
     scores[:, getattr(module, "uniform_heads", [])] = 0.0
     t = torch.arange(scores.shape[-1])
     visible = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - module.window)
@@ -197,11 +198,18 @@ def windowed_zeroed_scores_attention(module, query, key, value, attention_mask, 
     return (probs @ value).transpose(1, 2).contiguous(), probs
 
 
+# the layers' windows once the config's sliding_window is 5: every layer (Mistral), or every
+# other one, alternating with full attention (Gemma 2's layer_types)
+WINDOWS = {"mistral": [5, 5], "gemma2": [5, None]}
+
+
+@pytest.mark.parametrize("family", sorted(WINDOWS))
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_uniform_attention_keeps_to_a_sliding_window(tmp_path, backend):
-    """A Mistral whose 5-position window is shorter than the 12-token input: uniform attention
-    averages the values the head can see, as zeroed pre-softmax scores under the model's own
-    window mask do; the running mean over every earlier position would be 0.1-1 logits off."""
+def test_uniform_attention_keeps_to_a_sliding_window(tmp_path, backend, family):
+    """A model whose 5-position window is shorter than the 12-token input (in every layer, or
+    alternating with full attention): uniform attention averages the values the head can see,
+    as zeroed pre-softmax scores under the model's own window mask do; the running mean over
+    every earlier position would be 0.1-1 logits off."""
     import json
 
     from conftest import build_checkpoint
@@ -209,18 +217,19 @@ def test_uniform_attention_keeps_to_a_sliding_window(tmp_path, backend):
     from interp_seal.evaluation import teacher_force
     from interp_seal.tasks.sample import Encoded
 
-    path = build_checkpoint(tmp_path / "mistral", "mistral", seed=5)
-    config = json.loads((tmp_path / "mistral" / "config.json").read_text())
-    (tmp_path / "mistral" / "config.json").write_text(json.dumps(config | {"sliding_window": 5}))
+    path = build_checkpoint(tmp_path / family, family, seed=5)
+    config = json.loads((tmp_path / family / "config.json").read_text())
+    (tmp_path / family / "config.json").write_text(json.dumps(config | {"sliding_window": 5}))
     handle = load_model(path)
-    assert [handle.sliding_window(layer) for layer in range(2)] == [5, 5]
+    assert [handle.sliding_window(layer) for layer in range(2)] == WINDOWS[family]
     name = "interp_seal_windowed_zeroed_scores"
     transformers.AttentionInterface.register(name, windowed_zeroed_scores_attention)
     model = copy.deepcopy(handle.model)
     model.set_attn_implementation(name)
+    for layer in range(2):
+        model.model.layers[layer].self_attn.window = WINDOWS[family][layer] or 10**6
     for layer, head in HEADS:
         attn = model.model.layers[layer].self_attn
-        attn.window = 5
         attn.uniform_heads = [*getattr(attn, "uniform_heads", []), head]
     ids = token_ids(handle, batch=1)
     with torch.no_grad():

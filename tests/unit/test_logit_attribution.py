@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import rms_norm_terms
 
 from interp_seal.analysis.logit_attribution import (
     logit_attribution,
@@ -37,8 +38,13 @@ def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handle
     handle = handle_for(handles, family_checkpoint)
     ids = prompt_ids(handle)
     result = logit_attribution(handle, ids, TARGETS, position=position)
-    with torch.no_grad():
-        logits = handle.model(ids[None]).logits[0, position].double()
+    with torch.no_grad():  # the logit before a final soft-cap (Gemma 2): W_U final_norm(x)
+        hidden = handle.model.base_model(ids[None]).last_hidden_state[0, position]
+        logits = handle.unembed()(hidden).double()
+        returned = handle.model(ids[None]).logits[0, position].double()
+    cap = getattr(handle.model.config, "final_logit_softcapping", None)
+    capped = logits if cap is None else cap * torch.tanh(logits / cap)
+    torch.testing.assert_close(returned, capped, atol=1e-5, rtol=0)  # what the model returns
     expected = {handle.tokenizer.convert_ids_to_tokens(t): float(logits[t]) for t in TARGETS}
     assert result.logits == pytest.approx(expected, abs=1e-6)
     totals = result.totals()
@@ -77,7 +83,7 @@ def test_seal_variant_drops_only_the_rms_factor(llama_checkpoint, handles):
     with torch.no_grad():
         handle.model(ids[None])
     hook.remove()
-    eps = handle.final_norm().variance_epsilon
+    _, eps = rms_norm_terms(handle.final_norm())
     rms = float(torch.sqrt(x["x"].double().pow(2).mean() + eps))
     assert seal.rms == pytest.approx(rms, rel=1e-7)
     for name, total in seal.totals().items():
@@ -85,7 +91,7 @@ def test_seal_variant_drops_only_the_rms_factor(llama_checkpoint, handles):
 
 
 def rms(x: torch.Tensor, norm) -> torch.Tensor:
-    return torch.sqrt(x.double().pow(2).mean(-1) + norm.variance_epsilon)
+    return torch.sqrt(x.double().pow(2).mean(-1) + rms_norm_terms(norm)[1])
 
 
 def test_head_effect_is_its_o_proj_block_through_the_frozen_norms(family_checkpoint, handles):
@@ -99,7 +105,7 @@ def test_head_effect_is_its_o_proj_block_through_the_frozen_norms(family_checkpo
     target = 25
     result = logit_attribution(handle, ids, [target])
     zs = capture_head_outputs(handle, ids[None])
-    w = handle.final_norm().weight.double()
+    w, _ = rms_norm_terms(handle.final_norm())
     w_u = handle.unembed().weight.double()[target]
     for layer, head in [(0, 1), (handle.spec.n_layers - 1, 2)]:
         only = torch.zeros_like(zs[layer][0, -1])
@@ -124,8 +130,8 @@ def test_matches_transformer_lens_bridge(family_checkpoint):
     if handle.family.post_attn_norm is not None:
         pytest.skip(
             "the bridge's head results and attn_out are taken before the post-attention norm "
-            "(OLMo 2), so its components do not sum to the logit (-0.21 against 0.18 on this "
-            "checkpoint); test_head_effect_is_its_o_proj_block_through_the_frozen_norms and the "
+            "(OLMo 2's, Gemma's sandwich norms), so its components do not sum to the logit "
+            "(-0.21 against 0.18 on the OLMo 2 checkpoint); test_head_effect_is_its_o_proj_block_through_the_frozen_norms and the "
             "sum to the logit are the references there"
         )
     ids = prompt_ids(handle, seed=4)

@@ -42,7 +42,7 @@ def test_local_checkpoint_loads_with_the_right_spec(family_checkpoint):
     assert handle.spec.group_size == 4 // n_kv
     assert handle.spec.shape == (2, 4, 16)
     assert handle.backend == "hf"
-    assert handle.model.config._attn_implementation == "sdpa"
+    assert handle.model.config._attn_implementation == handle.family.attn_implementation
     assert not handle.model.training
     assert not any(p.requires_grad for p in handle.model.parameters())
 

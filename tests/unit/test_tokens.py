@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import byte_level_tokenizer
+from conftest import byte_level_tokenizer, rms_norm_terms
 from transformers import AutoModelForCausalLM
 
 from interp_seal.analysis import capture_attention_rows, logit_attribution, logit_diff_attribution
@@ -196,9 +196,9 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, 
     pattern = out.attentions[layer][0, head, -1].double()  # (key,)
     v = kept["v"].double().reshape(len(ids), KV, D)[:, head // (H // KV)]
     w_o = attn.o_proj.weight.detach().double()[:, head * D : (head + 1) * D]
-    norm = model.model.norm
+    w, eps = rms_norm_terms(model.model.norm)
     x = kept["x"].double()
-    rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+    rms = torch.sqrt(x.pow(2).mean() + eps)
     w_u = model.lm_head.weight.detach().double()
     direction = w_u[a] - w_u[b]
     post = None if post_attn is None else model.model.layers[layer].get_submodule(post_attn)
@@ -206,11 +206,9 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, 
     for j in range(len(ids)):
         written = w_o @ (pattern[j] * v[j])  # what token j sends through this head
         if post is not None:  # w * written / rms(o), o the whole attention output
-            o = kept["o"].double()
-            written = (
-                post.weight.double() * written / o.pow(2).mean().add(post.variance_epsilon).sqrt()
-            )
-        values.append(float(direction @ (norm.weight.detach().double() * written) / rms))
+            o, (w_post, eps_post) = kept["o"].double(), rms_norm_terms(post)
+            written = w_post * written / o.pow(2).mean().add(eps_post).sqrt()
+        values.append(float(direction @ (w * written) / rms))
     return np.array(values), float(rms)
 
 

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from interp_seal.engine import pad_id_of
-from interp_seal.models import load_model
+from interp_seal.models import load_model, soft_cap
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
 from interp_seal.tuning.data import (
     answer_loss,
@@ -93,7 +93,8 @@ def _line_batch(handle, n=1, seed=0):
 
 
 def test_captured_queries_and_keys_give_the_models_attention(family_checkpoint):
-    """softmax(q k^T / sqrt D) of the captured post-RoPE q, k == eager attention rows (GQA)."""
+    """softmax(q k^T / sqrt D) of the captured post-RoPE q, k == eager attention rows (GQA;
+    Gemma 2's scale and soft-cap on the scores)."""
     handle = load_model(family_checkpoint)
     eager = transformers.AutoModelForCausalLM.from_pretrained(
         family_checkpoint, attn_implementation="eager"
@@ -104,10 +105,14 @@ def test_captured_queries_and_keys_give_the_models_attention(family_checkpoint):
         expected = eager(ids, output_attentions=True).attentions  # per layer (1, H, T, T)
         with rotary_qk_hooks(handle, range(handle.spec.n_layers)) as captured:
             handle.model(ids)
-    g, D = handle.spec.group_size, handle.spec.d_head
+    g, D, config = handle.spec.group_size, handle.spec.d_head, handle.model.config
+    # Gemma 2 scales by query_pre_attn_scalar ** -0.5 and soft-caps the scores
+    scalar = getattr(config, "query_pre_attn_scalar", D)
+    cap = getattr(config, "attn_logit_softcapping", None)
     for layer, (q, k) in captured.items():
         k = k.repeat_interleave(g, dim=1)  # query head h reads KV head h // g
-        rows = torch.softmax(q[0, :, -1:] @ k[0].transpose(-1, -2) / math.sqrt(D), dim=-1)
+        scores = soft_cap(q[0, :, -1:] @ k[0].transpose(-1, -2) / math.sqrt(scalar), cap)
+        rows = torch.softmax(scores, dim=-1)
         torch.testing.assert_close(rows[:, 0], expected[layer][0, :, -1], rtol=0, atol=1e-6)
 
 
