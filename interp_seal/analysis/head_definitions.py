@@ -194,13 +194,15 @@ def mask_rankings(
 
 def masking_effects(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """Does masking each ranking's set hurt more than masking random heads? One row per
-    ranking of ``mask_rankings``' table: its exact match, the random draws' mean, the smallest
+    ranking of ``mask_rankings``' table: its exact match, the random draws' mean, the unmasked
+    model's, the smallest
     paired difference (random - ranking) over the draws, the largest McNemar p over the draws
     (the intersection-union test's p: every draw must be beaten), its Holm-adjusted p across
     the rankings, and the verdict at ``alpha`` (``supported``: hurts more than every random
     draw; ``contradicted``: hurts less than every one; ``not shown`` otherwise)."""
     randoms = frame[frame["strategy"] == "random"]
     named = frame[~frame["strategy"].isin(["none", "random"])]
+    unmasked = frame.loc[frame["strategy"] == "none", "exact_match"]
     if randoms.empty or named.empty:
         raise ValueError("the table needs random draws and at least one ranking's condition")
     rows = []
@@ -214,6 +216,7 @@ def masking_effects(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
                 "heads": row.heads,
                 "exact_match": row.exact_match,
                 "random_exact_match": float(randoms["exact_match"].mean()),
+                "unmasked_exact_match": float(unmasked.iloc[0]) if len(unmasked) else np.nan,
                 "draws": len(tests),
                 "n": int(row.n_samples),
                 "difference": min(diffs) if direction >= 0 else max(diffs),

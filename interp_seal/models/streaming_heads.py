@@ -437,25 +437,34 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
     restore.callback(hook.remove)
 
 
-def query_rows_mask(
-    handle: ModelHandle, layer: int, query: Tensor, length: int
-) -> Bool[Tensor, "row kv_head answer pos"] | None:
-    """What each KV head lets the query rows at positions ``query`` ``(row, answer)`` see among
-    ``length`` keys (None: no streaming head at ``layer``): for the engine's last layer, which
-    computes attention at the answer positions only (``answer x T`` per head, never ``T x T``)."""
+def streaming_rows(
+    handle: ModelHandle,
+    layer: int,
+    z: Float[Tensor, "row kv_head group_answer d_head"],
+    q: Float[Tensor, "row kv_head group_answer d_head"],
+    k: Float[Tensor, "row kv_head pos d_head"],
+    v: Float[Tensor, "row kv_head pos d_head"],
+    query: Tensor,
+    scaling: float,
+) -> Float[Tensor, "row kv_head group_answer d_head"]:
+    """The engine's last layer at the answer positions ``query`` ``(row, answer)`` only: ``z``
+    (computed there under full causal attention, the ``G`` query heads of a KV head as ``G x
+    answer`` rows) with the rows of ``layer``'s streaming KV heads computed again on their sinks
+    and window (``answer x T`` scores per head, never ``T x T``); ``z`` itself without any."""
     found = getattr(handle.attn(layer), _CONFIG_ATTR, None)
     if not found or not found[1]:
-        return None
+        return z
     cfg, streaming = found
-    keys = torch.arange(length, device=query.device)
-    dist = query[..., None] - keys  # (row, answer, pos)
-    window = (keys < cfg.sink) | (dist < cfg.window)
-    out = torch.ones(
-        query.shape[0],
-        handle.spec.n_kv_heads,
-        *dist.shape[1:],
-        dtype=torch.bool,
-        device=query.device,
+    B, _, GQ, _ = q.shape
+    Q, T = query.shape[1], k.shape[2]
+    keys = torch.arange(T, device=query.device)
+    visible = allowed(query.reshape(-1), keys, cfg.sink, cfg.window).view(B, 1, 1, Q, T)
+    heads = torch.tensor(streaming, device=q.device)
+    n = len(streaming)
+    mask = visible.expand(B, n, GQ // Q, Q, T).reshape(B, n, GQ, T)
+    rows = torch.nn.functional.scaled_dot_product_attention(
+        q[:, heads], k[:, heads], v[:, heads], attn_mask=mask, scale=scaling
     )
-    out[:, streaming] = window[:, None]
-    return out
+    z = z.clone()
+    z[:, heads] = rows
+    return z

@@ -263,7 +263,8 @@ def definition_comparison(
     """Spearman's rho and the top-``k`` overlap between every two definitions (heatmaps, each
     cell written), and, with ``effects`` (``head_definitions.masking_effects``), the task's
     exact match with each definition's top ``k`` heads zeroed, with 95 % Wilson intervals,
-    beside the random draws' mean (dashed) and each verdict."""
+    beside the random draws' mean (dashed), the unmasked model's (dotted) and each verdict
+    ("supported": hurts more than every random draw)."""
     names = list(comparison.spearman.index)
     cols = 3 if effects is not None else 2
     titles = ["Spearman's rho (all heads)", f"shared top-{comparison.k} heads / {comparison.k}"]
@@ -317,6 +318,16 @@ def definition_comparison(
             row=1,
             col=3,
         )
+        unmasked = float(effects["unmasked_exact_match"].iloc[0])
+        if unmasked == unmasked:
+            fig.add_hline(
+                y=unmasked,
+                line_dash="dot",
+                annotation_text="no heads masked",
+                annotation_position="bottom right",
+                row=1,
+                col=3,
+            )
         fig.update_yaxes(range=[0, 1.1], row=1, col=3)
     fig.update_layout(title="Retrieval-head definitions compared", template="plotly_white")
     return fig

@@ -137,6 +137,7 @@ def test_masking_effects_hand_computed():
     assert table.loc["hurts", "verdict"] == "supported"
     assert table.loc["helps", "verdict"] == "not shown"
     assert (table["random_exact_match"] == 0.95).all() and (table["draws"] == 2).all()
+    assert (table["unmasked_exact_match"] == 1.0).all()
 
 
 def test_mask_rankings_equals_direct_ablation(llama_checkpoint, tmp_path):

@@ -270,3 +270,28 @@ def test_peak_memory_falls_with_streaming_heads_as_planned(wide_kv):
 def test_peak_memory_at_8k_falls_with_streaming_heads_as_planned(wide_kv):
     """At 8K tokens (measured here: 53.1 MB with every head full, 22.1 MB all streaming; planned 0.95-0.98 of it)."""
     check_memory(measured_vs_planned(*wide_kv, 8192), 0.5)
+
+
+def test_engine_answer_rows_and_restarted_runs(handle):
+    """The engine's last layer, run at the answer positions only, and its runs restarted at an
+    edited layer see the streaming heads as the model's own forward does."""
+    from interp_seal.engine import AnswerBatch, answer_logits, clean_run, run_from_layer
+
+    ids = torch.randint(5, len(handle.tokenizer), (2, 40))
+    query = torch.tensor([[20, 30, 38], [9, 25, 37]])
+    batch = AnswerBatch(
+        ids=ids, query=query, target=ids.gather(1, query + 1), valid=torch.ones_like(query) > 0
+    )
+    iv = ablate(handle.spec, [(0, 3)], mode="zero")
+    rows = torch.arange(2)[:, None]
+    with reference(handle, MIX):
+        expected = logits(handle, ids)[rows, query]
+        with handle.edit(iv):
+            edited = logits(handle, ids)[rows, query]
+    with sh.compress_kv(handle, MIX):
+        got = answer_logits(handle, batch)
+        restarted = run_from_layer(handle, clean_run(handle, batch, [0]), 0, [iv])
+    plain = answer_logits(handle, batch)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(restarted, edited, atol=1e-5, rtol=0)
+    assert (plain - expected).abs().max() > 1e-2
