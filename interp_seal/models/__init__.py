@@ -12,6 +12,7 @@ from interp_seal.models.spec import (
     register_family,
     unregister_family,
 )
+from interp_seal.models.streaming_heads import StreamingHeads, compress_kv, kv_budget_bytes
 
 __all__ = [
     "BACKENDS",
@@ -23,9 +24,12 @@ __all__ = [
     "ModelHandle",
     "ModelNotFoundError",
     "ModelSpec",
+    "StreamingHeads",
     "UnsupportedModelError",
+    "compress_kv",
     "convert_gguf",
     "extend_context",
+    "kv_budget_bytes",
     "load_model",
     "register_family",
     "smollm2_path",

@@ -39,6 +39,8 @@ from interp_seal.models.gguf import gguf_target
 from interp_seal.models.handle import BACKENDS, ModelHandle
 from interp_seal.models.rope_extension import ContextExtension, install
 from interp_seal.models.spec import ModelSpec, UnsupportedModelError, family_for
+from interp_seal.models.streaming_heads import StreamingHeads
+from interp_seal.models.streaming_heads import install as install_streaming
 
 ORGANISM_DIR = Path(__file__).resolve().parent.parent / "organism" / "checkpoint"
 DEFAULT_MODEL = "organism"
@@ -193,6 +195,7 @@ def load_model(
     trust_remote_code: bool = False,
     gguf_file: str | None = None,
     context_extension: ContextExtension | None = None,
+    streaming_heads: StreamingHeads | None = None,
 ) -> ModelHandle:
     """Load a causal LM and its tokenizer as a ``ModelHandle``.
 
@@ -212,6 +215,9 @@ def load_model(
         context_extension: NTK-aware RoPE scaling and / or Self-Extend, applied for the
             handle's lifetime (``interp_seal.models.rope_extension``; ``extend_context`` applies
             one inside a ``with`` block instead).
+        streaming_heads: KV heads on sink + recent-window attention with a compressed KV cache
+            (DuoAttention / RazorAttention; ``interp_seal.models.streaming_heads``), for the
+            handle's lifetime (``compress_kv`` applies it inside a ``with`` block instead).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -225,6 +231,8 @@ def load_model(
         spec = ModelSpec.from_config(config)  # an impossible geometry fails before any weight
     except ValueError as err:
         raise CheckpointError(f"{name_or_path}: {err}") from None
+    if streaming_heads is not None:  # a head outside the model fails before any weight
+        streaming_heads.check_model(spec, str(name_or_path))
     tokenizer = load_tokenizer(target, trust_remote_code=trust_remote_code)
     check_vocabulary(str(name_or_path), config, tokenizer)
     model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
@@ -252,4 +260,6 @@ def load_model(
     )
     if context_extension is not None:
         install(handle, context_extension, ExitStack())  # never undone: the handle keeps it
+    if streaming_heads is not None:  # after the extension: it refuses Self-Extend
+        install_streaming(handle, streaming_heads, ExitStack())
     return handle

@@ -413,8 +413,11 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
             f"{handle.name_or_path} has sliding-window layers; streaming heads support models "
             "whose layers attend to the whole causal prefix"
         )
-    if getattr(handle.model.config, "attn_logit_softcapping", None):
-        raise ValueError(f"{handle.name_or_path} soft-caps attention logits; not supported")
+    if any(handle.attn_softcap(layer) is not None for layer in range(spec.n_layers)):
+        raise ValueError(
+            f"streaming-heads attention does not soft-cap attention logits, which "
+            f"{handle.family.name} does"
+        )
     for layer in range(spec.n_layers):
         attn = handle.attn(layer)
         setattr(attn, _CONFIG_ATTR, (config, config.streaming(layer, spec.n_kv_heads)))

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+import transformers
 from transformers import AttentionInterface
 
 from interp_seal.analysis.plan import plan_decode
@@ -295,3 +296,20 @@ def test_engine_answer_rows_and_restarted_runs(handle):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     torch.testing.assert_close(restarted, edited, atol=1e-5, rtol=0)
     assert (plain - expected).abs().max() > 1e-2
+
+
+def test_load_model_option(llama_checkpoint, handle, monkeypatch):
+    """``load_model(streaming_heads=...)`` keeps the mode for the handle's lifetime; a head
+    outside the model fails before any weight is read."""
+    ids = torch.randint(5, len(handle.tokenizer), (1, 30))
+    with sh.compress_kv(handle, MIX):
+        expected = logits(handle, ids)
+    loaded = load_model(llama_checkpoint, streaming_heads=MIX)
+    torch.testing.assert_close(logits(loaded, ids), expected, atol=1e-6, rtol=0)
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights were read")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    with pytest.raises(ValueError, match=r"outside .* 2 layers x 2 KV heads"):
+        load_model(llama_checkpoint, streaming_heads=sh.StreamingHeads(heads={(0, 2)}))
