@@ -3,6 +3,7 @@
     interp-seal evaluate lines --model organism --lengths 10 20 40 --n 50 --seed 0 --out runs/acc
     interp-seal evaluate lines --lengths 40 --ablate 1.3 0.2 --out runs/acc_pruned
     interp-seal evaluate lines --model smollm2 --chat-template tokenizer --generate --out runs/smol
+    interp-seal evaluate lines --lengths 40 --streaming-heads 0.1,1.0 --sink 4 --window 64
     interp-seal evaluate generate tasks.jsonl --model smollm2 --chat-template tokenizer
     interp-seal evaluate generated tasks.jsonl --predictions preds.jsonl
 
@@ -13,7 +14,11 @@ and writes ``OUT/accuracy.csv`` and ``OUT/accuracy.html`` (the figure; it loads
 provenance (``interp_seal.provenance``): ``model``, ``seed`` and the 95 % Wilson interval of
 each proportion over the ``n`` records (``exact_match_ci_low``, ``exact_match_ci_high``,
 ``first_token_ci_low``, ``first_token_ci_high``); ``generated.csv`` ends the same way.
-``generated`` scores model outputs: LongEval records (``expected_number``) by the last integer,
+With ``--streaming-heads`` the listed KV heads (``LAYER.KV_HEAD``, comma-separated, ``all``, or
+a file holding them) attend to the first ``--sink`` and the last ``--window`` tokens only and
+keep only those in the KV cache (DuoAttention / RazorAttention head-level KV compression,
+``interp_seal.models.streaming_heads``); the table's heading gives the KV budget at the
+longest record. ``generated`` scores model outputs: LongEval records (``expected_number``) by the last integer,
 LongBench QA records (``answers``) by token F1; predictions are matched to records line by line
 and read from the ``pred`` field (LongBench's prediction files) unless ``--field`` says otherwise.
 """
@@ -32,6 +37,7 @@ from interp_seal.cli.common import (
     index_style_argument,
     line_count,
     model_options,
+    nonnegative_int,
     positive_int,
     sample_count,
 )
@@ -77,6 +83,20 @@ def register(subparsers) -> None:
     )
     lines.add_argument("--factor", type=finite_float, help="multiplier for --mode scale")
     lines.add_argument(
+        "--streaming-heads",
+        type=streaming_heads_argument,
+        metavar="HEADS|FILE",
+        help="KV heads on sink + window attention: LAYER.KV_HEAD,... (from 0), 'all', or a file",
+    )
+    lines.add_argument(
+        "--sink", type=nonnegative_int, help="first tokens a streaming head sees (default 4)"
+    )
+    lines.add_argument(
+        "--window",
+        type=positive_int,
+        help="most recent tokens a streaming head sees, itself included (default 256)",
+    )
+    lines.add_argument(
         "--threads", type=positive_int, help="torch threads (default: torch's choice)"
     )
     lines.add_argument("--out", type=Path, help="write accuracy.csv and accuracy.html here")
@@ -117,7 +137,8 @@ def run_lines(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    handle = load_model(args.model, **model_options(args))
+    streaming = streaming_heads_option(args)  # checked against the config before any weight
+    handle = load_model(args.model, **model_options(args), streaming_heads=streaming)
     intervention = None
     if args.ablate:
         intervention = ablate(handle.spec, args.ablate, args.mode, factor=args.factor)
@@ -132,6 +153,16 @@ def run_lines(args: argparse.Namespace) -> int:
     scores = score_lengths(handle, samples, intervention=intervention, batch_size=args.batch_size)
     table = accuracy_table(scores)
     ablated = f", heads {head_label(args.ablate)} ablated ({args.mode})" if args.ablate else ""
+    if streaming is not None:
+        from interp_seal.models import kv_budget_bytes
+
+        tokens = max(len(s.encode(handle.tokenizer)) for g in samples.values() for s in g)
+        kept = kv_budget_bytes(streaming, handle.spec, tokens, itemsize=handle.dtype.itemsize)
+        full = kv_budget_bytes(None, handle.spec, tokens, itemsize=handle.dtype.itemsize)
+        ablated += (
+            f", {streaming.label}: KV cache {kept / 2**20:.2f} of {full / 2**20:.2f} MiB at "
+            f"{tokens} tokens"
+        )
     print(f"LongEval line retrieval, {handle.name_or_path}{ablated}, seed {args.seed}")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.out is not None:
@@ -147,6 +178,61 @@ def run_lines(args: argparse.Namespace) -> int:
         forced = [s for group in scores.values() for s in group]
         _generate_and_report(args, handle, flat, intervention, forced)
     return 0
+
+
+def streaming_heads_argument(text: str) -> str:
+    """``--streaming-heads``: ``LAYER.KV_HEAD`` pairs (commas or whitespace), ``all``, or a file
+    holding them (``#`` starts a comment); the format is checked here, the range against the
+    model's config by ``streaming_heads_option``. Returns the heads' text."""
+    path = Path(text)
+    if path.is_file():
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise argparse.ArgumentTypeError(f"cannot read {text}: {err}") from None
+        text = ",".join(line.partition("#")[0] for line in lines)
+    items = [item for item in text.replace(",", " ").split() if item]
+    if items == ["all"]:
+        return "all"
+    if not items:
+        raise argparse.ArgumentTypeError(f"no heads in {text!r}; write LAYER.KV_HEAD,... or all")
+    try:
+        pairs = [head(item) for item in items]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r}; write LAYER.KV_HEAD pairs counted from 0 (e.g. 1.0,3.1), "
+            "'all', or a file of them"
+        ) from None
+    if len(set(pairs)) != len(pairs):
+        raise argparse.ArgumentTypeError(f"a KV head is listed twice in {text!r}")
+    return ",".join(items)
+
+
+def streaming_heads_option(args: argparse.Namespace):
+    """The ``StreamingHeads`` of ``--streaming-heads / --sink / --window`` (None without them),
+    its heads checked against the model's config: a bad head fails before any weight loads."""
+    from interp_seal.models.load import load_config
+    from interp_seal.models.spec import ModelSpec
+    from interp_seal.models.streaming_heads import StreamingHeads
+
+    if args.streaming_heads is None:
+        if args.sink is not None or args.window is not None:
+            raise ValueError("--sink and --window size the streaming heads: add --streaming-heads")
+        return None
+    sizes = {"sink": args.sink, "window": args.window}
+    sizes = {key: value for key, value in sizes.items() if value is not None}
+    if str(args.model).endswith(".gguf"):  # its geometry is read when it loads
+        spec = None
+    else:
+        spec = ModelSpec.from_config(load_config(args.model)[1])
+    if args.streaming_heads == "all":
+        if spec is None:
+            raise ValueError("--streaming-heads all needs a model directory or name, not a .gguf")
+        return StreamingHeads.all_heads(spec, **sizes)
+    config = StreamingHeads.parse(args.streaming_heads, **sizes)
+    if spec is not None:
+        config.check_model(spec, str(args.model))
+    return config
 
 
 def _chat_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ compressed cache; the cache must hold what ``kv_budget_bytes`` says; and the mod
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 import transformers
 from transformers import AttentionInterface
 
+import interp_seal.models
 from interp_seal.analysis.plan import plan_decode
 from interp_seal.engine import greedy_decode
 from interp_seal.interventions import ablate
@@ -313,3 +315,33 @@ def test_load_model_option(llama_checkpoint, handle, monkeypatch):
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
     with pytest.raises(ValueError, match=r"outside .* 2 layers x 2 KV heads"):
         load_model(llama_checkpoint, streaming_heads=sh.StreamingHeads(heads={(0, 2)}))
+
+
+def test_cli_evaluate_lines(llama_checkpoint, tmp_path, capsys, monkeypatch):
+    """``evaluate lines --streaming-heads FILE --sink --window``: the table's heading names the
+    heads and the KV budget; bad heads fail in one line before any model loads."""
+    from interp_seal.cli import main
+
+    heads = tmp_path / "heads.txt"
+    heads.write_text("# retrieval heads kept full; these stream\n0.1\n1.0\n")
+    base = ["evaluate", "lines", "--model", llama_checkpoint, "--lengths", "3", "--n", "1"]
+    assert main([*base, "--streaming-heads", str(heads), "--sink", "2", "--window", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "2 streaming KV heads (sink 2, window 8): KV cache" in out
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(interp_seal.models, "load_model", no_load)
+    for extra, message in [
+        (["--streaming-heads", "2.0"], r"outside .* 2 layers x 2 KV heads"),
+        (["--sink", "3"], "add --streaming-heads"),
+    ]:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), err
+    for bad in ("1:0", "0.1,0.1", ""):
+        with pytest.raises(SystemExit) as exit:
+            main([*base, "--streaming-heads", bad])
+        assert exit.value.code == 2
+        assert "--streaming-heads" in capsys.readouterr().err.splitlines()[-1]
