@@ -12,6 +12,8 @@
 - ``definition_comparison``: retrieval-head definitions side by side
   (``analysis.head_definitions``): Spearman's rho and top-k overlap between every two, and
   the task score with each definition's top set masked beside random sets.
+- ``compression_curves``: exact match against the KV cache kept when each definition's top KV
+  heads stay full and the rest stream (``analysis.kv_compression``), one panel per length.
 """
 
 from __future__ import annotations
@@ -330,4 +332,48 @@ def definition_comparison(
             )
         fig.update_yaxes(range=[0, 1.1], row=1, col=3)
     fig.update_layout(title="Retrieval-head definitions compared", template="plotly_white")
+    return fig
+
+
+def compression_curves(curve: pd.DataFrame) -> go.Figure:
+    """Exact match (95 % Wilson intervals) against the share of the KV cache kept, one line per
+    definition (random orders averaged per point), one panel per context length; the end points
+    (every head streaming, every head full) are shared by all lines."""
+    lengths = sorted(curve["length"].unique())
+    fig = make_subplots(
+        cols=len(lengths), shared_yaxes=True, subplot_titles=[f"length {L}" for L in lengths]
+    )
+    ends = curve[curve["definition"].isin(["all streaming", "all full"])]
+    names = [
+        d for d in dict.fromkeys(curve["definition"]) if d not in ("all streaming", "all full")
+    ]
+    for col, length in enumerate(lengths, 1):
+        for i, name in enumerate(names):
+            part = pd.concat([curve[curve["definition"] == name], ends])
+            part = part[part["length"] == length]
+            points = part.groupby("full_kv_heads", as_index=False).agg(
+                kv_share=("kv_share", "mean"), exact_match=("exact_match", "mean"), n=("n", "sum")
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=points["kv_share"],
+                    y=points["exact_match"],
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line_color=qualitative.Plotly[i % len(qualitative.Plotly)],
+                    error_y=wilson_error_y(points["exact_match"].to_numpy(), points["n"]),
+                    customdata=points["full_kv_heads"],
+                    hovertemplate=f"{name}: %{{customdata}} full KV heads<br>KV kept %{{x:.2f}}"
+                    "<br>exact match %{y:.3f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title_text="share of the full KV cache kept")
+    fig.update_yaxes(title_text="exact match", range=[0, 1.02], col=1)
+    fig.update_layout(
+        title="KV compression: heads kept full by each definition", template="plotly_white"
+    )
     return fig
