@@ -75,14 +75,23 @@ def test_cached_decoding_rows_equal_eager(family_checkpoint, ids):
         capture.take()  # cleared after take(); hooks gone after the block
 
 
-def test_sliding_window_rows_equal_eager(tmp_path, ids):
-    path = build_checkpoint(tmp_path / "mistral", "mistral")
+# layers with the 5-position window: all (Mistral), or every other one (Gemma 2 / 3)
+WINDOWED = {"mistral": [0, 1], "gemma2": [0], "gemma3_text": [0]}
+
+
+@pytest.mark.parametrize("family", sorted(WINDOWED))
+def test_sliding_window_rows_equal_eager(tmp_path, ids, family):
+    path = build_checkpoint(tmp_path / family, family)
     config = json.loads((Path(path) / "config.json").read_text())
     (Path(path) / "config.json").write_text(json.dumps(config | {"sliding_window": 5}))
     handle = load_model(path)
-    rows = capture_attention_rows(handle, ids, POSITIONS)
-    assert rows[..., 0, :-5].abs().max() == 0  # the last row sees only the last 5 keys
-    torch.testing.assert_close(rows, eager_rows(path, ids, POSITIONS), atol=1e-5, rtol=0)
+    expected = eager_rows(path, ids, POSITIONS)
+    for backend in ("hf", "nnsight"):
+        rows = capture_attention_rows(handle, ids, POSITIONS, backend=backend)
+        for layer in range(2):  # the last row sees only the last 5 keys in windowed layers
+            seen = rows[layer, ..., 0, :-5].abs().max()
+            assert (seen == 0) == (layer in WINDOWED[family])
+        torch.testing.assert_close(rows, expected, atol=1e-5, rtol=0)
 
 
 def test_attention_rows_by_hand():
