@@ -60,6 +60,8 @@ from interp_seal.models.handle import ModelHandle
 
 ATTENTION_NAME = "interp_seal_self_extend"
 _CONFIG_ATTR = "_interp_seal_self_extend"
+STREAMING_ATTR = "_interp_seal_streaming_heads"
+"""Set on attention modules by ``models.streaming_heads``, whose function dispatches here."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -378,6 +380,8 @@ def install(handle: ModelHandle, extension: ContextExtension, restore: ExitStack
             attn = handle.attn(layer)
             setattr(attn, _CONFIG_ATTR, (extension, inv_freq))
             restore.callback(delattr, attn, _CONFIG_ATTR)
+        if hasattr(handle.attn(0), STREAMING_ATTR):
+            return  # streaming heads' attention (models.streaming_heads) runs Self-Extend itself
         old_impl = handle.model.config._attn_implementation
         # registered here, not at import: a copy of this module executed again (nnsight's
         # serialised traces do that) would otherwise leave its own function in the registry

@@ -43,11 +43,18 @@ queries see the kept keys plus the new ones, so decoding token by token gives ex
 logits of the full recompute under the same mask. ``kv_budget_bytes`` is what such a cache
 holds after a given length.
 
-**Limits.** Refused: Self-Extend at the same time (both replace the attention function),
-families with a sliding window or attention logit soft-capping, and padding masks (the
-attention function gets no mask: right-padded batches are fine, as in the engine). The
-TransformerLens bridge computes its own eager attention and ignores the mode. Uniform-attention
-edits of a streaming head average its values over the whole prefix, not its visible keys.
+**With Self-Extend** (``rope_extension``; installed before or after, the attention function
+here runs it): full heads run Self-Extend's own blocked kernel; a streaming head's parts split
+again at Self-Extend's neighbour window ``W``, keys nearer than ``W`` scored at their true
+positions and the others (its sinks, and its window's far end when ``window > W``) at the
+grouped positions, so a streaming head sees the same keys with Self-Extend's distances.
+
+**Limits.** Refused: families with a sliding window or attention logit soft-capping, and
+padding masks (the attention function gets no mask: right-padded batches are fine, as in the
+engine). The TransformerLens bridge computes its own eager attention and ignores the mode.
+Uniform-attention edits of a streaming head average its values over the whole prefix, not its
+visible keys. Row capture (``analysis.attention_rows``) reads a cache's ``keys``, which hold
+the full heads only here: run it without streaming heads.
 """
 
 from __future__ import annotations
@@ -64,11 +71,17 @@ from transformers.cache_utils import DynamicLayer
 from interp_seal.models.handle import ModelHandle
 from interp_seal.models.kv_cache import CACHE_ARG
 from interp_seal.models.rope_extension import _CONFIG_ATTR as _SELF_EXTEND_ATTR
-from interp_seal.models.rope_extension import _attend
+from interp_seal.models.rope_extension import (
+    STREAMING_ATTR,
+    _attend,
+    _SelfExtend,
+    grouped_positions,
+    rotate,
+)
 from interp_seal.models.spec import ModelSpec
 
 ATTENTION_NAME = "interp_seal_streaming_heads"
-_CONFIG_ATTR = "_interp_seal_streaming_heads"
+_CONFIG_ATTR = STREAMING_ATTR  # Self-Extend's install leaves the attention function to us
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,14 +286,6 @@ def _merge(acc: Tensor, acc_lse: Tensor, rows: slice, out: Tensor, lse: Tensor) 
     acc_lse[..., rows] = merged
 
 
-def _distance_mask(q_pos: Tensor, k_pos: Tensor, low: float, high: float, like: Tensor) -> Tensor:
-    """Additive mask (``like``'s dtype): 0 where ``low <= i - j < high``, -inf elsewhere; its
-    temporaries (int32 distances, two bool tensors) are freed before the kernel runs."""
-    dist = q_pos.int()[:, None] - k_pos.int()[None, :]
-    out = torch.zeros(dist.shape, dtype=like.dtype, device=like.device)
-    return out.masked_fill_((dist < low) | (dist >= high), float("-inf"))
-
-
 def _full_block(q, k, v, s, e, offset, scale, acc, acc_lse) -> None:
     """Causal attention of query rows ``s:e`` (positions ``offset + s ..``) over keys at
     positions ``0 .. offset + e - 1``: the keys before the block, then its triangle."""
@@ -298,28 +303,47 @@ def _full_block(q, k, v, s, e, offset, scale, acc, acc_lse) -> None:
     )
 
 
-def _streaming_block(q, k, v, positions, q_pos, cfg: StreamingHeads, scale, acc, acc_lse):
+def _masked_part(q, k, v, keep: Tensor, scale, acc, acc_lse) -> None:
+    """Attention of the rows of ``q`` over ``k`` / ``v`` where ``keep`` (rows x keys) allows,
+    folded into ``acc``; rows with no key are left out (with this module's distance ranges they
+    are the rows before or after a contiguous run, so the run is taken)."""
+    some = keep.any(-1).nonzero()
+    if not len(some):
+        return
+    a, b = int(some[0]), int(some[-1]) + 1
+    mask = torch.zeros(b - a, keep.shape[1], dtype=q.dtype, device=q.device)
+    mask.masked_fill_(~keep[a:b], float("-inf"))
+    _merge(acc, acc_lse, slice(a, b), *_attend(q[:, :, a:b], k, v, False, mask, scale))
+
+
+def _streaming_block(q, k, v, positions, q_pos, cfg: StreamingHeads, scale, acc, acc_lse, se):
     """Sink + window attention of the query rows at ``q_pos`` over keys at ``positions``
-    (sorted, containing every position a row may see): the band, then sinks outside it."""
+    (sorted, containing every position a row may see): the band of distances ``[0, window)``,
+    then the sinks at distances ``>= window``. Under Self-Extend (``se = (q_g, k_g, W)``: the
+    queries and keys rotated to their grouped positions) each splits again at distance ``W``:
+    nearer keys at true positions, farther ones at grouped positions."""
     first, last = int(q_pos[0]), int(q_pos[-1])
     lo = int(torch.searchsorted(positions, first - cfg.window + 1))
     hi = int(torch.searchsorted(positions, last + 1))
-    kp = positions[lo:hi]
-    band = _distance_mask(q_pos, kp, 0, cfg.window, q)
-    rows = slice(0, len(q_pos))
-    _merge(acc, acc_lse, rows, *_attend(q, k[:, :, lo:hi], v[:, :, lo:hi], False, band, scale))
-    far = max(0, cfg.window - first)  # first row at a position >= window: sinks outside the band
     n_sink = int(torch.searchsorted(positions, min(cfg.sink, last - cfg.window + 1)))
-    if far < len(q_pos) and n_sink > 0:
-        kp = positions[:n_sink]
-        mask = _distance_mask(q_pos[far:], kp, cfg.window, float("inf"), q)
-        out = _attend(q[:, :, far:], k[:, :, :n_sink], v[:, :, :n_sink], False, mask, scale)
-        _merge(acc, acc_lse, slice(far, len(q_pos)), *out)
+    inf = float("inf")
+    for near, far, keys in ((0, cfg.window, slice(lo, hi)), (cfg.window, inf, slice(0, n_sink))):
+        if keys.stop <= keys.start:
+            continue
+        ranges = [(near, far, q, k)]
+        if se is not None:
+            q_g, k_g, window = se
+            ranges = [(near, min(far, window), q, k), (max(near, window), far, q_g, k_g)]
+        dist = q_pos.int()[:, None] - positions[keys].int()[None, :]
+        for low, high, qq, kk in ranges:
+            if low < high:
+                keep = (dist >= low) & (dist < high)
+                _masked_part(qq, kk[:, :, keys], v[:, :, keys], keep, scale, acc, acc_lse)
 
 
-def _run_heads(q, k, v, positions, length, cfg, scale, streaming: bool) -> Tensor:
-    """Attention of ``q`` ``(B, n, Tq, D)`` (the last ``Tq`` positions of ``length``) over
-    ``k`` / ``v`` ``(B, n, Tk, D)``, block by block."""
+def _run_heads(q, k, v, positions, length, cfg, scale, se) -> Tensor:
+    """Streaming attention of ``q`` ``(B, n, Tq, D)`` (the last ``Tq`` positions of
+    ``length``) over ``k`` / ``v`` ``(B, n, Tk, D)`` at ``positions``, block by block."""
     B, n, Tq, D = q.shape
     out = torch.empty_like(q)
     offset = length - Tq
@@ -330,10 +354,11 @@ def _run_heads(q, k, v, positions, length, cfg, scale, streaming: bool) -> Tenso
         acc = torch.zeros(B, n, e - s, D, dtype=acc_dtype, device=q.device)
         acc_lse = torch.full((B, n, e - s), float("-inf"), dtype=acc_dtype, device=q.device)
         qb = q[:, :, s:e].contiguous()
-        if streaming:
-            _streaming_block(qb, k, v, positions, q_all[s:e], cfg, scale, acc, acc_lse)
-        else:
+        if positions is None:  # a full head: every key, at positions 0 .. length - 1
             _full_block(qb, k, v, s, e, offset, scale, acc, acc_lse)
+        else:
+            block_se = None if se is None else (se[0][:, :, s:e].contiguous(), se[1], se[2])
+            _streaming_block(qb, k, v, positions, q_all[s:e], cfg, scale, acc, acc_lse, block_se)
         out[:, :, s:e] = acc.to(q.dtype)
     return out
 
@@ -368,16 +393,44 @@ def streaming_attention(
         s_k, s_v = key[:, streaming], value[:, streaming]
         positions = torch.arange(length, device=key.device)
     groups = H // n_kv
+    se = getattr(module, _SELF_EXTEND_ATTR, None)  # (ContextExtension, inv_freq) or None
+    q_pos = torch.arange(length - Tq, length, device=query.device)
+    query_g = full_g = stream_g = None
+    if se is not None:
+        query_g = _grouped(query, q_pos, se, "query")
+        full_g = _grouped(full_k, torch.arange(length, device=query.device), se, "key")
+        stream_g = _grouped(s_k, positions, se, "key")
     out = query.new_empty(B, H, Tq, D)
-    for heads, k, v, is_streaming in ((full, full_k, full_v, False), (streaming, s_k, s_v, True)):
-        if not heads:
-            continue
-        for g in range(groups):  # query heads kv * groups + g read KV head kv: no repeated keys
+    for g in range(groups):  # query heads kv * groups + g read KV head kv: no repeated keys
+        for heads, k, v, k_g, pos in (
+            (full, full_k, full_v, full_g, None),
+            (streaming, s_k, s_v, stream_g, positions),
+        ):
+            if not heads:
+                continue
             rows = torch.tensor([h * groups + g for h in heads], device=query.device)
             q = query.index_select(1, rows)
-            o = _run_heads(q, k, v, positions, length, cfg, scaling, is_streaming)
+            if se is None:
+                o = _run_heads(q, k, v, pos, length, cfg, scaling, None)
+            elif pos is None:  # a full head under Self-Extend: its own blocked kernel
+                q_g = query_g.index_select(1, rows)
+                window, block = se[0].window, se[0].block_size
+                o = _SelfExtend.apply(q, q_g, k, k_g, v, window, block, scaling)
+            else:
+                q_g = query_g.index_select(1, rows)
+                o = _run_heads(q, k, v, pos, length, cfg, scaling, (q_g, k_g, se[0].window))
             out[:, rows] = o
     return out.transpose(1, 2), None
+
+
+def _grouped(x: Tensor, pos: Tensor, se: tuple, which: str) -> Tensor:
+    """Post-RoPE ``x`` at ``pos`` rotated on to Self-Extend's grouped positions."""
+    ext, inv_freq = se
+    group, window = ext.group_size, ext.window
+    gq, gk = grouped_positions(pos, pos, group, window)
+    target = gq if which == "query" else gk
+    freq = inv_freq.to(x.device, torch.float64)
+    return rotate(x, ((target - pos)[:, None] * freq).float()).contiguous()
 
 
 @contextmanager
@@ -402,11 +455,6 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
     """Apply ``config`` to ``handle``, pushing onto ``restore`` what undoes it."""
     spec = handle.spec
     config.check_model(spec, handle.name_or_path)
-    if any(hasattr(handle.attn(layer), _SELF_EXTEND_ATTR) for layer in range(spec.n_layers)):
-        raise ValueError(
-            "streaming heads and Self-Extend both replace the attention function; use one "
-            "(NTK scaling combines with streaming heads)"
-        )
     windows = [handle.sliding_window(layer) for layer in range(spec.n_layers)]
     if any(w is not None for w in windows):
         raise ValueError(

@@ -23,6 +23,7 @@ from interp_seal.analysis.plan import plan_decode
 from interp_seal.engine import greedy_decode
 from interp_seal.interventions import ablate
 from interp_seal.models import ContextExtension, extend_context, load_model
+from interp_seal.models import rope_extension as rx
 from interp_seal.models import streaming_heads as sh
 from interp_seal.models.kv_cache import cache_arg, returned_cache
 from interp_seal.testing import allocated_peak, save_random_checkpoint
@@ -51,6 +52,14 @@ def reference_attention(module, query, key, value, attention_mask, scaling=None,
     causal = pos[:, None] >= pos[None]
     mask = torch.stack([causal if m is None else m for m in masks])
     scores = (query @ k.transpose(-1, -2)) * scaling
+    se = getattr(module, rx._CONFIG_ATTR, None)
+    if se is not None:  # Self-Extend: keys W or more back scored at grouped positions
+        ext, inv = se
+        gq, gk = rx.grouped_positions(pos, pos, ext.group_size, ext.window)
+        q_g = rx.rotate(query, ((gq - pos)[:, None] * inv.double()).float())
+        k_g = rx.rotate(k, ((gk - pos)[:, None] * inv.double()).float())
+        far = pos[:, None] - pos[None] >= ext.window
+        scores = torch.where(far, (q_g @ k_g.transpose(-1, -2)) * scaling, scores)
     weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
     return (weights @ v).transpose(1, 2), None
 
@@ -215,11 +224,6 @@ def test_bad_configs_are_refused(handle):
     with pytest.raises(ValueError, match="layer.kv_head"):
         sh.StreamingHeads.parse("3:1")
     assert sh.StreamingHeads.parse("0.1, 1.0", sink=2).heads == MIX.heads
-    se = ContextExtension(group_size=2, window=8)
-    with extend_context(handle, se), pytest.raises(ValueError, match="Self-Extend"):
-        with sh.compress_kv(handle, MIX):
-            pass
-    assert handle.model.config._attn_implementation == "sdpa"
 
 
 @pytest.fixture(scope="module")
@@ -345,3 +349,34 @@ def test_cli_evaluate_lines(llama_checkpoint, tmp_path, capsys, monkeypatch):
             main([*base, "--streaming-heads", bad])
         assert exit.value.code == 2
         assert "--streaming-heads" in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("streaming_first", [False, True])
+@pytest.mark.parametrize("window", [5, 12])  # streaming window inside / beyond Self-Extend's
+def test_with_self_extend_and_ntk(handle, streaming_first, window):
+    """Self-Extend (+ NTK) under streaming heads, installed in either order: full heads on
+    Self-Extend's kernel, streaming heads' keys W or more back at grouped positions; decoding
+    from the compressed cache gives the same logits."""
+    cfg = sh.StreamingHeads(heads=MIX.heads, sink=3, window=window, block_size=6)
+    se = ContextExtension(ntk_factor=2.0, group_size=3, window=8, block_size=7)
+    ids = torch.randint(5, len(handle.tokenizer), (2, 45))
+    with extend_context(handle, se):
+        with reference(handle, cfg):
+            expected = logits(handle, ids)
+        plain_se = logits(handle, ids)
+    with reference(handle, cfg):
+        no_se = logits(handle, ids)
+    contexts = [lambda: sh.compress_kv(handle, cfg), lambda: extend_context(handle, se)]
+    first, second = contexts if streaming_first else contexts[::-1]
+    with first(), second(), torch.no_grad():
+        got = logits(handle, ids)
+        cache = returned_cache(handle.model(ids[:, :40], use_cache=True))
+        steps = [
+            handle.model(ids[:, t : t + 1], **cache_arg(cache), use_cache=True).logits[:, -1]
+            for t in range(40, 45)
+        ]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.stack(steps, 1), expected[:, 40:], atol=1e-5, rtol=0)
+    assert (plain_se - expected).abs().max() > 1e-2  # the streaming heads matter
+    assert (no_se - expected).abs().max() > 1e-2  # and so does Self-Extend
+    assert handle.model.config._attn_implementation == "sdpa"
