@@ -181,11 +181,12 @@ def qk_fix_corrections(
     resid = captured.resid()
     device = resid[0].device
     rows = rows.to(device)
+    T, d_model = resid[0].shape[1:]
     out = torch.zeros(L, H, dtype=torch.float64)
-    cached: dict[int, tuple] = {}
-
-    def later_terms(later):  # clean rows and dM/dA of a later layer, computed once
-        if later not in cached:
+    # sources per batch of tangents: one layer's heads, or more up to 2**22 floats (cache-sized)
+    per_batch = max(1, (1 << 22) // (H * T * d_model))
+    with torch.no_grad():
+        for later in range(1, L):
             x = resid[later][0].detach()
             cos, sin = captured.rope[later]
             q0, k0 = _project_qk(handle, later, x[None], cos, sin, rows)
@@ -193,47 +194,42 @@ def qk_fix_corrections(
             g = g.reshape(KV, H // KV, *g.shape[1:])  # query head h' = kv * group + g
             v = captured.values[later]  # (KV, T, D)
             grad_a = torch.einsum("kgrd,ktd->kgrt", g, v).reshape(H, len(rows), -1)
-            cached[later] = (x, cos, sin, q0, k0, grad_a)
-        return cached[later]
 
-    with torch.no_grad():
-        for source in range(L - 1):
-            dresid = _residual_change(handle, source, change[source].to(device))  # (H, T, d)
-            for later in range(source + 1, L):
-                x, cos, sin, q0, k0, grad_a = later_terms(later)
+            def pattern(q, k, later=later):
+                return layer_rows(handle, later, q, k, rows)
+
+            base = pattern(q0, k0)  # (1, H', R, T)
+            for first in range(0, later, per_batch):
+                sources = range(first, min(later, first + per_batch))
+                dresid = torch.cat(
+                    [_residual_change(handle, s, change[s].to(device)) for s in sources]
+                )  # (N = sources x H, T, d)
                 dq, dk = _qk_change(handle, later, x, dresid, cos, sin, rows)
-
-                def pattern(q, k, later=later):
-                    return layer_rows(handle, later, q, k, rows)
-
-                base = pattern(q0, k0)  # (1, H', R, T)
-                patched = pattern(q0 + dq, k0 + dk)  # (H, H', R, T)
+                patched = pattern(q0 + dq, k0 + dk)  # (N, H', R, T)
                 _, linear = torch.func.jvp(
                     pattern,
                     (q0.expand_as(dq).contiguous(), k0.expand_as(dk).contiguous()),
                     (dq, dk),
                 )
-                residual = patched - base - linear
-                out[source] += (residual * grad_a[None]).sum((1, 2, 3)).double().cpu()
+                residual = (patched - base - linear) * grad_a[None]
+                found = residual.sum((1, 2, 3)).double().cpu().view(len(sources), H)
+                out[first : first + len(sources)] += found
     return out
 
 
 def _residual_change(handle: ModelHandle, layer: int, dz: Tensor) -> Tensor:
-    """``(H, T, d_model)``: the first-order change of ``layer``'s attention write to the residual
-    stream (``o_proj``, then the post-attention norm where the family has one) when head ``h``'s
-    output changes by ``dz[:, h]`` alone."""
+    """``(H, T, d_model)``: the change of ``layer``'s attention write to the residual stream
+    (``o_proj``'s columns of head ``h`` times ``dz[:, h]``) when head ``h``'s output alone
+    changes by ``dz[:, h]`` ``(T, H, D)``."""
+    if handle.norm(layer, "post_attn") is not None:
+        raise NotImplementedError(
+            f"the QK fix's direct path through {handle.family.name}'s post-attention norm is "
+            "not supported yet: screen without qk_fix"
+        )
     T, H, D = dz.shape
-    o_proj = handle.proj(layer, "o_proj")
-    tangent = torch.zeros(H, T, H, D, device=dz.device, dtype=torch.float32)
-    for h in range(H):
-        tangent[h, :, h] = dz[:, h]
-    tangent = tangent.reshape(H, T, H * D).to(o_proj.weight.dtype)
-    if handle.norm(layer, "post_attn") is None:
-        return torch.nn.functional.linear(tangent, o_proj.weight).float()
-    raise NotImplementedError(
-        f"the QK fix's direct path through {handle.family.name}'s post-attention norm needs the "
-        "layer's attention output: not supported yet"
-    )
+    weight = handle.proj(layer, "o_proj").weight  # (d_model, H * D)
+    per_head = weight.float().view(-1, H, D)  # (d_model, H, D)
+    return torch.einsum("thd,mhd->htm", dz.float(), per_head)
 
 
 def _project_qk(handle, layer, x, cos, sin, rows):

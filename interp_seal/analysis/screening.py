@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -299,7 +299,9 @@ def screen_record(
     """One record's forward and backward pass(es) with AtP*'s fixes: ``metric`` and ``atp``
     (``(L, H)``, plain AtP), with ``qk_fix`` ``qk`` (the QK-fixed estimates) and with
     ``grad_drop`` ``grad_drop`` (GradDrop's ``c_GD``). Activation checkpointing as for
-    ``answer_logprob_gradients``."""
+    ``answer_logprob_gradients``, except with ``grad_drop``: its ``L - 1`` partial backward
+    passes would each recompute the layers they cross (twice the time on SmolLM2), so the
+    forward keeps every layer's activations, as an uncheckpointed backward does."""
     if fixes.qk_fix and handle.active_edit() is not None:
         raise ValueError(
             "the QK fix reads later heads' attention as z = A v: screen the unedited model "
@@ -312,7 +314,7 @@ def screen_record(
     with (
         tracked_head_outputs(handle) as zs,
         captured_stream(handle, values=fixes.qk_fix) as captured,
-        recomputed_layers(handle),
+        nullcontext() if fixes.grad_drop else recomputed_layers(handle),
     ):
         logits = handle.model(ids[None], logits_to_keep=keep, use_cache=False).logits[0, :-1]
         metric = logits.float().log_softmax(-1).gather(-1, target[:, None]).sum()

@@ -21,7 +21,9 @@ records per length) and reports the K most helpful and K most harmful
 (``interp_seal.analysis.screening``): the table gains a ``source`` column (``exact`` /
 ``estimate``), figures and quadrants use the answer's log-probability (the only metric every
 head has), the estimates go to ``screen_estimates.csv``, the per-record estimates to
-``OUT/screen`` and the exact sweep's records to ``OUT/exact``.
+``OUT/screen`` and the exact sweep's records to ``OUT/exact``. ``--qk-fix`` and ``--grad-drop``
+add AtP*'s corrections to the screen (Kramar et al. 2024; ``interp_seal.analysis.atp_star``):
+later heads' softmax recomputed exactly, and candidates chosen by GradDrop's score.
 Mode ``mean`` ablates to the mean head output over the sweep's own samples.
 
 Both sweeps split their forwards over processes under torchrun (same table as one process)::
@@ -90,6 +92,17 @@ def register(subparsers) -> None:
         default=None,
         metavar="R",
         help="with --screen: records per length the candidates are swept on (default: all)",
+    )
+    heads.add_argument(
+        "--qk-fix",
+        action="store_true",
+        help="with --screen: AtP*'s QK fix (later heads' attention softmax recomputed exactly)",
+    )
+    heads.add_argument(
+        "--grad-drop",
+        action="store_true",
+        help="with --screen: AtP*'s GradDrop (candidates by the mean |estimate| over L "
+        "backward passes, each dropping one layer)",
     )
     heads.set_defaults(func=run_head_sweep, torchrun="shards")
 
@@ -189,8 +202,13 @@ def run_head_sweep(args: argparse.Namespace) -> int:
     from interp_seal.analysis.sweeps import head_sweep
     from interp_seal.viz.sweeps import head_delta_heatmap, quadrant_scatter
 
-    if args.screen is None and (args.candidates or args.confirm_records):
-        raise ValueError("--candidates and --confirm-records tune --screen K: add --screen")
+    if args.screen is None and (
+        args.candidates or args.confirm_records or args.qk_fix or args.grad_drop
+    ):
+        raise ValueError(
+            "--candidates, --confirm-records, --qk-fix and --grad-drop tune --screen K: add "
+            "--screen"
+        )
     if args.screen is not None and (args.heads is not None or args.mode == "uniform"):
         raise ValueError(
             "--screen ranks every head by attribution patching, which needs an edit affine in "
@@ -208,6 +226,8 @@ def run_head_sweep(args: argparse.Namespace) -> int:
             top_k=args.screen,
             candidates=args.candidates,
             confirm_records=args.confirm_records,
+            qk_fix=args.qk_fix,
+            grad_drop=args.grad_drop,
             **sweep_args,
         )
         table, metric = screen.table, "answer_logprob"

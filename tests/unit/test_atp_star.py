@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import build_checkpoint
@@ -21,6 +22,7 @@ from interp_seal.analysis import screening
 from interp_seal.analysis.atp_star import grad_drop_magnitude
 from interp_seal.analysis.screening import Fixes, attribution_estimates, screened_head_sweep
 from interp_seal.analysis.sweeps import SweepOptions, head_sweep
+from interp_seal.cli import main
 from interp_seal.models import load_model
 from interp_seal.tasks import line_retrieval
 
@@ -254,3 +256,22 @@ def test_qk_fix_refuses_an_edited_model(handle2, samples):
         pytest.raises(ValueError, match="merge the edit into the weights"),
     ):
         attribution_estimates(handle2, samples, progress=False, qk_fix=True)
+
+
+def test_cli_screen_with_both_fixes(tmp_path, llama_checkpoint, capsys):
+    argv = ["analysis", "head-sweep", "--model", llama_checkpoint, "--lengths", "2", "4"]
+    argv += ["--n", "2", "--screen", "2", "--threads", "1", "--qk-fix", "--grad-drop"]
+    assert main([*argv, "--out", str(tmp_path / "screen")]) == 0
+    estimates = pd.read_csv(tmp_path / "screen" / "screen_estimates.csv")
+    handle = load_model(llama_checkpoint)
+    cfg = line_retrieval.LineRetrievalConfig
+    samples = {n: line_retrieval.generate(cfg(num_lines=n), 2, seed=0) for n in (2, 4)}
+    expected = screened_head_sweep(
+        handle, samples, top_k=2, options=QUIET, qk_fix=True, grad_drop=True
+    ).estimates
+    for column in ("estimate", "atp", "grad_drop", "grad_drop_se"):
+        np.testing.assert_allclose(estimates[column], expected[column], atol=1e-5)
+    assert estimates.confirmed.tolist() == expected.confirmed.tolist()
+    lone = ["analysis", "head-sweep", "--model", llama_checkpoint, "--qk-fix"]
+    assert main([*lone, "--out", str(tmp_path / "lone")]) == 2
+    assert "--qk-fix and --grad-drop tune --screen K" in capsys.readouterr().err
