@@ -45,7 +45,7 @@ from interp_seal.engine.batch import AnswerBatch
 from interp_seal.engine.layers import LayerInputs, attn_half, mlp_half, run_layers
 from interp_seal.interventions import HeadEdit, HeadIntervention
 from interp_seal.models import ModelHandle, soft_cap
-from interp_seal.models.streaming_heads import streaming_rows
+from interp_seal.models.streaming_heads import answer_rows
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -267,9 +267,9 @@ def _last_layer_at(
         scores = soft_cap(q @ k.transpose(-1, -2) * attn.scaling, cap)
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         z = weights @ v.transpose(1, 2)
-    # streaming KV heads (models.streaming_heads): their rows again, on sinks + window
+    # heads whose attention mode changes their rows (streaming heads, Self-Extend) again
     q = q.reshape(B, KV, G * Q, D)
-    z = streaming_rows(handle, last, z, q, k, v.transpose(1, 2), query, attn.scaling)
+    z = answer_rows(handle, last, z, q, k, v.transpose(1, 2), query, attn.scaling)
     # reshape, not view: CUDA kernels may return these rows in another memory order
     z = z.reshape(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
     resid = attn_half(handle, last, _at(hidden, query), z, v, query=query)

@@ -63,7 +63,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -488,34 +488,52 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
     restore.callback(hook.remove)
 
 
-def streaming_rows(
+def answer_rows(
     handle: ModelHandle,
     layer: int,
     z: Float[Tensor, "row kv_head group_answer d_head"],
     q: Float[Tensor, "row kv_head group_answer d_head"],
     k: Float[Tensor, "row kv_head pos d_head"],
     v: Float[Tensor, "row kv_head pos d_head"],
-    query: Tensor,
+    query: Int[Tensor, "row answer"],
     scaling: float,
 ) -> Float[Tensor, "row kv_head group_answer d_head"]:
-    """The engine's last layer at the answer positions ``query`` ``(row, answer)`` only: ``z``
-    (computed there under full causal attention, the ``G`` query heads of a KV head as ``G x
-    answer`` rows) with the rows of ``layer``'s streaming KV heads computed again on their sinks
-    and window (``answer x T`` scores per head, never ``T x T``); ``z`` itself without any."""
-    found = getattr(handle.attn(layer), _CONFIG_ATTR, None)
-    if not found or not found[1]:
+    """The engine's last layer at the answer positions ``query`` only (``engine.forward``):
+    ``z``, computed there under plain causal attention (the ``G`` query heads of a KV head as
+    ``G x answer`` rows), with the rows of the heads ``layer``'s attention mode changes computed
+    again: streaming KV heads on their sinks and window, and every head under Self-Extend
+    (keys ``W`` or more back scored at grouped positions). ``answer x T`` scores per head, never
+    ``T x T``; ``z`` itself where neither mode is on."""
+    attn = handle.attn(layer)
+    found = getattr(attn, _CONFIG_ATTR, None)
+    se = getattr(attn, _SELF_EXTEND_ATTR, None)
+    streaming = found[1] if found else []
+    if not streaming and se is None:
         return z
-    cfg, streaming = found
-    B, _, GQ, _ = q.shape
+    B, KV, GQ, _ = q.shape
     Q, T = query.shape[1], k.shape[2]
+    heads = list(range(KV)) if se is not None else streaming
     keys = torch.arange(T, device=query.device)
-    visible = allowed(query.reshape(-1), keys, cfg.sink, cfg.window).view(B, 1, 1, Q, T)
-    heads = torch.tensor(streaming, device=q.device)
-    n = len(streaming)
-    mask = visible.expand(B, n, GQ // Q, Q, T).reshape(B, n, GQ, T)
-    rows = torch.nn.functional.scaled_dot_product_attention(
-        q[:, heads], k[:, heads], v[:, heads], attn_mask=mask, scale=scaling
-    )
+    dist = (query[..., None] - keys).repeat(1, GQ // Q, 1)[:, None]  # (row, 1, G x answer, T)
+    index = torch.tensor(heads, device=q.device)
+    qh, kh, vh = q[:, index], k[:, index], v[:, index]
+    scores = (qh @ kh.transpose(-1, -2)).to(torch.promote_types(q.dtype, torch.float32))
+    if se is not None:
+        ext, inv_freq = se
+        rows = query.repeat(1, GQ // Q)  # (row, G x answer): positions of q's rows
+        gq, gk = grouped_positions(rows, keys, ext.group_size, ext.window)
+        freq = inv_freq.to(q.device, torch.float64)
+        q_g = rotate(qh, ((gq - rows)[:, None, :, None] * freq).float())
+        k_g = rotate(kh, ((gk - keys)[:, None] * freq).float())
+        grouped = (q_g @ k_g.transpose(-1, -2)).to(scores.dtype)
+        scores = torch.where(dist >= ext.window, grouped, scores)
+    visible = (dist >= 0).expand(B, len(heads), GQ, T).clone()
+    if streaming:
+        cfg = found[0]
+        on = torch.tensor([h in streaming for h in heads], device=q.device)
+        window = (keys < cfg.sink) | (dist < cfg.window)
+        visible[:, on] &= window.expand(B, int(on.sum()), GQ, T)
+    weights = (scores * scaling).masked_fill(~visible, float("-inf")).softmax(-1)
     z = z.clone()
-    z[:, heads] = rows
+    z[:, index] = (weights.to(vh.dtype) @ vh).to(z.dtype)
     return z

@@ -11,7 +11,7 @@ compressed cache; the cache must hold what ``kv_budget_bytes`` says; and the mod
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import pytest
 import torch
@@ -380,3 +380,24 @@ def test_with_self_extend_and_ntk(handle, streaming_first, window):
     assert (plain_se - expected).abs().max() > 1e-2  # the streaming heads matter
     assert (no_se - expected).abs().max() > 1e-2  # and so does Self-Extend
     assert handle.model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_engine_answer_rows_under_self_extend(handle, streaming):
+    """The engine's answer-rows-only last layer under Self-Extend (and streaming heads) equals
+    the model's own forward (before, it scored every key at its true position there)."""
+    from interp_seal.engine import AnswerBatch, answer_logits
+
+    ids = torch.randint(5, len(handle.tokenizer), (2, 60))
+    query = torch.tensor([[30, 41, 58], [9, 25, 57]])
+    batch = AnswerBatch(
+        ids=ids, query=query, target=ids.gather(1, query + 1), valid=torch.ones_like(query) > 0
+    )
+    se = ContextExtension(ntk_factor=2.0, group_size=4, window=8)
+    rows = torch.arange(2)[:, None]
+    with extend_context(handle, se), ExitStack() as stack:
+        if streaming:
+            stack.enter_context(sh.compress_kv(handle, MIX))
+        expected = logits(handle, ids)[rows, query]
+        got = answer_logits(handle, batch)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
