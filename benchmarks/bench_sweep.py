@@ -4,6 +4,7 @@ Command (from the repository root; about a minute on one CPU thread)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py
     python benchmarks/bench_sweep.py --device cuda [--dtype bfloat16]  # on a GPU
+    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py --family gemma2  # a random Gemma 2
 
 Uses the bundled model organism when ``interp_seal/organism/checkpoint/config.json`` exists,
 else a random Llama of the organism's geometry (4 layers, 8 heads, 2 KV heads; see
@@ -52,6 +53,7 @@ import torch
 from common import (
     Clock,
     add_device_arguments,
+    add_family_argument,
     benchmark_model,
     check_agreement,
     result_tags,
@@ -92,10 +94,13 @@ def main() -> None:
     parser.add_argument("--batch-rows", type=int, default=SweepOptions.batch_rows)
     parser.add_argument("--batch-samples", type=int, default=SweepOptions.batch_samples)
     add_device_arguments(parser)
+    add_family_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        handle, model_name = benchmark_model(tmp, device=args.device, dtype=args.dtype)
+        handle, model_name = benchmark_model(
+            tmp, device=args.device, dtype=args.dtype, family=args.family
+        )
         clock = Clock(handle.device)
         samples = {
             n: lr.generate(lr.LineRetrievalConfig(num_lines=n), args.n, seed=0)

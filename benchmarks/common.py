@@ -54,15 +54,34 @@ def load(name_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32
 
 
 def benchmark_model(
-    tmp: str | Path, *, d_head: int = 32, device: str = "cpu", dtype: str = "float32"
+    tmp: str | Path,
+    *,
+    d_head: int = 32,
+    device: str = "cpu",
+    dtype: str = "float32",
+    family: str | None = None,
 ) -> tuple[ModelHandle, str]:
-    """``(handle, description)`` of the model a benchmark runs on, on ``device`` in ``dtype``."""
-    if (ORGANISM_DIR / "config.json").exists():
+    """``(handle, description)`` of the model a benchmark runs on, on ``device`` in ``dtype``:
+    the organism, or with ``family`` a random checkpoint of that family (``FAMILIES``, with its
+    row's test particulars: Gemma 2's soft-caps, ...) of the organism's geometry."""
+    if family is None and (ORGANISM_DIR / "config.json").exists():
         return load("organism", device=device, dtype=dtype), "organism"
+    family = family or "llama"
     path = save_random_checkpoint(
-        Path(tmp) / "random", "llama", n_layers=4, n_heads=8, n_kv_heads=2, d_head=d_head
+        Path(tmp) / "random", family, n_layers=4, n_heads=8, n_kv_heads=2, d_head=d_head
     )
-    return load(path, device=device, dtype=dtype), f"random-llama-4x8-gqa-dhead{d_head}"
+    return load(path, device=device, dtype=dtype), f"random-{family}-4x8-gqa-dhead{d_head}"
+
+
+def add_family_argument(parser: argparse.ArgumentParser) -> None:
+    """``--family``: run on a random checkpoint of that family instead of the organism."""
+    from interp_seal.models import FAMILIES
+
+    parser.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        help="a random checkpoint of this family (organism geometry) instead of the organism",
+    )
 
 
 class Clock:
