@@ -86,8 +86,17 @@ def logits(handle, ids):
         return handle.model(ids, use_cache=False).logits
 
 
+@pytest.fixture(params=["fused", "algebra"])
+def kernel(request, monkeypatch):
+    """Both kernels a part may run on: the CPU's fused flash kernel, and the tensor algebra
+    other devices (CUDA) run."""
+    if request.param == "algebra":
+        monkeypatch.setattr(rx, "fused", lambda t: False)
+    return request.param
+
+
 @pytest.mark.parametrize("block", [1, 5, 64])
-def test_matches_masked_eager_reference_with_gqa(handle, block):
+def test_matches_masked_eager_reference_with_gqa(handle, block, kernel):
     cfg = sh.StreamingHeads(heads=MIX.heads, sink=3, window=7, block_size=block)
     ids = torch.randint(5, len(handle.tokenizer), (2, 41))
     with sh.compress_kv(handle, cfg):
@@ -353,7 +362,7 @@ def test_cli_evaluate_lines(llama_checkpoint, tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize("streaming_first", [False, True])
 @pytest.mark.parametrize("window", [5, 12])  # streaming window inside / beyond Self-Extend's
-def test_with_self_extend_and_ntk(handle, streaming_first, window):
+def test_with_self_extend_and_ntk(handle, streaming_first, window, kernel):
     """Self-Extend (+ NTK) under streaming heads, installed in either order: full heads on
     Self-Extend's kernel, streaming heads' keys W or more back at grouped positions; decoding
     from the compressed cache gives the same logits."""
