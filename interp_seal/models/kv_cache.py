@@ -52,6 +52,11 @@ def received_cache(kwargs: dict) -> Cache | None:
 
 def layer_keys(cache: Cache, layer: int) -> Tensor:
     """``(batch, kv_head, pos, d_head)``: the post-RoPE keys layer ``layer`` has cached."""
+    if getattr(cache.layers[layer], "streaming", None):  # models.streaming_heads.StreamingLayer
+        raise ValueError(
+            f"layer {layer}'s cache dropped its streaming heads' middle positions; read "
+            "attention rows without streaming heads"
+        )
     return cache.layers[layer].keys
 
 

@@ -410,3 +410,13 @@ def test_engine_answer_rows_under_self_extend(handle, streaming):
         expected = logits(handle, ids)[rows, query]
         got = answer_logits(handle, batch)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_row_capture_from_a_compressed_cache_is_refused(handle):
+    from interp_seal.models.kv_cache import layer_keys
+
+    ids = torch.randint(5, len(handle.tokenizer), (1, 20))
+    with torch.no_grad(), sh.compress_kv(handle, MIX):
+        cache = returned_cache(handle.model(ids, use_cache=True))
+    with pytest.raises(ValueError, match="dropped its streaming heads' middle"):
+        layer_keys(cache, 0)
