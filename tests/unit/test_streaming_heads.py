@@ -420,3 +420,21 @@ def test_row_capture_from_a_compressed_cache_is_refused(handle):
         cache = returned_cache(handle.model(ids, use_cache=True))
     with pytest.raises(ValueError, match="dropped its streaming heads' middle"):
         layer_keys(cache, 0)
+
+
+def test_shared_prefix_runs_continue_the_compressed_cache(handle):
+    """Patching's shared-prefix runs: the prefix once into the compressed cache, repeated for
+    several rows, each continued by its own suffix, equal the whole prompts' masked forward."""
+    from interp_seal.engine import SharedPrefix
+
+    first = torch.randint(5, len(handle.tokenizer), (36,))
+    second = first.clone()
+    second[30:] = torch.randint(5, len(handle.tokenizer), (6,))
+    with reference(handle, MIX):
+        expected = logits(handle, torch.stack([first, second, first]))[:, -1]
+    with torch.no_grad(), sh.compress_kv(handle, MIX):
+        prefix = SharedPrefix.of(handle, first, second)
+        assert prefix.start == 30
+        assert any(isinstance(layer, sh.StreamingLayer) for layer in prefix.cache.layers)
+        got = prefix.last_logits(handle, prefix.suffix(torch.stack([first, second, first])))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
