@@ -96,6 +96,23 @@ def check_gguf(path: str | Path) -> str:
     return arch
 
 
+def dropped_metadata(path: str | Path) -> dict[str, object]:
+    """Config fields from GGUF metadata that transformers' GGUF loader does not map, as the
+    family row names them (``Family.gguf_config``: Gemma 2's soft-caps and attention scale);
+    keys the file lacks are left to the config's defaults."""
+    from gguf import GGUFReader
+
+    arch = gguf_architecture(path)
+    rows = [row for row in FAMILIES.values() if row.gguf_architecture == arch]
+    fields = GGUFReader(path).fields
+    found = {}
+    for key, config_field in rows[0].gguf_config if rows else ():
+        entry = fields.get(f"{arch}.{key}")
+        if entry is not None:
+            found[config_field] = entry.contents()
+    return found
+
+
 def cache_dir(path: str | Path) -> Path:
     """The cache directory of ``path``'s conversion, keyed by the file's content (SHA-256 of
     every byte: ~0.08 s for SmolLM2's 98 MB). Name, size and modification time do not identify
@@ -136,6 +153,8 @@ def _dequantise(path: Path, out: Path, *, progress: bool) -> None:
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    for field, value in dropped_metadata(path).items():  # before the plain model is built
+        setattr(config, field, value)
     plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict(), strict=True)
     plain.config.architectures = [type(plain).__name__]

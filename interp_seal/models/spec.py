@@ -101,6 +101,11 @@ class Family:
         norm_eps: the attribute of the family's RMSNorm modules holding epsilon.
         gguf_architecture: llama.cpp's ``general.architecture`` for GGUF files of this family
             (None: not loadable from GGUF; llama.cpp writes Mistral models as "llama").
+        gguf_config: GGUF metadata that transformers' GGUF loader drops, as pairs of a key
+            (after ``"<gguf_architecture>."``) and the config field it sets when a GGUF file is
+            converted (``models.gguf``): Gemma 2's soft-caps; ``attention.key_length`` as
+            ``query_pre_attn_scalar``, the scale llama.cpp applies to every Gemma 2 but the
+            27B (which it scales by ``hidden / heads``, recorded nowhere in the file).
         random_config: config overrides for random test checkpoints, given to the config
             class (e.g. no sliding window, so that every family computes the same kind of
             attention in parity tests; a few small experts); sequences as tuples.
@@ -137,6 +142,7 @@ class Family:
     norm_offset: float = 0.0
     norm_eps: str = "variance_epsilon"
     gguf_architecture: str | None = None
+    gguf_config: tuple[tuple[str, str], ...] = ()
     random_config: tuple[tuple[str, Any], ...] = ()
 
     def projection(self, which: str, spec: ModelSpec) -> tuple[str, slice | None]:
@@ -176,6 +182,12 @@ GEMMA2 = Family(
     final_softcap="config.final_logit_softcapping",
     norm_offset=1.0,
     norm_eps="eps",
+    gguf_architecture="gemma2",
+    gguf_config=(
+        ("attn_logit_softcapping", "attn_logit_softcapping"),
+        ("final_logit_softcapping", "final_logit_softcapping"),
+        ("attention.key_length", "query_pre_attn_scalar"),
+    ),
     # caps the random test models' scores and logits reach, and a query_pre_attn_scalar
     # that is not d_head (16), so that each particular changes the numbers
     random_config=(
@@ -220,6 +232,8 @@ FAMILIES: dict[str, Family] = {
         name="gemma3_text",
         attn_implementation="sdpa",
         attn_softcap=None,  # transformers' sdpa would ignore a cap: a row with none
+        gguf_architecture=None,  # GGUF loading is tested on Gemma 2 only
+        gguf_config=(),
         q_norm="q_norm",
         k_norm="k_norm",
         # local (RoPE base 1e4) and global (base 1e6) layers alternating, not 5 : 1 as in the

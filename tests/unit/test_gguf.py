@@ -51,19 +51,7 @@ def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str 
     writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
-    backend = json.loads(tok.backend_tokenizer.to_str())
-    by_id = {i: t for t, i in backend["model"]["vocab"].items()}
-    by_id |= {t["id"]: t["content"] for t in backend["added_tokens"]}
-    assert sorted(by_id) == list(range(len(by_id)))
-    vocab = [(by_id[i], i) for i in range(len(by_id))]
-    specials = {t["content"] for t in backend["added_tokens"]}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list([t for t, _ in vocab])
-    writer.add_token_types([3 if t in specials else 1 for t, _ in vocab])  # 3: control
-    merges = backend["model"]["merges"]
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
-    writer.add_bos_token_id(tok.bos_token_id)
-    writer.add_eos_token_id(tok.eos_token_id)
+    add_tokenizer(writer, tok)
     sd = {k: v.numpy() for k, v in model.state_dict().items()}
     tensors = {"token_embd.weight": sd["model.embed_tokens.weight"]}
     for i in range(cfg.num_hidden_layers):
@@ -87,6 +75,29 @@ def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str 
         "output_norm.weight": sd["model.norm.weight"],
         "output.weight": sd["lm_head.weight"],
     }
+    return write_tensors(writer, tensors, dtype, path)
+
+
+def add_tokenizer(writer, tok) -> None:
+    """The byte-level BPE vocabulary, merges and special ids, as llama.cpp writes them."""
+    backend = json.loads(tok.backend_tokenizer.to_str())
+    by_id = {i: t for t, i in backend["model"]["vocab"].items()}
+    by_id |= {t["id"]: t["content"] for t in backend["added_tokens"]}
+    assert sorted(by_id) == list(range(len(by_id)))
+    vocab = [(by_id[i], i) for i in range(len(by_id))]
+    specials = {t["content"] for t in backend["added_tokens"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list([t for t, _ in vocab])
+    writer.add_token_types([3 if t in specials else 1 for t, _ in vocab])  # 3: control
+    merges = backend["model"]["merges"]
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tok.bos_token_id)
+    writer.add_eos_token_id(tok.eos_token_id)
+    if tok.unk_token_id is not None:
+        writer.add_unk_token_id(tok.unk_token_id)
+
+
+def write_tensors(writer, tensors: dict, dtype, path):
     for name, array in tensors.items():
         # llama.cpp keeps 1-D tensors (norms) in float32 whatever the file type
         writer.add_tensor(name, array.astype(dtype if array.ndim > 1 else np.float32))
@@ -95,6 +106,56 @@ def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str 
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32):
+    """Write the safetensors ``checkpoint`` (a Gemma 2 with tied embeddings: llama.cpp's Gemma 2
+    has no output tensor) as llama.cpp's converter does: its tensor names, RMSNorm weights
+    stored with Gemma's ``1 +`` added, the soft-caps and window as metadata (and nothing for
+    ``query_pre_attn_scalar``: llama.cpp scales by ``1 / sqrt(key_length)``)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "gemma2")
+    writer.add_name("tiny-gemma2")
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_key_length(cfg.head_dim)
+    writer.add_value_length(cfg.head_dim)
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+    writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    writer.add_sliding_window(cfg.sliding_window)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
+    add_tokenizer(writer, tok)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "post_attention_norm",
+        "pre_feedforward_layernorm": "ffn_norm",
+        "post_feedforward_layernorm": "post_ffw_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    tensors = {
+        "token_embd.weight": sd["model.embed_tokens.weight"],
+        "output_norm.weight": sd["model.norm.weight"] + 1,
+    }
+    for i in range(cfg.num_hidden_layers):
+        for hf, ours in names.items():
+            weight = sd[f"model.layers.{i}.{hf}.weight"]
+            tensors[f"blk.{i}.{ours}.weight"] = weight + 1 if "norm" in hf else weight
+    return write_tensors(writer, tensors, dtype, path)
 
 
 @pytest.fixture(scope="module")
@@ -201,13 +262,44 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatc
     writer.write_tensors_to_file()
     writer.close()
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(UnsupportedModelError, match=r"'gpt2' model.*\['llama', 'qwen2'\]"):
+    with pytest.raises(
+        UnsupportedModelError, match=r"'gpt2' model.*\['gemma2', 'llama', 'qwen2'\]"
+    ):
         load_model(path)
     not_gguf = tmp_path / "broken.gguf"
     not_gguf.write_bytes(b"not a gguf file at all" * 10)
     with pytest.raises(gguf_module.GGUFError, match="not a readable GGUF"):
         load_model(not_gguf)
     assert not (tmp_path / "cache").exists()
+
+
+def test_gemma2_gguf_gives_the_safetensors_logits(tmp_path, monkeypatch):
+    """A Gemma 2 written as llama.cpp writes it loads with its soft-caps and attention scale
+    (transformers' GGUF loader drops them: without ``Family.gguf_config`` the model would run
+    with its config class's defaults, caps 50 / 30 and scale 256 ** -0.5, 4.5 logits off
+    here), its ``1 + w`` norms and its windows, and gives the safetensors logits on the same
+    ids. Tokens are not compared: transformers reads a Gemma GGUF's vocabulary into its
+    ``GemmaTokenizer`` (SentencePiece conventions, as Gemma's own vocabulary has), which
+    re-tokenises this test's byte-level BPE vocabulary differently."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    tok = byte_level_tokenizer()  # with the special tokens GemmaTokenizer needs
+    tok.add_special_tokens({"mask_token": "<mask>", "unk_token": "<unk>"})
+    untied = save_random_checkpoint(tmp_path / "untied", "gemma2", tokenizer=tok, seed=3)
+    model = transformers.AutoModelForCausalLM.from_pretrained(untied)
+    model.config.tie_word_embeddings = True  # llama.cpp's Gemma 2 unembeds with the embedding
+    model.config.query_pre_attn_scalar = model.config.head_dim  # llama.cpp's scale
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.save_pretrained(tmp_path / "st")
+    tok.save_pretrained(tmp_path / "st")
+    ref = load_model(tmp_path / "st")
+    loaded = load_model(write_gemma2_gguf(str(tmp_path / "st"), tmp_path / "tiny-gemma2.gguf"))
+    assert loaded.family.name == "gemma2"
+    for field in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
+        assert getattr(loaded.model.config, field) == getattr(ref.model.config, field)
+    ids, want = logits(ref)
+    with torch.no_grad():
+        got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
 def test_missing_smollm2_says_how_to_install(monkeypatch):
