@@ -14,9 +14,10 @@ each layer one of two modes:
 A streaming head's key/value cache then needs only ``sink + window - 1`` positions whatever the
 context length (the next query adds its own key), so the cache shrinks by the share of
 streaming heads. DuoAttention learns which heads stream (a gate per KV head, trained on
-synthetic passkey data); RazorAttention picks them by a retrieval score. Both are *choices of
-heads*; this module is the attention mode they choose for, and ``StreamingHeads`` takes the
-set from anywhere (a score, a sweep, a gate).
+synthetic passkey data); RazorAttention picks them by a retrieval score (and adds, per
+compressed head, one "compensation token" averaging the dropped keys and values: not done
+here). Both are *choices of heads*; this module is the attention mode they choose for, and
+``StreamingHeads`` takes the set from anywhere (a score, a sweep, a gate).
 
 **How it runs.** ``compress_kv(handle, config)`` (or ``load_model(...,
 streaming_heads=config)``) registers ``streaming_attention`` with transformers'
@@ -36,8 +37,8 @@ key blocks (the kernel of ``rope_extension``):
 
 Grouped-query attention reads each KV head once per query group (no repeated keys).
 
-**The cache.** With ``use_cache`` the model gets a ``StreamingCache`` (a ``DynamicCache`` whose
-layers with streaming heads are ``StreamingLayer``): full heads keep every position, streaming
+**The cache.** With ``use_cache`` and no cache given, the model gets a ``streaming_cache`` (a
+``DynamicCache`` whose layers with streaming heads are ``StreamingLayer``): full heads keep every position, streaming
 heads keep their sinks and their last ``window - 1`` keys and drop the middle. A forward's
 queries see the kept keys plus the new ones, so decoding token by token gives exactly the
 logits of the full recompute under the same mask. ``kv_budget_bytes`` is what such a cache
@@ -114,8 +115,8 @@ class StreamingHeads:
 
     @classmethod
     def parse(cls, text: str, **sizes) -> StreamingHeads:
-        """From ``"L.K,L.K,..."`` (layer . KV head, 0-based) or ``"all"`` / ``"none"``; ``all``
-        needs the model's spec, so it is resolved by ``resolve``."""
+        """From ``"L.K,L.K,..."`` (layer . KV head, 0-based) or ``"none"``; every KV head of a
+        model is ``all_heads(spec)``."""
         text = text.strip()
         if text in ("", "none"):
             return cls(heads=frozenset(), **sizes)
@@ -254,14 +255,17 @@ class StreamingLayer(DynamicLayer):
         return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
-def streaming_cache(model, config: StreamingHeads, n_layers: int, n_kv_heads: int) -> DynamicCache:
-    """A ``DynamicCache`` whose layers with streaming heads drop their middle positions."""
-    cache = DynamicCache(config=model.config)
-    for layer in range(n_layers):
-        streaming = config.streaming(layer, n_kv_heads)
-        if streaming:
-            full = [h for h in range(n_kv_heads) if h not in streaming]
-            cache.layers[layer] = StreamingLayer(full, streaming, config.sink, config.window)
+def streaming_cache(handle: ModelHandle) -> DynamicCache:
+    """A ``DynamicCache`` for ``handle.model`` whose layers with streaming heads (as installed
+    now) drop their middle positions."""
+    cache = DynamicCache(config=handle.model.config)
+    n_kv = handle.spec.n_kv_heads
+    for layer in range(handle.spec.n_layers):
+        found = getattr(handle.attn(layer), _CONFIG_ATTR, None)
+        if found and found[1]:
+            cfg, streaming = found
+            full = [h for h in range(n_kv) if h not in streaming]
+            cache.layers[layer] = StreamingLayer(full, streaming, cfg.sink, cfg.window)
     return cache
 
 
@@ -445,12 +449,6 @@ def compress_kv(handle: ModelHandle, config: StreamingHeads):
         yield handle.model
 
 
-def installed(handle: ModelHandle, layer: int) -> StreamingHeads | None:
-    """The streaming-heads config active on ``layer`` (None: plain attention)."""
-    found = getattr(handle.attn(layer), _CONFIG_ATTR, None)
-    return found[0] if found else None
-
-
 def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> None:
     """Apply ``config`` to ``handle``, pushing onto ``restore`` what undoes it."""
     spec = handle.spec
@@ -468,8 +466,12 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
         )
     for layer in range(spec.n_layers):
         attn = handle.attn(layer)
+        before = getattr(attn, _CONFIG_ATTR, None)  # an outer compress_kv's, when nested
         setattr(attn, _CONFIG_ATTR, (config, config.streaming(layer, spec.n_kv_heads)))
-        restore.callback(delattr, attn, _CONFIG_ATTR)
+        if before is None:
+            restore.callback(delattr, attn, _CONFIG_ATTR)
+        else:
+            restore.callback(setattr, attn, _CONFIG_ATTR, before)
     old_impl = handle.model.config._attn_implementation
     AttentionInterface.register(ATTENTION_NAME, streaming_attention)
     handle.model.set_attn_implementation(ATTENTION_NAME)
@@ -480,8 +482,7 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
         if use is None:
             use = handle.model.config.use_cache
         if use and kwargs.get(CACHE_ARG) is None:
-            cache = streaming_cache(handle.model, config, spec.n_layers, spec.n_kv_heads)
-            return args, kwargs | {CACHE_ARG: cache}
+            return args, kwargs | {CACHE_ARG: streaming_cache(handle)}  # the innermost config
         return None
 
     hook = handle.model.base_model.register_forward_pre_hook(give_cache, with_kwargs=True)

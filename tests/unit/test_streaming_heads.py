@@ -438,3 +438,22 @@ def test_shared_prefix_runs_continue_the_compressed_cache(handle):
         assert any(isinstance(layer, sh.StreamingLayer) for layer in prefix.cache.layers)
         got = prefix.last_logits(handle, prefix.suffix(torch.stack([first, second, first])))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_nested_configs_restore_the_outer_one(handle):
+    ids = torch.randint(5, len(handle.tokenizer), (1, 30))
+    inner = sh.StreamingHeads.all_heads(handle.spec, sink=1, window=4, block_size=8)
+    with reference(handle, MIX):
+        outer_expected = logits(handle, ids)
+    with reference(handle, inner):
+        inner_expected = logits(handle, ids)
+    with sh.compress_kv(handle, MIX):
+        with sh.compress_kv(handle, inner):
+            got_inner = logits(handle, ids)
+            with torch.no_grad():
+                cache = returned_cache(handle.model(ids, use_cache=True))
+        got_outer = logits(handle, ids)
+    assert sh.cache_bytes(cache) == sh.kv_budget_bytes(inner, handle.spec, 30)
+    torch.testing.assert_close(got_inner, inner_expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_outer, outer_expected, atol=1e-5, rtol=0)
+    assert handle.model.config._attn_implementation == "sdpa"
