@@ -85,9 +85,17 @@ import torch
 from common import Clock, add_device_arguments, load, result_tags
 from scipy.stats import spearmanr
 
-from interp_seal.analysis.screening import screen_candidates, screened_head_sweep, top_heads
+from interp_seal.analysis.screening import (
+    Fixes,
+    screen_candidates,
+    screen_record,
+    screened_head_sweep,
+    top_heads,
+)
 from interp_seal.analysis.sweeps import BASELINE, SweepOptions, all_heads, head_sweep
 from interp_seal.evaluation import line_retrieval_samples
+from interp_seal.evaluation.teacher_forcing import encode_samples
+from interp_seal.interventions import ablate
 from interp_seal.records import read_records
 
 REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "data" / "smollm2_head_sweep"
@@ -122,6 +130,37 @@ def overlap(a: dict, b: dict) -> float:
     return shared / (len(a["helpful"]) + len(a["harmful"]))
 
 
+VARIANTS = {  # name: (fixes, signed estimate column, candidates ranked by GradDrop)
+    "atp": (Fixes(), "atp", False),
+    "qk": (Fixes(qk_fix=True), "estimate", False),
+    "gd": (Fixes(grad_drop=True), "atp", True),
+    "qk+gd": (Fixes(qk_fix=True, grad_drop=True), "estimate", True),
+}
+
+
+def variant_estimates(estimates, column: str, by_grad_drop: bool):
+    """The screen's estimates as one variant would have them: ``estimate``/``se`` from
+    ``column``, GradDrop's score kept only where that variant chooses candidates by it."""
+    frame = estimates.drop(columns=["estimate", "se"]).assign(
+        estimate=estimates[column], se=estimates["atp_se" if column == "atp" else "se"]
+    )
+    return frame if by_grad_drop else frame.drop(columns=["grad_drop", "grad_drop_se"])
+
+
+def record_seconds(handle, samples, clock) -> dict:
+    """CPU (or GPU) seconds of one record's screening pass under each variant (the first
+    record of the longest length)."""
+    every = ablate(handle.spec, all_heads(handle), "zero")
+    slope, offset = (every.scale - 1).float(), torch.zeros(handle.spec.shape)
+    enc = encode_samples(handle, samples[max(samples)][:1])[0]
+    seconds = {}
+    for name, (fixes, _, _) in VARIANTS.items():
+        start = clock()
+        screen_record(handle, enc, slope, offset, fixes)
+        seconds[name] = clock() - start
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top-k", type=int, default=10, help="heads compared each way")
@@ -136,6 +175,8 @@ def main() -> None:
         help="heads per layer timed for the full cost (2 fill the sweep's forwards as all 9 do)",
     )
     parser.add_argument("--full", action="store_true", help="time the full exact sweep instead")
+    parser.add_argument("--qk-fix", action="store_true", help="screen with AtP*'s QK fix")
+    parser.add_argument("--grad-drop", action="store_true", help="screen with AtP*'s GradDrop")
     parser.add_argument("--threads", type=int, default=1)
     add_device_arguments(parser)
     args = parser.parse_args()
@@ -178,6 +219,8 @@ def main() -> None:
         candidates=args.candidates,
         confirm_records=args.confirm_records,
         options=quiet,
+        qk_fix=args.qk_fix,
+        grad_drop=args.grad_drop,
     )
     screened_s = clock() - start
     truth = top(reference, heads, args.top_k)
@@ -187,6 +230,27 @@ def main() -> None:
     screen_only_s = screened_s - per_head_record * args.candidates * args.confirm_records * 2
     print(f"screened: helpful {list(screen.helpful)}, harmful {list(screen.harmful)}")
     print(f"reference: helpful {truth['helpful']}, harmful {truth['harmful']}")
+
+    confirm_s = per_head_record * args.candidates * args.confirm_records * len(lengths)
+    if args.qk_fix and args.grad_drop:  # every variant's estimates are in this screen
+        per_record = record_seconds(handle, samples, clock)
+        n_records = n * len(lengths)
+        print("variants (this run's estimates; candidates confirmed with the reference's values")
+        print("on the first records, as the screen computes them; cost modelled from one record):")
+        print("variant  record_s  spearman  overlap  speedup")
+        for name, (_, column, by_grad_drop) in VARIANTS.items():
+            frame = variant_estimates(screen.estimates, column, by_grad_drop)
+            signed = frame.groupby(["layer", "head"])["estimate"].mean()
+            values = np.array([signed[head] for head in heads])
+            variant_rho = float(spearmanr(values, reference).statistic)
+            chosen = [heads.index(h) for h in screen_candidates(frame, args.candidates)]
+            values[chosen] = exact[:, : args.confirm_records, chosen].mean(1).mean(0)
+            shared_v = overlap(top(values, heads, args.top_k), truth)
+            cost = n_records * per_record[name] + confirm_s
+            print(
+                f"{name:>7}  {per_record[name]:8.1f}  {variant_rho:8.2f}  {shared_v:7.2f}  "
+                f"{full_s / cost:7.1f}"
+            )
 
     mean = est.to_numpy()
     draws = np.random.default_rng(0)
@@ -227,6 +291,7 @@ def main() -> None:
         f"candidates={args.candidates} confirm_records={args.confirm_records} "
         f"top_k={args.top_k} n={n} lengths={'/'.join(map(str, lengths))} "
         f"reference_full_s={run['cpu_s']:.0f} noise_ceiling={np.mean(ceiling):.2f} "
+        f"qk_fix={args.qk_fix} grad_drop={args.grad_drop} "
         f"{result_tags(args, clock)}"
     )
 

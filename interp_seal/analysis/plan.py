@@ -58,7 +58,11 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   bytes; attention's ``q``, ``k``, ``v``, output and log-sum-exp, ``4H`` bytes; the MLP's
   three ``I``-sized tensors) and its backward's three ``I``-sized gradients. Head outputs and
   gradients then go to host memory (not counted). Then the exact sweep of the confirmed
-  heads.
+  heads. This is the default screen; AtP*'s fixes (``analysis.atp_star``) are not planned:
+  ``--grad-drop`` keeps every layer's activations for its ``L - 1`` partial backward passes
+  (an uncheckpointed backward: 2.8x the default screen's peak on the organism at 512 and
+  1,024 tokens) and ``--qk-fix`` adds each layer's values and batches of first-order query
+  and key changes (6.5x), both measured with ``testing.allocated_peak``.
 - ``passage-scores`` (``retrieval_scores.passage_attention``): one record per forward. The
   row-capture hooks keep each layer's ``q`` and ``k`` projections and re-apply the rotary
   embedding after attention: ``3d + 4q + k`` (and ``k`` in float32 for other dtypes) when that

@@ -98,7 +98,7 @@ class ScreenedSweep:
             the attribution estimate of the change of ``answer_logprob`` (mean over the
             length's records) and its standard error, the records' mean ``answer_logprob``,
             and whether the head was swept exactly. With ``qk_fix``, ``estimate`` is the
-            QK-fixed one and ``atp`` the plain one; with ``grad_drop``, ``grad_drop`` and
+            QK-fixed one and ``atp`` (``atp_se``) the plain one; with ``grad_drop``, ``grad_drop`` and
             ``grad_drop_se`` are GradDrop's score ``c_GD`` (mean over records) and its SE.
         helpful, harmful: the ``top_k`` heads whose pruning lowers / raises ``answer_logprob``
             most (mean over lengths), most extreme first.
@@ -409,7 +409,9 @@ def _per_length(handle: ModelHandle, per_record: list[dict]) -> pd.DataFrame:
             }
         )
         if "atp" in records[0]:
-            frame["atp"] = np.array([r["atp"] for r in records]).mean(0).ravel()
+            plain = np.array([r["atp"] for r in records])
+            frame["atp"] = plain.mean(0).ravel()
+            frame["atp_se"] = _standard_error(plain).ravel()
         if "grad_drop" in records[0]:
             scores = np.array([r["grad_drop"] for r in records])
             frame["grad_drop"] = scores.mean(0).ravel()
