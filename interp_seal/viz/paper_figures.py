@@ -454,6 +454,9 @@ def layer_counts(table: pd.DataFrame, *, title: str) -> go.Figure:
                 text=[n.replace(" ", "<br>") for n in rows.names.fillna("")],
                 textposition="outside",
                 textfont_size=11,
+                textangle=-90,  # upright above its bar: neighbouring bars do not overlap
+                constraintext="none",  # plotly would shrink a label to its bar's width
+                cliponaxis=False,
                 hovertemplate=f"{strategy}<br>layer %{{x}}: %{{y}} head(s)<extra></extra>",
             )
             for i, (strategy, rows) in enumerate(table.groupby("strategy", sort=False))
@@ -470,7 +473,7 @@ def layer_counts(table: pd.DataFrame, *, title: str) -> go.Figure:
         ),
         yaxis=dict(
             title="selected heads (count)",
-            range=[0, top * 1.25 + 1],
+            range=[0, top * 1.25 + 1.2],
             dtick=1 if top <= 10 else None,
         ),
         legend=dict(title="selection strategy", x=1.02, y=1, xanchor="left"),
