@@ -95,7 +95,7 @@ def compression_curve(
         results: JSONL file of finished conditions (a restart skips them).
         progress: show a progress bar over conditions.
 
-    Returns one row per (definition, seed, full KV heads, length): ``exact_match``, ``n``,
+    Returns one row per (definition, random_seed, full KV heads, length): ``exact_match``, ``n``,
     ``kv_bytes``, ``kv_share`` and ``correct`` (each record's 0/1 exact match, for paired
     tests); the end points have definition ``"all streaming"`` / ``"all full"``.
     """
@@ -142,7 +142,7 @@ def compression_curve(
             rows.append(
                 {
                     "definition": name,
-                    "seed": seed,
+                    "random_seed": seed,
                     "full_kv_heads": m,
                     "length": length,
                     "exact_match": float(np.mean(correct)),

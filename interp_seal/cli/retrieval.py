@@ -8,6 +8,11 @@
         --niah-scores runs/niah_heads/head_scores.csv --ks 8 16 --seeds 0 1 2 --out runs/masking
     interp-seal retrieval qr-scores --samples mdqa_train.jsonl --rank-samples mdqa_test.jsonl \\
         --top-heads 16 --ks 1 2 5 --out runs/qrhead
+    interp-seal retrieval compare --rankings passage=runs/mudaf/head_scores.csv \\
+        qr=runs/qrhead/head_scores.csv copy_paste=runs/niah_heads/head_scores.csv \\
+        --sweep causal=runs/sweep/results.csv --samples mdqa_fresh.jsonl --out runs/compare
+    interp-seal retrieval compress --rankings qr=runs/qrhead/head_scores.csv \\
+        --full-counts 1 2 4 --window 64 --lengths 40 120 200 --out runs/compress
 
 Sample files are task JSONL files (``interp-seal tasks generate``; LongBench files with
 ``--golden``). ``passage-scores`` (MuDAF) and ``needle-scores`` (Retrieval Head copy-paste)
@@ -19,7 +24,13 @@ appends each finished condition to ``OUT/conditions.jsonl`` and writes ``OUT/mas
 ``OUT/masking.html``. ``qr-scores`` (QRHead, ``interp_seal.analysis.qrhead``) writes the
 same three head files as ``passage-scores``; with ``--rank-samples`` it ranks those samples'
 passages by the top ``--top-heads`` heads' summed scores (QRRetriever) into ``OUT/ranking.csv``
-and ``OUT/recall.csv`` (recall@k per ``--ks``). The HTML pages load ``OUT/plotly.min.js``,
+and ``OUT/recall.csv`` (recall@k per ``--ks``). ``compare`` (``analysis.head_definitions``) reads the
+ranked tables of any of these commands and of ``analysis head-sweep`` and writes
+``OUT/pairs.csv`` (Spearman's rho, top-5 % overlap and its p for every two), ``OUT/sets.csv`` and
+``OUT/compare.html``; with ``--samples`` also ``OUT/masking.csv`` (each top set zeroed against
+random sets). ``compress`` (``analysis.kv_compression``) keeps each ranking's top KV heads full
+and streams the rest on line records, writing ``OUT/compression.csv`` (exact match and the KV
+bytes kept, per definition, full KV heads and length) and ``OUT/compression.html``. The HTML pages load ``OUT/plotly.min.js``,
 written once.
 ``head_scores.csv`` and ``masking.csv`` end with their provenance (``interp_seal.provenance``):
 ``model``, ``n`` (samples scored) and the 95 % Wilson interval of each proportion (``em``;
@@ -34,8 +45,10 @@ from pathlib import Path
 
 from interp_seal.cli.common import (
     add_resume_argument,
+    chat_template_argument,
     finite_float,
     fraction,
+    index_style_argument,
     model_options,
     positive_int,
     read_table,
@@ -144,27 +157,7 @@ def register(subparsers) -> None:
         help="retrieval-head definitions side by side: rank correlations, top-5 %% overlaps, "
         "masking each top set",
     )
-    compare.add_argument(
-        "--rankings",
-        nargs="+",
-        default=[],
-        metavar="NAME=FILE",
-        help="a named ranked head_scores.csv per definition (passage-scores, needle-scores, "
-        "qr-scores)",
-    )
-    compare.add_argument(
-        "--sweep",
-        nargs="+",
-        default=[],
-        metavar="NAME=FILE",
-        help="a named `analysis head-sweep` results.csv, ranked by what zeroing each head costs",
-    )
-    compare.add_argument(
-        "--metric",
-        choices=("answer_logprob", "exact_match", "first_token"),
-        default="answer_logprob",
-        help="the sweep's metric that ranks heads",
-    )
+    _ranking_arguments(compare)
     compare.add_argument(
         "--share", type=fraction, default=0.05, help="top share of heads compared (papers: 5 %%)"
     )
@@ -188,6 +181,45 @@ def register(subparsers) -> None:
     compare.add_argument("--out", type=Path, required=True, help="output directory")
     add_resume_argument(compare)
     compare.set_defaults(func=run_compare, torchrun="shards")
+
+    compress = sub.add_parser(
+        "compress",
+        help="KV compression chosen by each ranking: top KV heads full, the rest on sink + "
+        "window; exact match against the KV cache kept",
+    )
+    _ranking_arguments(compress)
+    compress.add_argument(
+        "--lengths", type=positive_int, nargs="+", default=[40, 120, 200], help="lines per record"
+    )
+    compress.add_argument("--n", type=positive_int, default=50, help="records per length")
+    compress.add_argument("--seed", type=int, default=0, help="seed of the generated records")
+    index_style_argument(compress)
+    chat_template_argument(compress)
+    compress.add_argument(
+        "--full-counts",
+        type=positive_int,
+        nargs="+",
+        required=True,
+        help="numbers of KV heads kept full (0 and all are always added)",
+    )
+    compress.add_argument(
+        "--sink", type=int, default=4, help="attention sinks a streaming head keeps"
+    )
+    compress.add_argument(
+        "--window", type=positive_int, default=256, help="recent positions a streaming head keeps"
+    )
+    compress.add_argument(
+        "--random-seeds", type=int, nargs="+", default=[0, 1, 2], help="random KV-head orders"
+    )
+    compress.add_argument(
+        "--model", default="organism", help="'organism', a checkpoint dir or hub name"
+    )
+    compress.add_argument(
+        "--threads", type=positive_int, help="torch threads (default: torch's choice)"
+    )
+    compress.add_argument("--out", type=Path, required=True, help="output directory")
+    add_resume_argument(compress)
+    compress.set_defaults(func=run_compress)
 
 
 SCORED = {  # task -> (what its scores need in a sample, whether a sample has it)
@@ -368,6 +400,53 @@ def run_qr_scores(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ranking_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rankings`` / ``--sweep`` / ``--metric``: the named head rankings a command reads."""
+    parser.add_argument(
+        "--rankings",
+        nargs="+",
+        default=[],
+        metavar="NAME=FILE",
+        help="a named ranked head_scores.csv per definition (passage-scores, needle-scores, "
+        "qr-scores)",
+    )
+    parser.add_argument(
+        "--sweep",
+        nargs="+",
+        default=[],
+        metavar="NAME=FILE",
+        help="a named `analysis head-sweep` results.csv, ranked by what zeroing each head costs",
+    )
+    parser.add_argument(
+        "--metric",
+        choices=("answer_logprob", "exact_match", "first_token"),
+        default="answer_logprob",
+        help="the sweep's metric that ranks heads",
+    )
+
+
+def _read_rankings(args: argparse.Namespace, least: int) -> dict:
+    """The rankings ``--rankings`` and ``--sweep`` name, read and checked before any work."""
+    from interp_seal.analysis.head_definitions import sweep_ranking
+
+    tables = _named_files(args.rankings, "--rankings")
+    sweeps = _named_files(args.sweep, "--sweep")
+    both = sorted(set(tables) & set(sweeps))
+    if both:
+        raise ValueError(f"--rankings and --sweep both name {both}: give each ranking its own name")
+    rankings = {
+        n: read_table(p, "--rankings", ("layer", "head", "rank")) for n, p in tables.items()
+    }
+    for name, path in sweeps.items():
+        sweep = read_table(path, "--sweep", ("layer", "head", "channel", "metric", "delta"))
+        rankings[name] = sweep_ranking(sweep, args.metric)
+    if len(rankings) < least:
+        raise ValueError(
+            f"give at least {least} ranking{'s' if least > 1 else ''}: --rankings and / or --sweep"
+        )
+    return rankings
+
+
 def _named_files(pairs: list[str], flag: str) -> dict[str, Path]:
     """``NAME=FILE`` arguments as a dict, checked before any work."""
     from interp_seal.analysis.masking import RESERVED
@@ -393,24 +472,11 @@ def run_compare(args: argparse.Namespace) -> int:
         compare_rankings,
         mask_rankings,
         masking_effects,
-        sweep_ranking,
     )
     from interp_seal.provenance import with_provenance
     from interp_seal.viz.passages import definition_comparison
 
-    tables = _named_files(args.rankings, "--rankings")
-    sweeps = _named_files(args.sweep, "--sweep")
-    both = sorted(set(tables) & set(sweeps))
-    if both:
-        raise ValueError(f"--rankings and --sweep both name {both}: give each ranking its own name")
-    rankings = {
-        n: read_table(p, "--rankings", ("layer", "head", "rank")) for n, p in tables.items()
-    }
-    for name, path in sweeps.items():
-        sweep = read_table(path, "--sweep", ("layer", "head", "channel", "metric", "delta"))
-        rankings[name] = sweep_ranking(sweep, args.metric)
-    if len(rankings) < 2:
-        raise ValueError("compare at least two rankings: give --rankings and / or --sweep")
+    rankings = _read_rankings(args, least=2)
     comparison = compare_rankings(rankings, share=args.share)
     effects = None
     if args.samples is not None:
@@ -444,4 +510,56 @@ def run_compare(args: argparse.Namespace) -> int:
     print(
         f"wrote pairs.csv, sets.csv{', masking.csv' if effects is not None else ''} and compare.html in {args.out}"
     )
+    return 0
+
+
+def run_compress(args: argparse.Namespace) -> int:
+    import torch
+
+    from interp_seal.analysis.kv_compression import compression_curve
+    from interp_seal.evaluation import line_retrieval_samples
+    from interp_seal.models import load_model
+    from interp_seal.provenance import with_provenance
+    from interp_seal.viz.passages import compression_curves
+
+    if args.sink < 0:
+        raise ValueError(f"--sink must be >= 0, got {args.sink}")
+    rankings = _read_rankings(args, least=1)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    handle = load_model(args.model, **model_options(args))
+    total = handle.spec.n_layers * handle.spec.n_kv_heads
+    too_many = [m for m in args.full_counts if m > total]
+    if too_many:
+        raise ValueError(
+            f"--full-counts {too_many}: {args.model} has {total} KV heads; give counts up to that"
+        )
+    samples = line_retrieval_samples(
+        handle.tokenizer,
+        args.lengths,
+        n=args.n,
+        seed=args.seed,
+        index_style=args.index_style,
+        chat_template=args.chat_template,
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    curve = compression_curve(
+        handle,
+        samples,
+        rankings,
+        full_counts=args.full_counts,
+        sink=args.sink,
+        window=args.window,
+        random_seeds=args.random_seeds,
+        results=args.out / "conditions.jsonl",
+    )
+    table = curve.drop(columns="correct").rename(columns={"n": "records"})
+    written = with_provenance(
+        table, model=args.model, seed=args.seed, n=table["records"], proportions=("exact_match",)
+    )
+    write_table(written.drop(columns="records"), args.out / "compression.csv")
+    write_html(compression_curves(curve), args.out / "compression.html")
+    summary = table.groupby(["definition", "full_kv_heads", "length"]).exact_match.mean()
+    print(summary.unstack().to_string(float_format=lambda x: f"{x:.3f}"))
+    print(f"wrote {args.out / 'compression.csv'} and compression.html")
     return 0

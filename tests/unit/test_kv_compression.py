@@ -58,7 +58,9 @@ def test_curve_equals_direct_streaming_runs(handle, tmp_path):
         elif row.definition == "all streaming":
             config = StreamingHeads.all_heads(handle.spec, sink=2, window=5)
         else:
-            source = kv_order if row.definition == "qr" else random_order(handle.spec, row.seed)
+            source = (
+                kv_order if row.definition == "qr" else random_order(handle.spec, row.random_seed)
+            )
             config = streaming_config(source, row.full_kv_heads, sink=2, window=5)
             assert len(config.heads) == 4 - row.full_kv_heads
         batch = samples[row.length]
@@ -107,9 +109,42 @@ def test_compression_figure_draws_the_curve_values():
         ("random", 1, 2, 6, 0.2, 0.55),
     ]
     curve = pd.DataFrame(
-        rows, columns=["definition", "seed", "full_kv_heads", "length", "exact_match", "kv_share"]
+        rows,
+        columns=["definition", "random_seed", "full_kv_heads", "length", "exact_match", "kv_share"],
     ).assign(n=10)
     fig = compression_curves(curve)
     by = {t.name: t for t in fig.data}
     assert list(by["qr"].x) == [0.1, 0.55, 1.0] and list(by["qr"].y) == [0.2, 0.6, 0.8]
     assert list(by["random"].y) == pytest.approx([0.2, 0.3, 0.8])  # draws averaged
+
+
+def test_compress_command_writes_the_library_numbers(handle, llama_checkpoint, tmp_path, capsys):
+    from interp_seal.cli import main
+
+    order = [(1, 3), (0, 0), (1, 2), (0, 3), (1, 0), (0, 1), (0, 2), (1, 1)]
+    ranking(order).to_csv(tmp_path / "qr.csv", index=False)
+    out = tmp_path / "out"
+    argv = ["retrieval", "compress", "--model", llama_checkpoint, "--rankings"]
+    argv += [f"qr={tmp_path / 'qr.csv'}", "--lengths", "6", "12", "--n", "2", "--seed", "4"]
+    argv += ["--sink", "2", "--window", "5", "--random-seeds", "0"]
+    assert main([*argv, "--full-counts", "1", "3", "--out", str(out)]) == 0
+    samples = line_retrieval_samples(handle.tokenizer, (6, 12), n=2, seed=4)
+    expected = compression_curve(
+        handle,
+        samples,
+        {"qr": ranking(order)},
+        full_counts=(1, 3),
+        sink=2,
+        window=5,
+        random_seeds=(0,),
+        progress=False,
+    )
+    written = pd.read_csv(out / "compression.csv")
+    assert len(written) == len(expected) == (2 + 2 * 2) * 2
+    np.testing.assert_allclose(written["exact_match"], expected["exact_match"])
+    np.testing.assert_allclose(written["kv_bytes"], expected["kv_bytes"])
+    assert (written["n"] == 2).all() and (written["model"] == llama_checkpoint).all()
+    assert (out / "compression.html").exists()
+    # more full heads than the model has KV heads: one line, nothing computed
+    assert main([*argv, "--full-counts", "9", "--out", str(tmp_path / "bad")]) == 2
+    assert "has 4 KV heads" in capsys.readouterr().err
