@@ -46,6 +46,8 @@ from torch import Tensor
 
 from interp_seal.models import ModelHandle, soft_cap
 from interp_seal.models.kv_cache import layer_keys, received_cache
+from interp_seal.models.rope_extension import _CONFIG_ATTR as SELF_EXTEND_ATTR
+from interp_seal.models.rope_extension import STREAMING_ATTR
 
 Rows = Float[Tensor, "batch head query key"]
 RowReducer = Callable[[Rows], Tensor]
@@ -97,7 +99,24 @@ def layer_rows(
     query_positions: Int[Tensor, " query"],
 ) -> Rows:
     """``attention_rows`` as ``layer`` computes them: its module's ``scaling``, its sliding
-    window and its attention-logit soft-cap (``ModelHandle.attn_softcap``)."""
+    window and its attention-logit soft-cap (``ModelHandle.attn_softcap``).
+
+    Attention modes that change which keys a query sees, or at which positions, are refused
+    rather than ignored: under Self-Extend (``models.rope_extension``) or streaming heads
+    (``models.streaming_heads``) the plain causal rows computed here would not be the rows
+    the model attends with."""
+    attn = handle.attn(layer)
+    modes = [
+        name
+        for name, attr in (("Self-Extend", SELF_EXTEND_ATTR), ("streaming heads", STREAMING_ATTR))
+        if hasattr(attn, attr)
+    ]
+    if modes:
+        raise ValueError(
+            f"attention rows under {' and '.join(modes)} are not computed yet (layer {layer} "
+            "attends with other positions or keys than plain causal attention); capture them "
+            "outside the extend_context / compress_kv block"
+        )
     return attention_rows(
         q,
         k,

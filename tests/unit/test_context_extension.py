@@ -286,3 +286,22 @@ def test_bad_options_are_refused():
         ContextExtension(group_size=4)
     with pytest.raises(ValueError, match="ntk_factor"):
         ContextExtension(ntk_factor=0.5)
+
+
+@pytest.mark.parametrize("backend", ["hf", "nnsight"])
+def test_attention_rows_are_refused_under_modes_they_do_not_follow(handle, backend):
+    """Row capture computes plain causal rows: under Self-Extend or streaming heads those are
+    not the rows the model attends with, so it refuses instead of returning them."""
+    from interp_seal.analysis.attention_rows import capture_attention_rows
+    from interp_seal.models import StreamingHeads, compress_kv
+
+    ids = torch.arange(3, 43)
+    plain = capture_attention_rows(handle, ids, backend=backend)
+    assert torch.isfinite(plain).all()
+    with extend_context(handle, ContextExtension(group_size=4, window=8)):
+        with pytest.raises(ValueError, match="under Self-Extend are not computed"):
+            capture_attention_rows(handle, ids, backend=backend)
+    with compress_kv(handle, StreamingHeads(heads={(0, 1)}, sink=2, window=5)):
+        with pytest.raises(ValueError, match="under streaming heads are not computed"):
+            capture_attention_rows(handle, ids, backend=backend)
+    torch.testing.assert_close(capture_attention_rows(handle, ids, backend=backend), plain)
