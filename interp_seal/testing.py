@@ -60,8 +60,7 @@ def save_random_checkpoint(
         key: list(value) if isinstance(value, tuple) else value
         for key, value in FAMILIES[family].random_config
     }
-    config = transformers.AutoConfig.for_model(
-        family,
+    fields = dict(
         vocab_size=len(tok),
         hidden_size=n_heads * d_head,
         intermediate_size=2 * n_heads * d_head,
@@ -74,15 +73,17 @@ def save_random_checkpoint(
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        **overrides,  # given to the config class: derived fields follow
     )
+    # the row's overrides win (e.g. no num_key_value_heads where a family has no GQA), given
+    # to the config class: derived fields follow
+    config = transformers.AutoConfig.for_model(family, **(fields | overrides))
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.config.architectures = [type(model).__name__]
     offset = FAMILIES[family].norm_offset  # Gemma's norms scale by 1 + weight
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "norm" in name:  # scales 1 + 0.3 * randn, whatever the family's offset
+            if "norm" in name and not name.endswith("bias"):  # 1 + 0.3 randn, any offset
                 param.copy_(1 - offset + 0.3 * torch.randn_like(param))
             elif name.endswith("bias"):
                 param.normal_(0, 0.1)

@@ -121,7 +121,15 @@ def run_with_cache(
         positions: keep only these positions (negative ones count from the end) in every
             activation and in the logits; None keeps all.
     """
-    names = list(NAMES if names is None else names)
+    parallel = handle.parallel_residual()  # GPT-NeoX: no resid_mid, by default or asked for
+    names = [n for n in NAMES if not (parallel and n == "resid_mid")] if names is None else names
+    names = list(names)
+    if parallel and "resid_mid" in names:
+        raise ValueError(
+            f"{handle.family.name} runs attention and MLP in parallel (x + attn(ln1(x)) + "
+            "mlp(ln2(x))): no stream lies between them, so there is no resid_mid; ask for "
+            "resid_pre, attn_out and mlp_out"
+        )
     unknown = sorted(set(names) - set(NAMES))
     if unknown:
         raise ValueError(f"unknown cache names {unknown}; choose from {', '.join(NAMES)}")
@@ -152,11 +160,10 @@ def run_with_cache(
         if {"q", "k", "pattern"} & set(names):
             on(post_rope_qk_hooks(handle, layers, _qk_keeper(handle, names, acts, at, keep, T)))
         if "scale" in names:
-            _, eps = handle.norm_terms(handle.final_norm())
 
-            def keep_scale(_mod, args):
-                x = args[0].float()
-                acts["scale", None] = at((x.pow(2).mean(-1, keepdim=True) + eps).sqrt())
+            def keep_scale(_mod, args):  # RMS, or a LayerNorm's std (ModelHandle.norm_scale)
+                scale = handle.norm_scale(handle.final_norm(), args[0])
+                acts["scale", None] = at(scale.to(torch.float32))
 
             on(handle.final_norm().register_forward_pre_hook(keep_scale))
         kept = T if keep is None else keep.to(handle.device)

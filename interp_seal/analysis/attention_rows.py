@@ -209,7 +209,7 @@ def attention_row_hooks(
     capture = RowCapture(handle.spec.n_layers)
 
     def rows(layer: int, mod: torch.nn.Module, kwargs: dict, q_rot: Tensor, k_rot: Tensor):
-        cache = received_cache(kwargs)
+        cache = received_cache(kwargs, handle.family.layer_cache)  # GPT-NeoX: layer_past
         if cache is not None:
             k_rot = layer_keys(cache, mod.layer_idx)  # post-RoPE, all positions so far
         n_new, n_keys = q_rot.shape[2], k_rot.shape[2]

@@ -45,6 +45,15 @@ convention too: ``cache.logit_attrs`` projects components onto ``W_U`` and never
 ``output_logits_soft_cap``. A user comparing with ``model(...).logits`` sees the capped value,
 ``c * tanh(l / c)``, which is smaller in size (at most ``c``).
 
+**LayerNorms** (GPT-NeoX: ``w * (x - mean(x)) / std(x) + b``): centring is linear, so each
+part ``c`` is centred and divided by the final norm's standard deviation, frozen from the clean
+run (``w * (c - mean(c)) / std(x)``), and the norm's bias ``b``, which no component writes, is a
+component of its own, ``"final_norm_bias"`` (``W_U[t] . b``, the same in both variants): the
+parts sum to the logit exactly. TransformerLens folds the same bias into the unembedding bias
+``b_U`` (``fold_ln``), which ``cache.logit_attrs`` leaves out, and centres each component
+(``apply_ln_to_stack``) as done here. A parallel residual (``x + attn(ln1(x)) + mlp(ln2(x))``)
+changes nothing here: the stream is still the sum of what each head and MLP wrote.
+
 For the difference between two tokens (SEAL Fig. 4: the correct vs the wrong digit) the
 direction ``W_U[t]`` becomes ``W_U[correct] - W_U[wrong]``.
 
@@ -194,18 +203,24 @@ def attribute(
         position %= n
         parts, labels, x, logits = residual_parts(handle, input_ids, position)
 
-        weight, eps = handle.norm_terms(handle.final_norm())
-        rms = torch.sqrt(x.pow(2).mean() + eps)
+        final = handle.final_norm()
+        weight, _ = handle.norm_terms(final)
+        rms = handle.norm_scale(final, x)  # a LayerNorm's std (GPT-NeoX)
         scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
         unembed = handle.unembed()
         w_u = unembed.weight.detach().double()  # (vocab, d_model)
-        normed = parts * weight * scale  # (component, d_model)
+        normed = handle.center(parts) * weight * scale  # (component, d_model)
+        norm_bias = None
+        if handle.family.layer_norm and getattr(final, "bias", None) is not None:
+            norm_bias = final.bias.detach().double()  # its own component: no input writes it
 
         rows, model_logits = [], {}
         for name, (a, b) in contrasts.items():
             direction = w_u[a] - (w_u[b] if b is not None else 0)
             values = (normed @ direction).tolist()
             rows += [(name, *label, v) for label, v in zip(labels, values, strict=True)]
+            if norm_bias is not None:
+                rows.append((name, "final_norm_bias", None, None, float(norm_bias @ direction)))
             if unembed.bias is not None:
                 bias = unembed.bias.detach().double()
                 rows.append(
@@ -314,6 +329,11 @@ def frozen_norm(
     parts map to ``norm(x)`` together (a family's post-sublayer norms; the final norm's own
     factor is split out in ``attribute`` for its variants). ``w`` includes the family's norm
     offset (Gemma's ``1 + w``, ``ModelHandle.norm_terms``)."""
+    if handle.family.layer_norm:
+        raise ValueError(
+            f"{handle.family.name} has a LayerNorm on a sublayer's output; DLA freezes only "
+            "RMSNorms there (OLMo 2 and Gemma 2 are the supported families with such norms)"
+        )
     weight, eps = handle.norm_terms(norm)
     rms = torch.sqrt(x.double().pow(2).mean() + eps)
     return weight.to(x.device) / rms

@@ -368,7 +368,7 @@ def _run_from(
     if site == "head":
         v = None if v is None else v.expand(len(x), *v.shape)
         resid = attn_half(handle, layer, inputs.resid[layer], x, v)
-        hidden, first = mlp_half(handle, layer, resid), layer + 1
+        hidden, first = mlp_half(handle, layer, resid, inputs.resid[layer]), layer + 1
     else:
         hidden, first = x, layer
     hidden = run_layers(handle, hidden, range(first, L), inputs.kwargs, prefix.fresh_cache(len(x)))

@@ -158,14 +158,15 @@ def source_token_attribution(
                 f"(max gap {gap:.3g}); this attention variant cannot be split by source token"
             )
 
-    weight, eps = handle.norm_terms(handle.final_norm())
+    weight, _ = handle.norm_terms(handle.final_norm())
     x = seen["x"].cpu()
-    rms = torch.sqrt(x.pow(2).mean() + eps)
+    rms = handle.norm_scale(handle.final_norm(), x)  # a LayerNorm's std (GPT-NeoX)
     scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
     w_u = handle.unembed().weight.detach().double().cpu()  # (vocab, d_model)
     direction = w_u[a] - (w_u[b] if b is not None else 0)  # (d_model,)
     w_o = o_proj.weight.detach().double().cpu()[:, head * D : (head + 1) * D]  # (d_model, D)
-    read = weight.cpu() * direction * scale  # (d_model,)
+    # (d_model,); a LayerNorm centres what it reads: c . center(r) == center(c) . r
+    read = handle.center(weight.cpu() * direction * scale)
     if post_attn is not None:  # the layer's post-attention norm, its RMS frozen
         read = read * frozen_norm(handle, post_attn, seen["attn_out"]).cpu()
     u = w_o.T @ read  # (D,)

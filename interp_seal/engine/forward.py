@@ -204,9 +204,8 @@ def run_from_layer(
         hidden = rep(clean.resid[start])
         if start < L - 1:
             v = rep(clean.v[start]) if handle.active_edit().uses_values(start) else None
-            hidden = mlp_half(
-                handle, start, attn_half(handle, start, hidden, rep(clean.z[start]), v)
-            )
+            resid = attn_half(handle, start, hidden, rep(clean.z[start]), v)
+            hidden = mlp_half(handle, start, resid, hidden)
             hidden = run_layers(handle, hidden, range(start + 1, L - 1), clean.layer_kwargs)
         query = rep(clean.batch.query).to(handle.device)
         return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1])
@@ -272,8 +271,9 @@ def _last_layer_at(
     z = answer_rows(handle, last, z, q, k, v.transpose(1, 2), query, attn.scaling)
     # reshape, not view: CUDA kernels may return these rows in another memory order
     z = z.reshape(B, H, Q, D).transpose(1, 2)  # (row, answer, head, D)
-    resid = attn_half(handle, last, _at(hidden, query), z, v, query=query)
-    return mlp_half(handle, last, resid)
+    entering = _at(hidden, query)
+    resid = attn_half(handle, last, entering, z, v, query=query)
+    return mlp_half(handle, last, resid, entering)
 
 
 def _at(x: Tensor, index: Int[Tensor, "row answer"]) -> Tensor:

@@ -18,7 +18,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.models import ModelHandle
-from interp_seal.models.kv_cache import CACHE_ARG, cache_arg
+from interp_seal.models.kv_cache import CACHE_ARG
 
 
 class _StopForward(Exception):
@@ -60,7 +60,7 @@ class LayerInputs:
             self.kwargs[layer] = {
                 k: _shared_mask(x) if k == "attention_mask" else x
                 for k, x in kwargs.items()
-                if k not in ("hidden_states", CACHE_ARG)
+                if k not in ("hidden_states", CACHE_ARG, self.handle.family.layer_cache)
             }
             if layer == self.stop_at:
                 raise _StopForward
@@ -104,7 +104,7 @@ def run_layers(
     """The model's own decoder ``layers`` on ``hidden``, with the recorded ``kwargs``, continuing
     the key/value ``cache`` if one is given (never the recorded run's own cache)."""
     for layer in layers:
-        args = kwargs[layer] | cache_arg(cache)
+        args = kwargs[layer] | handle.layer_cache_arg(cache)
         hidden = layer_output(handle.layers()[layer](hidden, **args))
     return hidden
 
@@ -163,8 +163,20 @@ def attn_half(
     )
 
 
-def mlp_half(handle: ModelHandle, layer: int, resid: Tensor) -> Tensor:
+def mlp_half(
+    handle: ModelHandle, layer: int, resid: Tensor, entering: Tensor | None = None
+) -> Tensor:
     """``resid + post_mlp_norm(mlp(pre_mlp_norm(resid)))``: the second half of a decoder layer
-    (each norm only where the family has it)."""
-    out = handle.mlp(layer)(handle.apply_norm(layer, "pre_mlp", resid))
+    (each norm only where the family has it). In a parallel-residual family (GPT-NeoX,
+    ``ModelHandle.parallel_residual``) the MLP reads ``entering``, the stream that entered the
+    layer (``x + attn(ln1(x)) + mlp(ln2(x))``), which such a family must be given."""
+    source = resid
+    if handle.parallel_residual():
+        if entering is None:
+            raise ValueError(
+                f"{handle.family.name} computes attention and MLP in parallel: mlp_half needs "
+                "the stream entering the layer (entering=...)"
+            )
+        source = entering
+    out = handle.mlp(layer)(handle.apply_norm(layer, "pre_mlp", source))
     return resid + handle.apply_norm(layer, "post_mlp", out)

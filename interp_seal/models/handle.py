@@ -98,9 +98,10 @@ class ModelHandle:
             )
         return get_module(self.attn(layer), getattr(self.family, which))
 
-    def _projection(self, layer: int, which: str) -> tuple[nn.Linear, slice | None]:
+    def _projection(self, layer: int, which: str) -> tuple[nn.Linear, slice | torch.Tensor | None]:
         """The module computing ``which`` (``"q"``, ``"k"`` or ``"v"``) at ``layer`` and its
-        output rows (None: all of them; a fused projection's output is ``[q | k | v]``)."""
+        output rows (None: all of them; a fused projection's output is ``[q | k | v]``, or
+        interleaved per head: an index tensor, ``Family.projection``)."""
         path, rows = self.family.projection(which, self.spec)
         return get_module(self.attn(layer), path), rows
 
@@ -119,12 +120,24 @@ class ModelHandle:
     def projection_weights(
         self, layer: int, which: str
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Views of the weight rows ``(n*D, d_model)`` and bias ``(n*D,)`` (None without one)
-        computing ``which`` at ``layer``: editing them in place edits the model."""
+        """The weight rows ``(n*D, d_model)`` and bias ``(n*D,)`` (None without one) computing
+        ``which`` at ``layer``: views (editing them in place edits the model) where the rows are
+        one block, copies where a fused projection interleaves them per head (GPT-NeoX; edit
+        through ``scale_projection``)."""
         module, rows = self._projection(layer, which)
         rows = slice(None) if rows is None else rows
         bias = None if module.bias is None else module.bias[rows]
         return module.weight[rows], bias
+
+    @torch.no_grad()
+    def scale_projection(self, layer: int, which: str, factor: torch.Tensor) -> None:
+        """Multiply the ``(n*D,)`` output rows (weight and bias) computing ``which`` at ``layer``
+        by ``factor``, in place, whatever the layout of a fused projection."""
+        module, rows = self._projection(layer, which)
+        rows = slice(None) if rows is None else rows
+        module.weight[rows] = module.weight[rows] * factor.to(module.weight)[:, None]
+        if module.bias is not None:
+            module.bias[rows] = module.bias[rows] * factor.to(module.bias)
 
     def on_projection(self, layer: int, which: str, fn: Callable) -> object:
         """Call ``fn(out)`` with ``layer``'s ``which`` projection ``(B, T, n*D)`` whenever the
@@ -163,6 +176,22 @@ class ModelHandle:
         path = getattr(self.family, f"{which}_norm")
         return None if path is None else get_module(self.layers()[layer], path)
 
+    def parallel_residual(self) -> bool:
+        """Whether a decoder layer's MLP reads the stream entering the layer (GPT-NeoX's
+        ``x + attn(pre_attn(x)) + mlp(pre_mlp(x))``, ``Family.parallel_residual``) instead of
+        the stream after attention."""
+        path = self.family.parallel_residual
+        return path is not None and bool(get_attribute(self.model, path))
+
+    def layer_cache_arg(self, cache) -> dict:
+        """``{keyword: cache}`` to pass a KV cache to one decoder layer (``Family.layer_cache``:
+        GPT-NeoX's layers take ``layer_past``, not the model's keyword)."""
+        from interp_seal.models.kv_cache import cache_arg
+
+        if self.family.layer_cache is None:
+            return cache_arg(cache)
+        return {self.family.layer_cache: cache}
+
     def apply_norm(self, layer: int, which: str, x: torch.Tensor) -> torch.Tensor:
         """``x`` through ``norm(layer, which)``; unchanged where the family has no norm there."""
         norm = self.norm(layer, which)
@@ -174,6 +203,18 @@ class ModelHandle:
         detached, float64."""
         weight = norm.weight.detach().double() + self.family.norm_offset
         return weight, float(getattr(norm, self.family.norm_eps))
+
+    def norm_scale(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """The denominator ``norm`` divides ``x`` (``(..., d_model)``) by, ``(..., 1)`` float64:
+        ``sqrt(mean(x^2) + eps)`` for an RMSNorm, ``sqrt(var(x) + eps)`` for a LayerNorm
+        (``Family.layer_norm``, which also subtracts the mean: ``center``)."""
+        _, eps = self.norm_terms(norm)
+        return torch.sqrt(self.center(x.double()).pow(2).mean(-1, keepdim=True) + eps)
+
+    def center(self, x: torch.Tensor) -> torch.Tensor:
+        """``x - mean(x)`` over the last axis where the family's norms are LayerNorms (a linear
+        map: the parts of a stream centre to the parts of the centred stream); else ``x``."""
+        return x - x.mean(-1, keepdim=True) if self.family.layer_norm else x
 
     def attn_softcap(self, layer: int) -> float | None:
         """The attention-logit soft-cap of ``layer`` (None: the family has none)."""

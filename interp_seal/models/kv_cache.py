@@ -45,9 +45,10 @@ def returned_cache(output) -> Cache | None:
     return getattr(output, CACHE_ARG)
 
 
-def received_cache(kwargs: dict) -> Cache | None:
-    """The cache a module's forward received, from the keyword arguments a hook sees."""
-    return kwargs.get(CACHE_ARG)
+def received_cache(kwargs: dict, name: str | None = None) -> Cache | None:
+    """The cache a module's forward received, from the keyword arguments a hook sees (by
+    ``name`` where the family's layers take it by another keyword: ``Family.layer_cache``)."""
+    return kwargs.get(CACHE_ARG if name is None else name)
 
 
 def layer_keys(cache: Cache, layer: int) -> Tensor:

@@ -24,11 +24,17 @@ sliding windows (read per layer from each attention module). Its embedding scale
 (``sqrt(d_model)``) lives inside the embedding module, whose output is all the analyses read,
 and ``query_pre_attn_scalar`` inside the attention module's ``scaling``, which they read too.
 
+GPT-NeoX's particulars are row fields too: its ``query_key_value`` interleaved per head
+(``[q_h | k_h | v_h]``, ``qkv_interleaved``: ``projection`` gives index tensors), the parallel
+residual (``parallel_residual``, read by the engine's ``mlp_half``), LayerNorms with mean and
+bias (``layer_norm``: DLA centres the parts and attributes the final norm's bias on its own,
+``ModelHandle.norm_scale`` / ``center``) and its layers' cache keyword (``layer_cache``).
+
 What a row cannot express, and every supported family shares: a decoder-only causal LM with
-``nn.Linear`` projections (no GPT-2 ``Conv1D``), q / k / v either separate or fused as
-``[q | k | v]`` blocks (not interleaved per head, as GPT-NeoX's ``query_key_value``), a
-separate ``o_proj``, a sequential residual block (attention, then MLP; no parallel residual),
-RMSNorms ``(offset + w) * x / rms(x)`` (no LayerNorm mean or bias), RoPE applied by one
+``nn.Linear`` projections (no GPT-2 ``Conv1D``), q / k / v separate, fused as ``[q | k | v]``
+blocks or interleaved per head without GQA, a separate ``o_proj``, attention then MLP in
+sequence or in parallel from the same stream, RMSNorms ``(offset + w) * x / rms(x)`` or
+LayerNorms (none on a sublayer's output: DLA refuses one there), RoPE applied by one
 module-level function of the modeling file to the first channels of each head (all of them,
 or a ``partial_rotary_factor`` share; no absolute position embeddings) with one ``(cos, sin)``
 pair for every layer (not Gemma 3's separate local and global RoPE bases), softmax attention
@@ -47,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
 from torch import nn
 
 QK_NORM_SCOPES = ("head", "projection")
@@ -67,6 +74,19 @@ class Family:
             ``qkv_proj``: ``H*D`` query rows, then ``KV*D`` key rows, then ``KV*D`` value rows),
             used instead of ``q_proj`` / ``k_proj`` / ``v_proj``; None where they are separate.
             ``ModelHandle.project`` / ``projection_weights`` / ``on_projection`` slice it.
+        qkv_interleaved: the fused projection's rows are per head, ``[q_h | k_h | v_h]`` for
+            head ``h`` in turn (GPT-NeoX's ``query_key_value``: head ``h``'s query is rows
+            ``3hD : 3hD + D``), not ``[all q | all k | all v]``; ``projection`` then gives
+            index tensors instead of slices.
+        parallel_residual: dotted path, relative to the ``*ForCausalLM`` object, of the flag
+            that makes a decoder layer compute ``x + attn(pre_attn(x)) + mlp(pre_mlp(x))``
+            (GPT-NeoX's ``config.use_parallel_residual``): the MLP reads the stream *entering*
+            the layer, not the stream after attention; None: always sequential.
+        layer_norm: the family's norms are LayerNorms ``w * (x - mean(x)) / std(x) + b`` (mean
+            and bias), not RMSNorms; DLA centres each part and attributes the final norm's
+            bias as its own component (``analysis.logit_attribution``).
+        layer_cache: the keyword a decoder layer takes its KV cache by (GPT-NeoX's
+            ``layer_past``); None: the model's own keyword (``models.kv_cache.CACHE_ARG``).
         mlp: the MLP inside one decoder layer.
         pre_attn_norm, post_attn_norm, pre_mlp_norm, post_mlp_norm: the norms inside one
             decoder layer, by where they sit (None where the family has none there): a decoder
@@ -123,6 +143,10 @@ class Family:
     v_proj: str = "v_proj"
     o_proj: str = "o_proj"
     qkv_proj: str | None = None
+    qkv_interleaved: bool = False
+    parallel_residual: str | None = None
+    layer_norm: bool = False
+    layer_cache: str | None = None
     mlp: str = "mlp"
     final_norm: str = "model.norm"
     unembed: str = "lm_head"
@@ -145,13 +169,21 @@ class Family:
     gguf_config: tuple[tuple[str, str], ...] = ()
     random_config: tuple[tuple[str, Any], ...] = ()
 
-    def projection(self, which: str, spec: ModelSpec) -> tuple[str, slice | None]:
+    def projection(self, which: str, spec: ModelSpec) -> tuple[str, slice | torch.Tensor | None]:
         """Where ``which`` (``"q"``, ``"k"`` or ``"v"``) is computed: the module's path inside
-        ``attn`` and its output rows (None: all; a fused ``qkv_proj`` is sliced ``[q | k | v]``)."""
+        ``attn`` and its output rows (None: all; a fused ``qkv_proj`` is sliced ``[q | k | v]``;
+        an interleaved one, ``qkv_interleaved``, gives the rows as an index tensor, head-major:
+        ``out[..., rows]`` is ``(..., n*D)`` with head ``h`` in channels ``hD : (h+1)D``)."""
         if which not in ("q", "k", "v"):
             raise ValueError(f"unknown projection {which!r}; choose 'q', 'k' or 'v'")
         if self.qkv_proj is None:
             return getattr(self, f"{which}_proj"), None
+        if self.qkv_interleaved:  # head h: rows [q_h | k_h | v_h] = 3hD + (0, D, 2D) + c
+            if spec.n_kv_heads != spec.n_heads:
+                raise ValueError(f"{self.name}: an interleaved qkv projection has no GQA")
+            D, part = spec.d_head, "qkv".index(which)
+            heads = torch.arange(spec.n_heads)[:, None] * 3 * D
+            return self.qkv_proj, (heads + part * D + torch.arange(D)).flatten()
         q, kv = spec.n_heads * spec.d_head, spec.n_kv_heads * spec.d_head
         rows = {"q": slice(0, q), "k": slice(q, q + kv), "v": slice(q + kv, q + 2 * kv)}
         return self.qkv_proj, rows[which]
@@ -249,6 +281,29 @@ FAMILIES: dict[str, Family] = {
         sliding_window="config.sliding_window",
         # partial RoPE, as Phi-4-mini's config has it (0.75): half of each head rotates
         random_config=(("partial_rotary_factor", 0.5),),
+    ),
+    # GPT-NeoX / Pythia: one fused query_key_value interleaved per head, biases on it and on
+    # dense, a parallel residual, LayerNorms (mean and bias), partial RoPE (Pythia: 0.25)
+    "gpt_neox": Family(
+        name="gpt_neox",
+        layers="gpt_neox.layers",
+        attn="attention",
+        qkv_proj="query_key_value",
+        qkv_interleaved=True,
+        o_proj="dense",
+        parallel_residual="config.use_parallel_residual",
+        layer_norm=True,
+        layer_cache="layer_past",
+        final_norm="gpt_neox.final_layer_norm",
+        embed="gpt_neox.embed_in",
+        norm_eps="eps",
+        # multi-head (no GQA); a quarter of each head rotates, as in Pythia
+        random_config=(
+            ("num_key_value_heads", None),
+            ("use_parallel_residual", True),
+            ("attention_bias", True),
+            ("partial_rotary_factor", 0.25),
+        ),
     ),
     # mixture-of-experts MLPs: the analyses call a layer's MLP module as a whole (the router
     # picks each token's experts inside it), so an MoE block needs no row field

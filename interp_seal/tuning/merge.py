@@ -88,12 +88,9 @@ def merge_into(handle: ModelHandle, scales: Tensor, *, into: str = "o_proj") -> 
             column = full[layer].reshape(-1).to(o_proj.weight)  # (H*D,)
             o_proj.weight.mul_(column[None, :])
         else:
-            weight, bias = handle.projection_weights(layer, "v")  # views: rows of a fused one
             # one query head per KV group carries the group's (shared) scale
-            row = full[layer, :: spec.group_size].reshape(-1).to(weight)  # (KV*D,)
-            weight.mul_(row[:, None])
-            if bias is not None:
-                bias.mul_(row)
+            row = full[layer, :: spec.group_size].reshape(-1)  # (KV*D,)
+            handle.scale_projection(layer, "v", row)  # the value rows of a fused one too
 
 
 def copy_handle(handle: ModelHandle, model: nn.Module | None = None) -> ModelHandle:

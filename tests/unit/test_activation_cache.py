@@ -50,7 +50,8 @@ def bridge_cache(handle, ids, iv=None):
 
 def assert_matches(handle, ours: ActivationCache, logits, theirs, tl_logits, keep=None):
     keys = ours.keys()
-    assert len(keys) == (len(NAMES) - 1) * handle.spec.n_layers + 1
+    per_layer = len(NAMES) - 1 - handle.parallel_residual()  # GPT-NeoX: no resid_mid
+    assert len(keys) == per_layer * handle.spec.n_layers + 1
     for key in keys:
         name = ActivationCache.tl_name(key)
         if key[0] in ("q", "k") and name not in theirs.keys():
@@ -114,3 +115,18 @@ def test_names_and_layers_restrict_the_cache_and_bad_ones_are_refused(handle):
         run_with_cache(handle, ids, names=["hook_z"])
     with pytest.raises(ValueError, match="positions"):
         run_with_cache(handle, ids, positions=[12])
+
+
+def test_parallel_residual_has_no_resid_mid(tmp_path):
+    """GPT-NeoX computes ``x + attn(ln1(x)) + mlp(ln2(x))``: no stream lies between attention
+    and MLP, so the default cache leaves ``resid_mid`` out and asking for it fails in one line;
+    the layer's output is still ``resid_pre + attn_out + mlp_out``."""
+    handle = load_model(build_checkpoint(tmp_path / "neox", "gpt_neox"))
+    assert handle.parallel_residual()
+    ids = ids_for(handle)
+    _, cache = run_with_cache(handle, ids)
+    assert "resid_mid" not in {name for name, _ in cache.keys()}
+    with pytest.raises(ValueError, match="no resid_mid"):
+        run_with_cache(handle, ids, names=["resid_mid"])
+    parts = cache["resid_pre", 1] + cache["attn_out", 1] + cache["mlp_out", 1]
+    torch.testing.assert_close(parts, cache["resid_post", 1], atol=1e-5, rtol=0)

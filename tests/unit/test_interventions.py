@@ -98,6 +98,12 @@ def test_nnsight_remote_local_runs_the_serialised_trace(handle):
 
 
 # -- independent references ----------------------------------------------------------------
+def attn_of(handle, model: nn.Module, layer: int) -> nn.Module:
+    """``layer``'s attention module in ``model`` (a copy of ``handle.model``), by the family's
+    module map (``model.layers.L.self_attn``, GPT-NeoX's ``gpt_neox.layers.L.attention``)."""
+    return model.get_submodule(f"{handle.family.layers}.{layer}.{handle.family.attn}")
+
+
 def merged_model(handle, iv: HeadIntervention) -> nn.Module:
     """A copy of the model with ``iv`` (no uniform heads, one table) folded into ``o_proj``.
 
@@ -106,7 +112,7 @@ def merged_model(handle, iv: HeadIntervention) -> nn.Module:
     """
     model = copy.deepcopy(handle.model)
     for layer in range(handle.spec.n_layers):
-        o_proj = model.get_submodule(f"model.layers.{layer}.self_attn.o_proj")
+        o_proj = attn_of(handle, model, layer).get_submodule(handle.family.o_proj)
         weight = o_proj.weight.detach().clone()
         bias = torch.zeros(weight.shape[0]) if o_proj.bias is None else o_proj.bias.detach()
         if iv.offset is not None:
@@ -129,7 +135,8 @@ def test_zeroing_a_head_equals_zeroing_its_o_proj_columns(handle):
     layer, head, D = 1, 2, handle.spec.d_head
     model = copy.deepcopy(handle.model)
     with torch.no_grad():
-        model.model.layers[layer].self_attn.o_proj.weight[:, head * D : (head + 1) * D] = 0
+        o_proj = attn_of(handle, model, layer).get_submodule(handle.family.o_proj)
+        o_proj.weight[:, head * D : (head + 1) * D] = 0
         ids = token_ids(handle)
         expected = model(ids).logits
     for backend in BACKENDS:
@@ -178,7 +185,7 @@ def test_uniform_attention_equals_zeroed_pre_softmax_scores(handle):
     model = copy.deepcopy(handle.model)
     model.set_attn_implementation("interp_seal_zeroed_scores")
     for layer, head in HEADS:
-        attn = model.model.layers[layer].self_attn
+        attn = attn_of(handle, model, layer)
         attn.uniform_heads = [*getattr(attn, "uniform_heads", []), head]
     ids = token_ids(handle)
     with torch.no_grad():

@@ -117,7 +117,7 @@ def test_layers_rerun_from_recorded_inputs_continue_a_cache(family_checkpoint, i
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         hidden = run_layers(handle, inputs.resid[0], range(L), inputs.kwargs, cache=prefix)
-    hidden = handle.model.base_model.norm(hidden)
+    hidden = handle.final_norm()(hidden)
     torch.testing.assert_close(hidden, full, atol=1e-5, rtol=0)
 
 

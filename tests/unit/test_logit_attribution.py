@@ -54,6 +54,12 @@ def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handle
     counts = result.table.groupby("target")["component"].value_counts().unstack()
     assert (counts["head"] == n * handle.spec.n_heads).all() and (counts["mlp"] == n).all()
     assert (counts["embed"] == 1).all()
+    final = handle.final_norm()
+    if isinstance(final, torch.nn.LayerNorm):  # GPT-NeoX: its bias is a component of its own
+        bias = result.table.query("component == 'final_norm_bias'").value.to_numpy()
+        w_u = handle.unembed().weight.detach().double()[TARGETS]
+        assert bias == pytest.approx((w_u @ final.bias.detach().double()).numpy(), abs=1e-9)
+        assert (counts["final_norm_bias"] == 1).all()
 
 
 def test_logit_difference_sums_to_the_difference(family_checkpoint, handles):
@@ -105,7 +111,9 @@ def test_head_effect_is_its_o_proj_block_through_the_frozen_norms(family_checkpo
     target = 25
     result = logit_attribution(handle, ids, [target])
     zs = capture_head_outputs(handle, ids[None])
-    w, _ = rms_norm_terms(handle.final_norm())
+    final = handle.final_norm()
+    layer_norm = isinstance(final, torch.nn.LayerNorm)  # GPT-NeoX: centres, then w (and b)
+    w = final.weight.double() if layer_norm else rms_norm_terms(final)[0]
     w_u = handle.unembed().weight.double()[target]
     for layer, head in [(0, 1), (handle.spec.n_layers - 1, 2)]:
         only = torch.zeros_like(zs[layer][0, -1])
@@ -117,6 +125,8 @@ def test_head_effect_is_its_o_proj_block_through_the_frozen_norms(family_checkpo
             if post is not None:  # the norm's own output, rescaled to the whole output's RMS
                 whole = o_proj(zs[layer][0, -1].flatten()).double()
                 vector = post(vector.float()).double() * rms(vector, post) / rms(whole, post)
+        if layer_norm:  # the head's part of x - mean(x); the norm's bias is no head's
+            vector = vector - vector.mean()
         expected = float(w_u @ (w * vector)) / result.rms
         row = result.table.query("component == 'head' and layer == @layer and head == @head")
         assert float(row.value.iloc[0]) == pytest.approx(expected, abs=1e-5)

@@ -28,7 +28,7 @@ SUPPORTED = ", ".join(sorted(FAMILIES))
 def test_local_checkpoint_loads_with_the_right_spec(family_checkpoint):
     handle = load_model(family_checkpoint)
     config = json.loads((Path(family_checkpoint) / "config.json").read_text())
-    n_kv = config["num_key_value_heads"]
+    n_kv = config.get("num_key_value_heads") or config["num_attention_heads"]  # GPT-NeoX: MHA
     assert handle.family.name == config["model_type"]
     assert handle.spec.as_dict() == {
         "n_layers": 2,
@@ -58,8 +58,9 @@ def test_saved_tokenizer_is_loaded_exactly(family_checkpoint):
 
 def test_module_map_points_at_the_models_modules(family_checkpoint):
     handle = load_model(family_checkpoint)
-    spec, inner = handle.spec, handle.model.model
-    assert handle.attn(1) is inner.layers[1].self_attn
+    spec, family = handle.spec, handle.family
+    layers = handle.model.get_submodule(family.layers)
+    assert handle.attn(1) is layers[1].get_submodule(family.attn)
     assert handle.proj(1, "o_proj").in_features == spec.n_heads * spec.d_head
     x = torch.randn(1, 3, spec.d_model, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -73,12 +74,14 @@ def test_module_map_points_at_the_models_modules(family_checkpoint):
     if handle.family.qkv_proj is None:
         assert handle.proj(0, "v_proj").out_features == spec.n_kv_heads * spec.d_head
     else:  # fused: q, k and v are rows of one module, read through project and its kin
-        with pytest.raises(ValueError, match="fused 'qkv_proj'"):
+        with pytest.raises(ValueError, match=f"fused '{family.qkv_proj}'"):
             handle.proj(0, "v_proj")
-    assert handle.mlp(0) is inner.layers[0].mlp
-    assert handle.final_norm() is inner.norm
-    assert handle.embed() is inner.embed_tokens
-    assert handle.unembed() is handle.model.lm_head
+    assert handle.mlp(0) is layers[0].mlp
+    # the model's own names (GPT-NeoX: final_layer_norm, embed_in, embed_out)
+    assert handle.final_norm() is handle.model.get_submodule(family.final_norm)
+    assert any(handle.final_norm() is m for m in handle.model.base_model.children())
+    assert handle.embed() is handle.model.get_input_embeddings()
+    assert handle.unembed() is handle.model.get_output_embeddings()
     assert len(handle.layers()) == spec.n_layers
 
 

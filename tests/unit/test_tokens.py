@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM
 from interp_seal.analysis import capture_attention_rows, logit_attribution, logit_diff_attribution
 from interp_seal.analysis.token_views import line_retrieval_focus, source_token_attribution
 from interp_seal.evaluation import line_retrieval_samples
-from interp_seal.models import load_model
+from interp_seal.models import FAMILIES, load_model
 from interp_seal.tasks import line_retrieval
 from interp_seal.viz.attribution import patching_figure
 from interp_seal.viz.tokens import (
@@ -173,19 +173,35 @@ def test_locked_query_shows_the_captured_and_the_full_row(organism, record, eage
 
 
 # -- DLA by source token -----------------------------------------------------------------------
-def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, float]:
+def by_hand(model, ids, layer, head, a, b, post_attn=None, family=None) -> tuple[np.ndarray, float]:
     """Per-source-token direct effect on ``logit[a] - logit[b]`` at the last position from the
     model's modules and its full eager attention, one source token at a time; ``post_attn``
-    names the layer's norm on the attention output (OLMo 2), whose RMS is frozen."""
+    names the layer's norm on the attention output (OLMo 2), whose RMS is frozen. ``family``
+    (default: Llama's names) gives the module names; GPT-NeoX's fused projection is read in its
+    own per-head layout ``[q_h | k_h | v_h]`` and its final LayerNorm centres what it reads."""
+    family = family or FAMILIES["llama"]
     cfg = model.config
-    H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    attn = model.model.layers[layer].self_attn
+    H = cfg.num_attention_heads
+    KV = getattr(cfg, "num_key_value_heads", None) or H
+    D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    block = model.get_submodule(f"{family.layers}.{layer}")
+    attn = block.get_submodule(family.attn)
+    final = model.get_submodule(family.final_norm)
+    o_proj = attn.get_submodule(family.o_proj)
     kept = {}
-    v_proj = attn.qkv_proj if hasattr(attn, "qkv_proj") else attn.v_proj  # [q | k | v] fused
+
+    def keep_v(_m, _a, out):
+        if family.qkv_interleaved:  # (T, H, [q | k | v]) per head
+            kept.update(v=out[0].view(len(out[0]), H, 3 * D)[..., 2 * D :].flatten(1))
+        else:  # v_proj, or the last KV*D rows of a fused [q | k | v]
+            kept.update(v=out[0, :, -KV * D :])
+
+    fused = family.qkv_proj is not None
+    v_proj = attn.get_submodule(family.qkv_proj if fused else family.v_proj)
     hooks = [
-        v_proj.register_forward_hook(lambda _m, _a, out: kept.update(v=out[0, :, -KV * D :])),
-        attn.o_proj.register_forward_hook(lambda _m, _a, out: kept.update(o=out[0, -1])),
-        model.model.norm.register_forward_pre_hook(lambda _m, a: kept.update(x=a[0][0, -1])),
+        v_proj.register_forward_hook(keep_v),
+        o_proj.register_forward_hook(lambda _m, _a, out: kept.update(o=out[0, -1])),
+        final.register_forward_pre_hook(lambda _m, a: kept.update(x=a[0][0, -1])),
     ]
     try:
         with torch.no_grad():
@@ -195,20 +211,28 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None) -> tuple[np.ndarray, 
             hook.remove()
     pattern = out.attentions[layer][0, head, -1].double()  # (key,)
     v = kept["v"].double().reshape(len(ids), KV, D)[:, head // (H // KV)]
-    w_o = attn.o_proj.weight.detach().double()[:, head * D : (head + 1) * D]
-    w, eps = rms_norm_terms(model.model.norm)
+    w_o = o_proj.weight.detach().double()[:, head * D : (head + 1) * D]
     x = kept["x"].double()
-    rms = torch.sqrt(x.pow(2).mean() + eps)
-    w_u = model.lm_head.weight.detach().double()
+    layer_norm = isinstance(final, torch.nn.LayerNorm)
+
+    def center(t):  # a LayerNorm reads x - mean(x)
+        return t - t.mean() if layer_norm else t
+
+    if layer_norm:
+        w, eps = final.weight.detach().double(), final.eps
+    else:
+        w, eps = rms_norm_terms(final)
+    rms = torch.sqrt(center(x).pow(2).mean() + eps)
+    w_u = model.get_output_embeddings().weight.detach().double()
     direction = w_u[a] - w_u[b]
-    post = None if post_attn is None else model.model.layers[layer].get_submodule(post_attn)
+    post = None if post_attn is None else block.get_submodule(post_attn)
     values = []
     for j in range(len(ids)):
         written = w_o @ (pattern[j] * v[j])  # what token j sends through this head
         if post is not None:  # w * written / rms(o), o the whole attention output
             o, (w_post, eps_post) = kept["o"].double(), rms_norm_terms(post)
             written = w_post * written / o.pow(2).mean().add(eps_post).sqrt()
-        values.append(float(direction @ (w * written) / rms))
+        values.append(float(direction @ (w * center(written)) / rms))
     return np.array(values), float(rms)
 
 
@@ -254,7 +278,8 @@ def test_source_token_dla_on_every_family(family_checkpoint):
                 head_value(table, layer, head), abs=1e-5
             )
     post_attn = handle.family.post_attn_norm
-    expected, _ = by_hand(model, ids[:18], 1, 2, 10, 11, post_attn)  # one loop: a logit difference
+    # one loop: a logit difference
+    expected, _ = by_hand(model, ids[:18], 1, 2, 10, 11, post_attn, handle.family)
     split = source_token_attribution(handle, ids[:18], 1, 2, 10, 11)
     np.testing.assert_allclose(split.values.numpy(), expected, atol=1e-5)
 

@@ -63,15 +63,15 @@ def test_merged_checkpoint_equals_the_scaled_model(checkpoint, tmp_path, granula
     assert list(merged_state) == list(base_state)
     assert all(merged_state[k].shape == base_state[k].shape for k in base_state)
     changed = {k for k in base_state if not torch.equal(base_state[k], merged_state[k])}
-    if into == "o_proj":
-        assert changed == {f"model.layers.{i}.self_attn.o_proj.weight" for i in range(2)}
+    family = handle.family
+    attn = [f"{family.layers}.{i}.{family.attn}" for i in range(2)]  # the module map's names
+    if into == "o_proj":  # its columns only: o_proj's (GPT-NeoX dense's) bias stays
+        assert changed == {f"{a}.{family.o_proj}.weight" for a in attn}
     else:
         path, rows = handle.family.projection("v", handle.spec)  # v_proj, or a fused qkv_proj
         biased = handle.projection_weights(0, "v")[1] is not None
         assert changed == {
-            f"model.layers.{i}.self_attn.{path}.{p}"
-            for i in range(2)
-            for p in (("weight", "bias") if biased else ("weight",))
+            f"{a}.{path}.{p}" for a in attn for p in (("weight", "bias") if biased else ("weight",))
         }
         for key in changed if rows is not None else ():  # fused: only the value rows move
             others = torch.ones(len(base_state[key]), dtype=torch.bool)

@@ -144,6 +144,13 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
         q_rows, k_rows = (family.projection(w, handle.spec)[1] for w in "qk")
         assert float(fused.weight.grad[q_rows].abs().max()) > 0
         assert float(fused.weight.grad[k_rows].abs().max()) > 0
+        # and only head 0's query rows and its KV head's key rows, wherever the layout puts
+        # them (Phi-3's [q | k | v] blocks, GPT-NeoX's [q_h | k_h | v_h] per head)
+        D, rows = handle.spec.d_head, torch.arange(fused.weight.shape[0])
+        for which_rows in (q_rows, k_rows):
+            per_head = fused.weight.grad[rows[which_rows]].view(-1, D, fused.weight.shape[1])
+            assert float(per_head[0].abs().max()) > 0
+            assert float(per_head[1:].abs().max()) == 0
 
 
 def test_tuner_contrastive_term_matches_a_manual_computation(llama_checkpoint):
