@@ -328,6 +328,15 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# model types a row cannot express yet: what is missing, and the closest supported family
+NOT_YET: dict[str, tuple[str, str]] = {
+    "gpt2": (
+        "Conv1D projections (weights stored input-major) and absolute position embeddings",
+        "gpt_neox",
+    ),
+}
+
+
 def register_family(row: Family, *, replace: bool = False) -> Family:
     """Support the ``config.model_type`` ``row.name``: every analysis reads the row from now on.
 
@@ -355,6 +364,13 @@ class UnsupportedModelError(ValueError):
 def family_for(config) -> Family:
     """The ``Family`` row for a transformers config, or a clear error naming what is supported."""
     model_type = getattr(config, "model_type", None)
+    if model_type not in FAMILIES and model_type in NOT_YET:
+        missing, closest = NOT_YET[model_type]
+        raise UnsupportedModelError(
+            f"model_type {model_type!r} is not supported by interp-seal yet ({missing}); the "
+            f"closest supported family is {closest!r}; supported families: "
+            f"{', '.join(sorted(FAMILIES))}."
+        )
     if model_type not in FAMILIES:
         raise UnsupportedModelError(
             f"model_type {model_type!r} is not supported by interp-seal; supported families: "

@@ -140,8 +140,12 @@ def test_encoder_checkpoint_is_unsupported(tmp_path):
 def test_unsupported_causal_architecture_names_supported_families(tmp_path):
     config = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=32)
     transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
-    with pytest.raises(UnsupportedModelError, match=f"'gpt2'.*{SUPPORTED}"):
+    with pytest.raises(UnsupportedModelError, match=f"'gpt2'.*{SUPPORTED}") as refused:
         load_model(tmp_path)
+    # one line, naming what a row cannot express and the nearest family it can
+    message = str(refused.value)
+    assert "\n" not in message and "Conv1D" in message
+    assert "closest supported family is 'gpt_neox'" in message
 
 
 def test_supported_family_without_causal_lm_head_is_unsupported(tmp_path, llama_checkpoint):
