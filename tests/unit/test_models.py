@@ -71,6 +71,12 @@ def test_module_map_points_at_the_models_modules(family_checkpoint):
             assert weight.shape == (heads * spec.d_head, spec.d_model)
             expected = x @ weight.T + (0 if bias is None else bias)
             torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    if family.qkv_interleaved:  # GPT-NeoX's layout, written out: (H, [q_h | k_h | v_h])
+        fused = handle.attn(0).get_submodule(family.qkv_proj)
+        with torch.no_grad():
+            per_head = fused(x).view(1, 3, spec.n_heads, 3, spec.d_head)
+        for part, out in enumerate(projected):
+            torch.testing.assert_close(out, per_head[..., part, :].flatten(-2), atol=0, rtol=0)
     if handle.family.qkv_proj is None:
         assert handle.proj(0, "v_proj").out_features == spec.n_kv_heads * spec.d_head
     else:  # fused: q, k and v are rows of one module, read through project and its kin
