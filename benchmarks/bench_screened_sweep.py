@@ -72,6 +72,40 @@ be confirmed than there are heads to report. And the reference's own top-10 list
 as stable as 10 records per length make them: the exact sweep recomputed on resampled records
 shares 0.85 of them (noise ceiling; the harmful heads' effects, +0.2 to +0.33 nats with
 standard errors near 0.06, are packed within two standard errors of each other).
+
+AtP*'s fixes (Kramar et al. 2024; ``interp_seal.analysis.atp_star``), measured 2026-11-27 (one
+thread on the 2-core machine with other jobs beside it, load average 4-5: CPU seconds, and the
+exact sweep's ``full_s`` came out at 1561 instead of 1920), defaults otherwise::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_screened_sweep.py --qk-fix --grad-drop
+
+    RESULT screened_sweep screen_speedup=2.3 screen_topk_overlap=0.80 spearman=0.83
+        full_s=1561 full_s_from=60_heads screened_s=690 candidates=30 confirm_records=2 ...
+        noise_ceiling=0.85 qk_fix=True grad_drop=True
+
+The same run's table of the four variants from its one screen (each variant's candidates
+confirmed with the reference's values on the first 2 records, as the screen itself computes
+them; the cost modelled from one record's pass per variant, 308 tokens; the combined row's
+modelled 2.0 against its measured 2.3):
+
+=======  ============  ========  =======================  ========
+variant  s per record  Spearman  top-10 overlap (30 x 2)  speed-up
+=======  ============  ========  =======================  ========
+AtP      2.3           0.86      0.75                     19.3
+QK fix   22.1          0.83      0.80                     3.3
+GradDrop 14.2          0.86      0.80                     4.9
+both     36.8          0.83      0.80                     2.3
+=======  ============  ========  =======================  ========
+
+Each fix lifts the top-10 overlap from 0.75 to 0.80 at 30 candidates on 2 records, the goal's
+precision, but not for free: the QK fix recomputes every later layer's softmax for every
+source layer (435 layer pairs, about 10x the plain pass), GradDrop runs ``L - 1 = 29`` partial
+backward passes (about 6x), so the speed-up falls to 3-5x, below what plain AtP pays for 0.80
+by confirming more (15.0x: 40 candidates on 3 records, the first table). The QK fix slightly lowers the Spearman
+correlation over all 270 heads (0.83 against 0.86): it corrects the heads that steer later
+attention and leaves the rest of the linearisation as it was. On this model and reference the
+fixes do not reach >= 20x at >= 0.8; the reference's own noise ceiling (0.85) bounds what any
+screen can show here.
 """
 
 from __future__ import annotations
