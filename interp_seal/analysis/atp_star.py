@@ -45,8 +45,8 @@ pass, and scores a node by their mean magnitude (their Eq. 11)::
 
     c_GD(n) = 1 / (L - 1) * sum_{l=1..L} |AtP_l(n)|
 
-(``AtP_l = AtP`` for layers at or below the node's own, except its own layer, where the node has
-no path left: ``0``; hence ``L - 1``). One backward pass gives the full gradient and, at every
+(dropping a layer below the node's own changes nothing: ``AtP_l = AtP``; dropping the node's
+own layer leaves it no path to the metric: ``AtP_l = 0``, hence ``L - 1``). One backward pass gives the full gradient and, at every
 layer input ``r_l``, the gradient ``dM/dr_l``; dropping layer ``l`` removes exactly its block's
 share ``delta_l = dM/dr_l - dM/dr_{l+1}`` of the gradient at ``r_l``, and the backward is linear,
 so ``dM/dz^(l) = dM/dz - J^T delta_l`` for heads below ``l``: ``L - 1`` partial backward passes
