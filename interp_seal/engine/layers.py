@@ -19,6 +19,7 @@ from torch import Tensor
 
 from interp_seal.models import ModelHandle
 from interp_seal.models.kv_cache import CACHE_ARG
+from interp_seal.models.streaming_heads import refuse_uniform_edits
 
 
 class _StopForward(Exception):
@@ -133,6 +134,7 @@ def attn_output(
                 f"an active edit uses uniform attention at layer {layer}, which needs the "
                 "layer's value vectors; this run restarts there without them"
             )
+        refuse_uniform_edits(handle, layer, edit)
         window = handle.sliding_window(layer)
         if query is None:
             z = edit.edit(layer, z, v, window=window)

@@ -363,6 +363,10 @@ class ModelHandle:
                 if layer not in self._active_layers:
                     return None
                 x = args[0]  # (B, T, H*D)
+                if v is not None:  # uniform attention: refused on streaming heads
+                    from interp_seal.models.streaming_heads import refuse_uniform_edits
+
+                    refuse_uniform_edits(self, layer, self._active)
                 z = self._active.edit(
                     layer, x.view(*x.shape[:2], H, D), v, window=self.sliding_window(layer)
                 )

@@ -465,3 +465,24 @@ def test_nested_configs_restore_the_outer_one(handle):
     torch.testing.assert_close(got_inner, inner_expected, atol=1e-5, rtol=0)
     torch.testing.assert_close(got_outer, outer_expected, atol=1e-5, rtol=0)
     assert handle.model.config._attn_implementation == "sdpa"
+
+
+def test_uniform_attention_edits_are_refused_on_layers_with_streaming_heads(handle):
+    """Uniform attention averages over the whole prefix, which a streaming head does not see:
+    refused on its layer, in the model's forward and in the engine; allowed elsewhere."""
+    from interp_seal.evaluation import line_retrieval_samples, teacher_force
+
+    ids = torch.arange(3, 40)[None]
+    records = line_retrieval_samples(handle.tokenizer, (6,), n=2, seed=0)[6]
+    config = sh.StreamingHeads(heads={(0, 1)}, sink=2, window=5)
+    on_streaming = ablate(handle.spec, [(0, 2)], "uniform")  # layer 0 streams KV head 1
+    with sh.compress_kv(handle, config):
+        for run in (lambda: handle.model(ids), lambda: teacher_force(handle, records)):
+            with handle.edit(on_streaming), pytest.raises(ValueError, match="layer 0, which"):
+                run()
+        with handle.edit(ablate(handle.spec, [(1, 2)], "uniform")):  # layer 1: no streaming
+            teacher_force(handle, records)
+        with handle.edit(ablate(handle.spec, [(0, 2)], "zero")):
+            teacher_force(handle, records)
+    with handle.edit(on_streaming):  # no streaming heads: uniform attention as before
+        teacher_force(handle, records)
