@@ -105,7 +105,11 @@ by confirming more (15.0x: 40 candidates on 3 records, the first table). The QK 
 correlation over all 270 heads (0.83 against 0.86): it corrects the heads that steer later
 attention and leaves the rest of the linearisation as it was. On this model and reference the
 fixes do not reach >= 20x at >= 0.8; the reference's own noise ceiling (0.85) bounds what any
-screen can show here.
+screen can show here. Nor do they fix the two heads named above: on the first 2 records of each
+length (``screen_record`` with both fixes; exact values from the reference), L1H0 is exact
+-1.02 nats, AtP +0.07, QK-fixed +0.13, GradDrop score 0.40; L16H0 exact -6.23, AtP +0.53,
+QK-fixed +3.38 (larger, still the wrong sign), GradDrop score 0.58. Their non-linearity is not
+(only) the later heads' softmax along the direct path nor a cancellation between layers.
 """
 
 from __future__ import annotations
