@@ -44,6 +44,7 @@ from interp_seal.cli.common import (
     head,
     index_style_argument,
     line_count,
+    line_records,
     model_options,
     nonnegative_int,
     positive_int,
@@ -170,20 +171,12 @@ def _setup(args: argparse.Namespace):
     import torch
 
     from interp_seal.analysis.sweeps import SweepOptions, mean_head_outputs
-    from interp_seal.evaluation import line_retrieval_samples
     from interp_seal.models import load_model
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     handle = load_model(args.model, **model_options(args))
-    samples = line_retrieval_samples(
-        handle.tokenizer,
-        args.lengths,
-        n=args.n,
-        seed=args.seed,
-        index_style=args.index_style,
-        chat_template=args.chat_template,
-    )
+    samples = line_records(args, handle.tokenizer)
     mean_z = None
     if args.mode == "mean":
         mean_z = mean_head_outputs(handle, [s for batch in samples.values() for s in batch])

@@ -187,6 +187,21 @@ def chat_template_argument(parser) -> None:
     )
 
 
+def line_records(args: argparse.Namespace, tokenizer) -> dict:
+    """The LongEval records a command's ``--lengths``, ``--n``, ``--seed``, ``--index-style``
+    and ``--chat-template`` name (``evaluation.line_retrieval_samples``)."""
+    from interp_seal.evaluation import line_retrieval_samples
+
+    return line_retrieval_samples(
+        tokenizer,
+        args.lengths,
+        n=args.n,
+        seed=args.seed,
+        index_style=args.index_style,
+        chat_template=args.chat_template,
+    )
+
+
 def read_table(path: Path, flag: str, columns: Iterable[str]):
     """The CSV table that option ``flag`` names, with at least ``columns``.
 

@@ -36,6 +36,7 @@ from interp_seal.cli.common import (
     head_label,
     index_style_argument,
     line_count,
+    line_records,
     model_options,
     nonnegative_int,
     positive_int,
@@ -127,7 +128,7 @@ def register(subparsers) -> None:
 def run_lines(args: argparse.Namespace) -> int:
     import torch
 
-    from interp_seal.evaluation import accuracy_table, line_retrieval_samples, score_lengths
+    from interp_seal.evaluation import accuracy_table, score_lengths
     from interp_seal.evaluation.lengths import ACCURACY_PROPORTIONS
     from interp_seal.interventions import ablate
     from interp_seal.models import load_model
@@ -142,14 +143,7 @@ def run_lines(args: argparse.Namespace) -> int:
     intervention = None
     if args.ablate:
         intervention = ablate(handle.spec, args.ablate, args.mode, factor=args.factor)
-    samples = line_retrieval_samples(
-        handle.tokenizer,
-        args.lengths,
-        n=args.n,
-        seed=args.seed,
-        index_style=args.index_style,
-        chat_template=args.chat_template,
-    )
+    samples = line_records(args, handle.tokenizer)
     scores = score_lengths(handle, samples, intervention=intervention, batch_size=args.batch_size)
     table = accuracy_table(scores)
     ablated = f", heads {head_label(args.ablate)} ablated ({args.mode})" if args.ablate else ""

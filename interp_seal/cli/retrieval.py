@@ -49,6 +49,7 @@ from interp_seal.cli.common import (
     finite_float,
     fraction,
     index_style_argument,
+    line_records,
     model_options,
     positive_int,
     read_table,
@@ -517,7 +518,6 @@ def run_compress(args: argparse.Namespace) -> int:
     import torch
 
     from interp_seal.analysis.kv_compression import compression_curve
-    from interp_seal.evaluation import line_retrieval_samples
     from interp_seal.models import load_model
     from interp_seal.provenance import with_provenance
     from interp_seal.viz.passages import compression_curves
@@ -534,14 +534,7 @@ def run_compress(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--full-counts {too_many}: {args.model} has {total} KV heads; give counts up to that"
         )
-    samples = line_retrieval_samples(
-        handle.tokenizer,
-        args.lengths,
-        n=args.n,
-        seed=args.seed,
-        index_style=args.index_style,
-        chat_template=args.chat_template,
-    )
+    samples = line_records(args, handle.tokenizer)
     args.out.mkdir(parents=True, exist_ok=True)
     curve = compression_curve(
         handle,
