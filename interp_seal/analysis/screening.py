@@ -329,11 +329,12 @@ def screen_record(
             grad = torch.stack([g[0].float() for g in grads])
         grad = grad.cpu()
         atp = (change * grad).sum((1, 3)).double()
-        record["atp"] = atp.numpy()
+        record["atp"] = atp.cpu().numpy()
         if fixes.qk_fix:
             T = ids.shape[0]
             rows = torch.arange(T - keep, T - 1)  # the positions predicting the answer
-            record["qk"] = (atp + qk_fix_corrections(handle, captured, grad, change, rows)).numpy()
+            qk = atp + qk_fix_corrections(handle, captured, grad, change, rows)
+            record["qk"] = qk.cpu().numpy()
         del metric, logits
     return record
 
