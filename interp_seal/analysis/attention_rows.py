@@ -45,9 +45,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.models import ModelHandle, soft_cap
+from interp_seal.models.handle import STREAMING_ATTR
 from interp_seal.models.kv_cache import layer_keys, received_cache
 from interp_seal.models.rope_extension import _CONFIG_ATTR as SELF_EXTEND_ATTR
-from interp_seal.models.rope_extension import STREAMING_ATTR
 
 Rows = Float[Tensor, "batch head query key"]
 RowReducer = Callable[[Rows], Tensor]

@@ -18,8 +18,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_seal.models import ModelHandle
+from interp_seal.models.handle import refuse_uniform_edits
 from interp_seal.models.kv_cache import CACHE_ARG
-from interp_seal.models.streaming_heads import refuse_uniform_edits
 
 
 class _StopForward(Exception):

@@ -35,6 +35,23 @@ def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
     return x if cap is None else cap * torch.tanh(x / cap)
 
 
+STREAMING_ATTR = "_interp_seal_streaming_heads"
+"""Set on attention modules by ``models.streaming_heads``: ``(config, streaming KV heads)``."""
+
+
+def refuse_uniform_edits(handle: ModelHandle, layer: int, edit) -> None:
+    """Raise ValueError if ``edit`` uses uniform attention at ``layer`` while that layer has
+    streaming heads (``models.streaming_heads``): uniform attention averages a head's values
+    over its whole causal prefix, which a streaming head does not see."""
+    found = getattr(handle.attn(layer), STREAMING_ATTR, None)
+    if found and found[1] and edit.uses_values(layer):
+        raise ValueError(
+            f"a uniform-attention edit at layer {layer}, which has streaming KV heads: uniform "
+            "attention averages over the whole prefix, which a streaming head does not see; "
+            "use a zero or scale edit there, or no streaming heads on that layer"
+        )
+
+
 @dataclass(kw_only=True, eq=False)
 class ModelHandle:
     """A loaded causal LM.
@@ -364,8 +381,6 @@ class ModelHandle:
                     return None
                 x = args[0]  # (B, T, H*D)
                 if v is not None:  # uniform attention: refused on streaming heads
-                    from interp_seal.models.streaming_heads import refuse_uniform_edits
-
                     refuse_uniform_edits(self, layer, self._active)
                 z = self._active.edit(
                     layer, x.view(*x.shape[:2], H, D), v, window=self.sliding_window(layer)

@@ -56,12 +56,10 @@ from jaxtyping import Float
 from torch import Tensor
 from transformers import AttentionInterface
 
-from interp_seal.models.handle import ModelHandle
+from interp_seal.models.handle import STREAMING_ATTR, ModelHandle
 
 ATTENTION_NAME = "interp_seal_self_extend"
 _CONFIG_ATTR = "_interp_seal_self_extend"
-STREAMING_ATTR = "_interp_seal_streaming_heads"
-"""Set on attention modules by ``models.streaming_heads``, whose function dispatches here."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,7 +53,7 @@ grouped positions, so a streaming head sees the same keys with Self-Extend's dis
 **Limits.** Refused: families with a sliding window or attention logit soft-capping, and
 padding masks (the attention function gets no mask: right-padded batches are fine, as in the
 engine). The TransformerLens bridge computes its own eager attention and ignores the mode.
-Uniform-attention edits on a layer with streaming heads are refused (``refuse_uniform_edits``:
+Uniform-attention edits on a layer with streaming heads are refused (``handle.refuse_uniform_edits``:
 uniform attention averages a head's values over its whole causal prefix, which a streaming head
 does not see). Row capture (``analysis.attention_rows``) reads a cache's ``keys``, which hold
 the full heads only here: run it without streaming heads.
@@ -70,11 +70,10 @@ from torch import Tensor
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from interp_seal.models.handle import ModelHandle
+from interp_seal.models.handle import STREAMING_ATTR, ModelHandle
 from interp_seal.models.kv_cache import CACHE_ARG
 from interp_seal.models.rope_extension import _CONFIG_ATTR as _SELF_EXTEND_ATTR
 from interp_seal.models.rope_extension import (
-    STREAMING_ATTR,
     _attend,
     _SelfExtend,
     grouped_positions,
@@ -436,18 +435,6 @@ def _grouped(x: Tensor, pos: Tensor, se: tuple, which: str) -> Tensor:
     target = gq if which == "query" else gk
     freq = inv_freq.to(x.device, torch.float64)
     return rotate(x, ((target - pos)[:, None] * freq).float()).contiguous()
-
-
-def refuse_uniform_edits(handle: ModelHandle, layer: int, edit) -> None:
-    """Raise ValueError if ``edit`` uses uniform attention at ``layer`` while that layer has
-    streaming heads (module docstring: the two do not compose)."""
-    found = getattr(handle.attn(layer), _CONFIG_ATTR, None)
-    if found and found[1] and edit.uses_values(layer):
-        raise ValueError(
-            f"a uniform-attention edit at layer {layer}, which has streaming KV heads: uniform "
-            "attention averages over the whole prefix, which a streaming head does not see; "
-            "use a zero or scale edit there, or no streaming heads on that layer"
-        )
 
 
 @contextmanager
