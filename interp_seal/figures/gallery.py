@@ -34,13 +34,16 @@ SMOLLM2_NOTE = (
     "not on line retrieval as in the paper: on records whose queried line is not the last, "
     "SmolLM2's base accuracy is 0.05-0.15 at 3-10 lines (a few hundred tokens), so there is no "
     "line-retrieval regime past its window in which an extension could be told to recover. "
-    "The figures on this page were computed under the pre-registered design, nine on H100s "
+    "The figures on this page were computed under the pre-registered design, seven on H100s "
     "lent for 15 minutes in each of two sessions (float32; each marked with its device), the "
-    "others on one CPU thread; MuDAF Fig. 7's SFT and MuDAF models were retrained on the CPU "
-    "(tuned models are not committed), so its k = 0 and k = 4 points are not the very models "
-    "of Table 2. The figures not computed yet resume from the stores under `work/` with "
-    "`interp-seal figures --model smollm2 --out figures/smollm2 --resume` (MuDAF Fig. 4 has 30 "
-    "of its 47 chunks of fresh questions)."
+    "others on one CPU thread. SEAL Table 2 and Fig. 6 join rows computed on an H100 with "
+    "their four Self-Extend rows, recomputed on the CPU after a fix: the engine had computed "
+    "the last layer at the answer rows without Self-Extend's grouped positions (`4e8de8b`). "
+    "MuDAF Fig. 7's SFT and MuDAF models were retrained on the CPU (tuned models are not "
+    "committed), so its k = 0 and k = 4 points are not the very models of Table 2. The "
+    "figures not computed yet resume from the stores under `work/` with `interp-seal figures "
+    "--model smollm2 --out figures/smollm2 --resume` (MuDAF Fig. 4 has 30 of its 47 chunks "
+    "of fresh questions)."
 )
 
 NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}
