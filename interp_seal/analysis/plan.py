@@ -519,6 +519,17 @@ def _max_batch(g: Geometry, w: Workload, analysis: str, room: int) -> int:
     return _largest_batch(fits, max(64, w.batch_rows), cap)
 
 
+def _model_geometry(model, dtype) -> tuple[torch.dtype, transformers.PretrainedConfig, ModelSpec]:
+    """``dtype`` as a floating-point torch dtype, and ``model``'s config and geometry (its
+    family checked), before anything is planned."""
+    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype!r}")
+    config = model_config(model)
+    family_for(config)
+    return dtype, config, ModelSpec.from_config(config)
+
+
 def plan(
     model,
     analysis: str,
@@ -557,12 +568,7 @@ def plan(
     for name, value in sizes.items():
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype!r}")
-    config = model_config(model)
-    family_for(config)
-    spec = ModelSpec.from_config(config)
+    dtype, config, spec = _model_geometry(model, dtype)
     if length > spec.max_positions:
         raise ValueError(
             f"length {length} is past the model's context window ({spec.max_positions} positions)"
@@ -611,12 +617,7 @@ def plan_decode(
     ``batch`` and ``max_batch`` are 1 (0 when it does not fit)."""
     if length < 1 or answer_tokens < 1:
         raise ValueError(f"length and answer_tokens must be >= 1, got {length}, {answer_tokens}")
-    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype!r}")
-    config = model_config(model)
-    family_for(config)
-    spec = ModelSpec.from_config(config)
+    dtype, config, spec = _model_geometry(model, dtype)
     if streaming_heads is not None:
         streaming_heads.check_model(spec, str(model))
     g = Geometry(spec=spec, d_mlp=config.intermediate_size, itemsize=dtype.itemsize)
