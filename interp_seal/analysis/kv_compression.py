@@ -39,6 +39,11 @@ from interp_seal.tasks.sample import Sample
 KVHead = tuple[int, int]  # (layer, KV head)
 
 
+def kv_heads(spec: ModelSpec) -> list[KVHead]:
+    """Every ``(layer, KV head)`` of the model, layer-major."""
+    return sorted(StreamingHeads.all_heads(spec).heads)
+
+
 def kv_head_order(ranking: pd.DataFrame, spec: ModelSpec) -> list[KVHead]:
     """Every KV head, best first: ranked by the best (smallest) ``rank`` among the query heads
     that read it (ties: earlier layer, then lower KV head)."""
@@ -52,13 +57,12 @@ def kv_head_order(ranking: pd.DataFrame, spec: ModelSpec) -> list[KVHead]:
             raise ValueError(f"the ranking names head L{layer}H{head}, outside the model")
         key = (int(layer), int(head) // group)
         best[key] = min(best.get(key, np.inf), float(rank))
-    every = [(a, b) for a in range(spec.n_layers) for b in range(spec.n_kv_heads)]
-    return sorted(every, key=lambda kv: (best.get(kv, np.inf), kv))
+    return sorted(kv_heads(spec), key=lambda kv: (best.get(kv, np.inf), kv))
 
 
 def random_order(spec: ModelSpec, seed: int) -> list[KVHead]:
     """Every KV head in a random order, reproducibly from ``seed``."""
-    every = [(a, b) for a in range(spec.n_layers) for b in range(spec.n_kv_heads)]
+    every = kv_heads(spec)
     return random.Random(f"kv/{seed}").sample(every, len(every))
 
 
@@ -103,15 +107,17 @@ def compression_curve(
     total = spec.n_layers * spec.n_kv_heads
     bad = [m for m in full_counts if not 0 <= m <= total]
     if bad:
-        raise ValueError(f"full_counts {bad} outside 0..{total} (the model's KV heads)")
+        raise ValueError(
+            f"full_counts {bad} outside 0..{total}: the model has {total} KV heads; give counts "
+            "up to that"
+        )
     taken = sorted(set(rankings) & {"random", "all streaming", "all full"})
     if taken:
         raise ValueError(f"rankings cannot be named {taken}: those names are the baselines'")
     orders = {name: (kv_head_order(table, spec), -1) for name, table in rankings.items()}
     orders |= {f"random/{s}": (random_order(spec, s), s) for s in random_seeds}
     counts = sorted({m for m in full_counts if 0 < m < total})
-    every = [(a, b) for a in range(spec.n_layers) for b in range(spec.n_kv_heads)]
-    conditions = [("all streaming", -1, 0, every), ("all full", -1, total, None)]
+    conditions = [("all streaming", -1, 0, kv_heads(spec)), ("all full", -1, total, None)]
     for key, (order, seed) in orders.items():
         name = "random" if key.startswith("random/") else key
         conditions += [(name, seed, m, order) for m in counts]
