@@ -1,6 +1,6 @@
 """Which heads are "retrieval heads"? The definitions in use, compared on one model.
 
-Four definitions of a retrieval head are computed by this toolkit, each from its paper:
+Five definitions of a retrieval head are computed by this toolkit, each from its paper:
 
 - ``copy_paste``: Wu et al. 2024 (Retrieval Head, arXiv 2404.15574): how often a head's
   strongest attention, while the model writes a needle, points at the needle token being
@@ -10,11 +10,14 @@ Four definitions of a retrieval head are computed by this toolkit, each from its
 - ``qr``: QRHead (Zhang et al. 2025): the attention mass the query's tokens put on the golden
   passages, calibrated against a null query (``qrhead.qr_scores``);
 - ``causal``: what an ablation does: the loss of the answer's log-probability (or exact match)
-  when the head alone is zeroed (``sweeps.head_sweep``, ranked by ``sweep_ranking``).
+  when the head alone is zeroed (``sweeps.head_sweep``, ranked by ``sweep_ranking``);
+- ``duo``: DuoAttention (Xiao et al. 2024): a gate per KV head between full and sink + window
+  attention, learned by distilling the full model's hidden states with an L1 pull towards
+  streaming (``tuning.duo_gates``, ranked by ``gate_ranking``: each query head carries its KV
+  head's gate).
 
-DuoAttention's learned gates are a fifth in use; a ranked table of them enters here like any
-other. Each paper compares at most two of these. ``compare_rankings`` puts any number side by
-side on the same heads:
+Each paper compares at most two of these. ``compare_rankings`` puts any number side by side on
+the same heads:
 
 - **Spearman's rank correlation** between every two rankings, over all heads;
 - **top-k overlap**: the share of the top ``k`` heads two rankings have in common, at the

@@ -8,6 +8,7 @@
         --niah-scores runs/niah_heads/head_scores.csv --ks 8 16 --seeds 0 1 2 --out runs/masking
     interp-seal retrieval qr-scores --samples mdqa_train.jsonl --rank-samples mdqa_test.jsonl \\
         --top-heads 16 --ks 1 2 5 --out runs/qrhead
+    interp-seal retrieval duo-gates --samples lines_train.jsonl --window 64 --out runs/duo
     interp-seal retrieval compare --rankings passage=runs/mudaf/head_scores.csv \\
         qr=runs/qrhead/head_scores.csv copy_paste=runs/niah_heads/head_scores.csv \\
         --sweep causal=runs/sweep/results.csv --samples mdqa_fresh.jsonl --out runs/compare
@@ -24,7 +25,10 @@ appends each finished condition to ``OUT/conditions.jsonl`` and writes ``OUT/mas
 ``OUT/masking.html``. ``qr-scores`` (QRHead, ``interp_seal.analysis.qrhead``) writes the
 same three head files as ``passage-scores``; with ``--rank-samples`` it ranks those samples'
 passages by the top ``--top-heads`` heads' summed scores (QRRetriever) into ``OUT/ranking.csv``
-and ``OUT/recall.csv`` (recall@k per ``--ks``). ``compare`` (``analysis.head_definitions``) reads the
+and ``OUT/recall.csv`` (recall@k per ``--ks``). ``duo-gates`` (DuoAttention,
+``interp_seal.tuning.duo_gates``) trains one gate per KV head on the samples' answers, resumable
+from ``OUT/training``, and writes ``OUT/gates.csv`` (one row per KV head), ``OUT/head_scores.csv``
+(each query head ranked by its KV head's gate) and ``OUT/head_scores.html``. ``compare`` (``analysis.head_definitions``) reads the
 ranked tables of any of these commands and of ``analysis head-sweep`` and writes
 ``OUT/pairs.csv`` (Spearman's rho, top-5 % overlap and its p for every two), ``OUT/sets.csv`` and
 ``OUT/compare.html``; with ``--samples`` also ``OUT/masking.csv`` (each top set zeroed against
@@ -152,6 +156,26 @@ def register(subparsers) -> None:
     qr.add_argument("--top-heads", type=positive_int, default=16, help="heads that rank passages")
     qr.add_argument("--ks", type=positive_int, nargs="+", default=[1, 2, 5], help="recall@k")
     qr.set_defaults(func=run_qr_scores, torchrun="shards")
+
+    duo = sub.add_parser(
+        "duo-gates",
+        help="DuoAttention gates: one learned weight per KV head between full and sink + "
+        "window attention",
+    )
+    _common(duo)
+    duo.add_argument("--sink", type=int, default=4, help="attention sinks a streaming head sees")
+    duo.add_argument(
+        "--window", type=positive_int, default=256, help="recent positions a streaming head sees"
+    )
+    duo.add_argument(
+        "--penalty", type=finite_float, default=0.05, help="weight of the L1 term (paper: 0.05)"
+    )
+    duo.add_argument(
+        "--lr", type=finite_float, default=0.02, help="AdamW rate of the gates (paper: 0.02)"
+    )
+    duo.add_argument("--epochs", type=positive_int, default=1, help="passes over the samples")
+    duo.add_argument("--seed", type=int, default=0, help="seed of the sample order")
+    duo.set_defaults(func=run_duo_gates)
 
     compare = sub.add_parser(
         "compare",
@@ -401,6 +425,32 @@ def run_qr_scores(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_duo_gates(args: argparse.Namespace) -> int:
+    from interp_seal.provenance import with_provenance
+    from interp_seal.tuning import TrainConfig
+    from interp_seal.tuning.duo_gates import DuoConfig, gate_ranking, gate_table, train_gates
+    from interp_seal.viz.passages import head_score_heatmap
+
+    config = DuoConfig(sink=args.sink, window=args.window, penalty=args.penalty)
+    handle, samples = _setup(args)
+    run = TrainConfig(lr=args.lr, epochs=args.epochs, seed=args.seed, checkpoint_every=10)
+    gates, record = train_gates(handle, samples, config, run, out=args.out / "training")
+    heads = gate_ranking(gates, handle.spec.n_heads)
+    n = len(samples)
+    write_table(with_provenance(heads, model=args.model, n=n), args.out / "head_scores.csv")
+    write_table(gate_table(gates), args.out / "gates.csv")
+    title = f"DuoAttention gate (sink {args.sink}, window {args.window}): {Path(handle.name_or_path).name}"
+    write_html(head_score_heatmap(heads, value="gate", title=title), args.out / "head_scores.html")
+    final = record.parts[-1] if record.parts else {}
+    print(gate_table(gates).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(
+        f"{record.steps} steps; last loss {record.losses[-1]:.4g} (distill "
+        f"{final.get('distill', float('nan')):.4g}, mean gate {final.get('reg', float('nan')):.3f})"
+    )
+    print(f"wrote {args.out / 'head_scores.csv'}, gates.csv and head_scores.html")
+    return 0
+
+
 def _ranking_arguments(parser: argparse.ArgumentParser) -> None:
     """``--rankings`` / ``--sweep`` / ``--metric``: the named head rankings a command reads."""
     parser.add_argument(
@@ -409,7 +459,7 @@ def _ranking_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=FILE",
         help="a named ranked head_scores.csv per definition (passage-scores, needle-scores, "
-        "qr-scores)",
+        "qr-scores, duo-gates)",
     )
     parser.add_argument(
         "--sweep",

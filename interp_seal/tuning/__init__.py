@@ -7,6 +7,8 @@
 - ``peft_baselines.py``: SEAL-L / SEAL-D (LoRA / DoRA via peft); ``counts.py``: Table 1's
   parameter counts.
 - ``mudaf.py``: MuDAF's contrastive attention focusing (and Vanilla SFT), head selection.
+- ``duo_gates.py``: DuoAttention's learned gates per KV head (full vs sink + window), which
+  rank KV heads for compression (a retrieval-head definition, not a model improvement).
 - ``job.py``: ``tune(handle, method, samples) -> TuneResult``, the one entry point for every
   method (``methods.py``: their names and default learning rates).
 - ``data.py``: format samples, batches and the answer loss; ``loop.py``: the one training loop
