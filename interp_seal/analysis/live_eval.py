@@ -17,6 +17,15 @@ edit (greedy exact match by teacher forcing, answer log-probability), as a tidy 
 a scale-table sweep's (``length``, ``metric``, ``value``, ``baseline``, ``delta``). An edit of the
 top layer costs a few answer positions of one layer; an edit of layer 0 costs about one forward.
 
+**Streaming KV heads** (``models.streaming_heads``: a KV head on sink + recent-window attention
+instead of its whole prefix) change attention itself, not head outputs, so no cached head output
+of their layers holds: ``evaluate(edit, streaming=config)`` runs under ``compress_kv`` from the
+edit's lowest layer when it lies below every streaming head (the layers above run again, in the
+streaming mode), and otherwise runs the whole forward (``engine.answer_logits``) under the
+streaming heads and the edit. ``kv_budget(config)`` gives the bytes of keys and values a cache
+keeps after each record's prompt (``streaming_heads.kv_budget_bytes``), per length, as
+``analysis.kv_compression`` reports them.
+
 Memory: the cache holds ``(records, tokens, d_model)`` per layer plus the head outputs and values,
 a few times the size of one forward's activations: keep the record set dashboard-sized (tens of
 records per length). ``batch_samples`` bounds the records per cached forward.
@@ -25,6 +34,7 @@ records per length). ``batch_samples`` bounds the records per cached forward.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import pandas as pd
@@ -35,13 +45,14 @@ from interp_seal.engine import (
     AnswerBatch,
     AnswerScores,
     CleanRun,
+    answer_logits,
     clean_run,
     pad_id_of,
     run_from_layer,
 )
 from interp_seal.evaluation import encode_samples
 from interp_seal.interventions import HeadIntervention
-from interp_seal.models import ModelHandle
+from interp_seal.models import ModelHandle, StreamingHeads, compress_kv, kv_budget_bytes
 from interp_seal.tasks.sample import Encoded, Sample
 
 METRICS = ("exact_match", "answer_logprob")
@@ -109,10 +120,12 @@ class EditEvaluator:
         self,
         intervention: HeadIntervention | None,
         *,
+        streaming: StreamingHeads | None = None,
         on_length: Callable[[pd.DataFrame], None] | None = None,
     ) -> pd.DataFrame:
         """One row per record: ``length``, ``sample`` (index within its length), ``exact_match``,
-        ``answer_logprob``, under ``intervention`` (None: the unedited model).
+        ``answer_logprob``, under ``intervention`` (None: the unedited model) and the
+        ``streaming`` KV heads (None or no heads: every head full; module docstring).
 
         Lengths are computed in the order given; ``on_length`` receives the rows so far each
         time a length is complete (the dashboard draws them while the next one runs)."""
@@ -120,12 +133,23 @@ class EditEvaluator:
             intervention.check_model(self.handle.spec, self.handle.name_or_path)
             if intervention.batched:
                 raise ValueError("evaluate one (L, H, D) edit at a time, not a batched one")
+        if streaming is not None and not streaming.heads:
+            streaming = None
+        with compress_kv(self.handle, streaming) if streaming else nullcontext():
+            return self._rows(intervention, streaming, on_length)
+
+    def _rows(self, intervention, streaming, on_length) -> pd.DataFrame:
         layers = intervention.active_layers() if intervention is not None else []
+        # a streaming head changes its layer's attention: no cached head output there holds
+        below = min(layer for layer, _ in streaming.heads) if streaming else None
         rows, seen = [], dict.fromkeys(self.lengths, 0)
         for i, chunk in enumerate(self._chunks):
             scored = chunk.scores
-            if layers:
+            if layers and (below is None or layers[0] < below):
                 logits = run_from_layer(self.handle, chunk.clean, layers[0], [intervention])
+                scored = chunk.clean.batch.score(logits)
+            elif below is not None:  # the whole forward, under the streaming heads
+                logits = answer_logits(self.handle, chunk.clean.batch, intervention)
                 scored = chunk.clean.batch.score(logits)
             for e, lp in zip(scored.exact.tolist(), scored.logprob.tolist(), strict=True):
                 rows.append(
@@ -146,9 +170,11 @@ class EditEvaluator:
         self,
         intervention: HeadIntervention | None,
         *,
+        streaming: StreamingHeads | None = None,
         on_length: Callable[[pd.DataFrame], None] | None = None,
     ) -> pd.DataFrame:
-        """Per-length means under ``intervention`` against the unedited model.
+        """Per-length means under ``intervention`` and the ``streaming`` KV heads against the
+        unedited model (every head full).
 
         Returns:
             Tidy table: ``length``, ``metric`` (``exact_match``, ``answer_logprob``), ``value``,
@@ -157,7 +183,31 @@ class EditEvaluator:
             more is complete (the last call's table is the returned one).
         """
         partial = None if on_length is None else (lambda rows: on_length(self._means(rows)))
-        return self._means(self.per_sample(intervention, on_length=partial))
+        return self._means(self.per_sample(intervention, streaming=streaming, on_length=partial))
+
+    def kv_budget(self, streaming: StreamingHeads | None) -> pd.DataFrame:
+        """The KV cache after each record's prompt under ``streaming`` (None: every head
+        full), averaged per length: ``length``, ``tokens`` (mean prompt tokens), ``kv_bytes``
+        (``streaming_heads.kv_budget_bytes`` at the model's precision), ``full_bytes`` (every
+        head full) and ``kv_share = kv_bytes / full_bytes``, as ``analysis.kv_compression``
+        reports them."""
+        spec, itemsize = self.handle.spec, self.handle.dtype.itemsize
+        rows = []
+        for length, group in self.encoded.items():
+            tokens = [len(enc.prompt_ids) for enc in group]
+            kept = [kv_budget_bytes(streaming, spec, t, itemsize=itemsize) for t in tokens]
+            full = [kv_budget_bytes(None, spec, t, itemsize=itemsize) for t in tokens]
+            rows.append(
+                {
+                    "length": length,
+                    "tokens": sum(tokens) / len(tokens),
+                    "kv_bytes": sum(kept) / len(kept),
+                    "full_bytes": sum(full) / len(full),
+                }
+            )
+        table = pd.DataFrame(rows)
+        table["kv_share"] = table["kv_bytes"] / table["full_bytes"]
+        return table
 
     def _means(self, per_sample: pd.DataFrame) -> pd.DataFrame:
         """``evaluate``'s table from ``per_sample``'s rows (the lengths they cover)."""

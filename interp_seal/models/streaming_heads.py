@@ -449,8 +449,9 @@ def compress_kv(handle: ModelHandle, config: StreamingHeads):
         yield handle.model
 
 
-def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> None:
-    """Apply ``config`` to ``handle``, pushing onto ``restore`` what undoes it."""
+def check_supported(handle: ModelHandle, config: StreamingHeads) -> None:
+    """Raise ValueError if ``config`` cannot run on ``handle``'s model (a head outside it,
+    sliding-window layers, soft-capped attention); changes nothing."""
     spec = handle.spec
     config.check_model(spec, handle.name_or_path)
     windows = [handle.sliding_window(layer) for layer in range(spec.n_layers)]
@@ -464,6 +465,12 @@ def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> 
             f"streaming-heads attention does not soft-cap attention logits, which "
             f"{handle.family.name} does"
         )
+
+
+def install(handle: ModelHandle, config: StreamingHeads, restore: ExitStack) -> None:
+    """Apply ``config`` to ``handle``, pushing onto ``restore`` what undoes it."""
+    spec = handle.spec
+    check_supported(handle, config)
     for layer in range(spec.n_layers):
         attn = handle.attn(layer)
         before = getattr(attn, _CONFIG_ATTR, None)  # an outer compress_kv's, when nested

@@ -6,7 +6,9 @@ values to the browser.
 
 - ``edit_grid`` / ``set_edits``: the layers x heads grid of the current edits, coloured by
   factor on the edit scale (``colors.EDITS``: grey pruned, white kept, orange amplified), each
-  edited cell labelled with its factor.
+  edited cell labelled with its factor; streaming KV heads (sink + window attention) framed in
+  teal across the query heads that read them, their cells marked "S".
+- ``budget_table``: accuracy per length beside the KV cache the streaming heads keep.
 - ``quadrant_map``: SEAL Fig. 2b with the quadrants shaded and every head's layer, head, both
   deltas and quadrant in its hover text; ``customdata`` carries ``(layer, head)`` for clicks.
 - ``accuracy_curves`` / ``set_accuracy``: accuracy against length, unedited and edited (SEAL
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from html import escape
 
 import numpy as np
 import pandas as pd
@@ -32,6 +35,7 @@ from interp_seal.viz.sweeps import METRIC_NAMES, QUADRANT_COLORS
 
 FACTOR_SPAN = (0.0, 2.0)  # the edit colour scale: pruned .. kept .. doubled
 PENDING = "#f08c00"  # the outline of an edit that is queued or computing
+STREAMING = "#0c8599"  # the frame of a streaming KV head's query heads
 
 
 def edit_factors(n_layers: int, n_heads: int, edits: Mapping[Head, float]) -> np.ndarray:
@@ -43,12 +47,19 @@ def edit_factors(n_layers: int, n_heads: int, edits: Mapping[Head, float]) -> np
 
 
 def edit_grid(
-    n_layers: int, n_heads: int, edits: Mapping[Head, float], *, selected: Head | None = None
+    n_layers: int,
+    n_heads: int,
+    edits: Mapping[Head, float],
+    *,
+    selected: Head | None = None,
+    streaming: Iterable[tuple[int, int]] = (),
+    group: int = 1,
 ) -> go.Figure:
     """Layers x heads grid of ``edits`` (``{(layer, head): factor}``), layer 0 at the top.
 
     Coloured by factor on the edit scale (``colors.EDITS``: grey pruned, white kept, orange
-    amplified), each edited cell labelled with its factor; ``selected`` is outlined."""
+    amplified), each edited cell labelled with its factor; ``selected`` is outlined; the
+    ``streaming`` KV heads ``(layer, kv_head)`` framed across their ``group`` query heads."""
     fig = go.Figure(
         go.Heatmap(
             x=list(range(n_heads)),
@@ -74,7 +85,7 @@ def edit_grid(
         height=130 + 40 * n_layers,
         margin={"t": 40, "b": 40, "l": 50, "r": 10},
     )
-    set_edits(fig, edits, selected=selected)
+    set_edits(fig, edits, selected=selected, streaming=streaming, group=group)
     return fig
 
 
@@ -84,15 +95,24 @@ def set_edits(
     *,
     selected: Head | None,
     pending: Iterable[Head] = (),
+    streaming: Iterable[tuple[int, int]] = (),
+    group: int = 1,
 ) -> None:
     """Redraw ``edit_grid``'s cells and outlines in place (a widget sends only what changed):
     ``selected`` outlined in blue, ``pending`` heads (edited, not computed yet) outlined with
-    orange dashes inside their cells."""
+    orange dashes inside their cells, each streaming KV head ``(layer, kv_head)`` framed in teal
+    across its ``group`` query heads, which are marked "S"."""
     trace = fig.data[0]
     factors = edit_factors(len(trace.y), len(trace.x), edits)
+    streaming = sorted(streaming)
+    text = [[_factor_label(f) for f in row] for row in factors]
+    for layer, kv in streaming:
+        for head in range(kv * group, (kv + 1) * group):
+            text[layer][head] = f"{text[layer][head]} S".strip()
     trace.z = factors
-    trace.text = [[_factor_label(f) for f in row] for row in factors]
-    shapes = [
+    trace.text = text
+    shapes = [_group_frame(layer, kv, group) for layer, kv in streaming]
+    shapes += [
         _outline(head, {"color": PENDING, "width": 3, "dash": "dot"}, 0.38) for head in pending
     ]
     if selected is not None:
@@ -109,6 +129,18 @@ def _outline(head: Head, line: dict, half: float) -> dict:
         "y0": layer - half,
         "y1": layer + half,
         "line": line,
+    }
+
+
+def _group_frame(layer: int, kv: int, group: int) -> dict:
+    """A teal frame around the query heads of KV head ``kv`` of ``layer`` (a streaming one)."""
+    return {
+        "type": "rect",
+        "x0": kv * group - 0.45,
+        "x1": (kv + 1) * group - 0.55,
+        "y0": layer - 0.45,
+        "y1": layer + 0.45,
+        "line": {"color": STREAMING, "width": 3},
     }
 
 
@@ -185,6 +217,51 @@ def set_accuracy(
         trace.y = values
         if records and metric == "exact_match":
             trace.error_y = wilson_error_y(values, [records[x] for x in lengths])
+
+
+def budget_table(table: pd.DataFrame, budget: pd.DataFrame, *, metric: str = "exact_match") -> str:
+    """HTML table: per length, ``metric`` with the edits and streaming heads and unedited
+    (``EditEvaluator.evaluate``'s table; lengths it lacks shown as pending), beside the KV
+    cache kept after the prompt and its share of the all-full cache (``EditEvaluator.kv_budget``).
+
+    Each row carries its numbers unrounded as ``data-*`` attributes (``data-length``,
+    ``data-value``, ``data-baseline``, ``data-kv-bytes``, ``data-kv-share``; ``data-value`` is
+    empty while pending), for tests that read the page."""
+    name = METRIC_NAMES.get(metric, metric)
+    rows = table[table.metric == metric].set_index("length")
+    cell = "padding:1px 8px;text-align:right"
+    head = "".join(
+        f"<th style='{cell}'>{escape(h)}</th>"
+        for h in ("lines", "tokens", name, "unedited", "KV cache kept", "of full")
+    )
+    body = []
+    for b in budget.itertuples():
+        done = b.length in rows.index
+        value = float(rows.loc[b.length, "value"]) if done else None
+        base = float(rows.loc[b.length, "baseline"]) if done else None
+        shown = "&hellip;" if value is None else f"{value:.3f}"
+        unedited = "" if base is None else f"{base:.3f}"
+        attrs = (
+            f"data-length='{b.length}' data-value='{'' if value is None else repr(value)}' "
+            f"data-baseline='{'' if base is None else repr(base)}' "
+            f"data-kv-bytes='{b.kv_bytes!r}' data-kv-share='{b.kv_share!r}'"
+        )
+        cells = (b.length, f"{b.tokens:.0f}", shown, unedited, kv_size(b.kv_bytes))
+        cells += (f"{100 * b.kv_share:.1f} %",)
+        body.append(
+            f"<tr {attrs}>" + "".join(f"<td style='{cell}'>{c}</td>" for c in cells) + "</tr>"
+        )
+    return (
+        "<table data-kv-budget style='border-collapse:collapse;font-size:13px'>"
+        f"<tr style='border-bottom:1px solid #adb5bd'>{head}</tr>{''.join(body)}</table>"
+    )
+
+
+def kv_size(n_bytes: float) -> str:
+    """``n_bytes`` in KiB or MiB (binary units, as memory is counted)."""
+    if n_bytes >= 2**20:
+        return f"{n_bytes / 2**20:.2f} MiB"
+    return f"{n_bytes / 2**10:.1f} KiB"
 
 
 def quadrant_map(quadrants: HeadQuadrants) -> go.Figure:

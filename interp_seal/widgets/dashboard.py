@@ -5,12 +5,22 @@ Panels, all driven by one ``DashboardState`` (``state.py``):
 - a layers x heads grid (``viz.dashboard.edit_grid``): a click cycles the head through keep ->
   prune -> scale (by the slider's factor) and locks it; moving the slider rescales the locked
   head when it is scaled;
-- the list of current edits, each with its own remove button, and undo / reset;
+- with the click toggle on "stream KV", a click switches the KV head the clicked query head
+  reads (all its query heads under grouped-query attention) between full attention and sink +
+  recent window (``models.streaming_heads``: DuoAttention / RazorAttention's streaming heads,
+  sizes in the *sink* / *window* boxes), framed in teal in the grid; the edits and the
+  streaming heads apply together (``compress_kv`` around the edited runs);
+- the list of current edits and streaming KV heads, each with its own remove button, and undo /
+  reset;
 - accuracy against context length, unedited (dashed) and edited (solid, under it), with 95 %
   Wilson intervals: teacher-forced greedy exact
   match on a fixed set of LongEval records, computed by ``EditEvaluator`` from a cached clean run
   so that an edit costs only the layers from the lowest edited one up (SEAL Fig. 2d, live);
-- the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits;
+  below it, per length, the same accuracy beside the KV cache kept after the prompt, in bytes
+  and as a share of the all-full cache (``EditEvaluator.kv_budget``); with streaming heads on,
+  a run starts at the lowest edited layer below them, else costs a whole forward;
+- the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits
+  and the streaming heads;
 - the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c) under
   the current edits (``runs.EditedRuns.channel_table``: each channel zeroed on top of the
   edits, against the edited model; the map's title says so), filled in as channels finish,
@@ -61,18 +71,19 @@ from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.sweeps import ProgressCallback, SweepOptions
 from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import Head, scale_table
-from interp_seal.models import ModelHandle
+from interp_seal.models import ModelHandle, StreamingHeads, compress_kv
 from interp_seal.models.load import ORGANISM_DIR
+from interp_seal.models.streaming_heads import check_supported
 from interp_seal.outputs import atomic_dir
 from interp_seal.tuning import load_scales, save_merged
 from interp_seal.viz import accuracy_curves, dla_figure, edit_grid
 from interp_seal.viz.attribution import set_dla
 from interp_seal.viz.colors import symmetric_range
-from interp_seal.viz.dashboard import head_channel_map, set_accuracy, set_edits
+from interp_seal.viz.dashboard import budget_table, head_channel_map, set_accuracy, set_edits
 from interp_seal.widgets.files import head_scales, write_head_scale_file
 from interp_seal.widgets.redraw import redraw
 from interp_seal.widgets.runs import EditedRuns
-from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head
+from interp_seal.widgets.state import FACTOR_RANGE, DashboardState, check_head, check_sizes
 from interp_seal.widgets.worker import Worker
 
 DEFAULT_LENGTHS = (40, 80, 120, 160)  # lines: where the organism v2 degrades (docs/organism.md)
@@ -85,7 +96,11 @@ HELP = (
     "the accuracy curve then fills in length by length (solid: with your edits, dashed: the "
     "unedited model; bars: 95% Wilson intervals over the records). The outlined head is the "
     "locked one: the slider rescales it, and its channel map (under your edits) opens with "
-    "the button below (or switch <i>a click</i> to <i>channels</i>). A click made while an "
+    "the button below (or switch <i>a click</i> to <i>channels</i>). With <i>a click</i> on "
+    "<i>stream KV</i>, a click switches the clicked head's KV head (all the query heads that "
+    "read it) between full attention and its first <i>sink</i> + last <i>window</i> tokens "
+    "(framed in teal); the table under the curve gives the KV cache kept per length. A click "
+    "made while an "
     "update runs is outlined with orange dots and queued. Grey cells are pruned, orange "
     "amplified; in the attribution and channel maps blue helps the answer and red hurts "
     "it.</div>"
@@ -139,8 +154,10 @@ class Dashboard:
         self.records = {length: len(encs) for length, encs in evaluator.encoded.items()}
         self.runs = EditedRuns(evaluator)
         self.unedited = self.runs.unedited
+        self._budgets: dict[StreamingHeads | None, pd.DataFrame] = {}
         self.shown = self.state  # the state whose numbers the panels show
         self.results = self._evaluate(self.state)
+        self._budget_shown = self.kv_budget(self.state)  # the budget of the numbers shown
         self.attribution = self._attribute(self.state)
         self.channel_results: pd.DataFrame | None = None
         self._mapped: tuple[Head, tuple] | None = None  # the map shown: its head and edits
@@ -188,17 +205,28 @@ class Dashboard:
 
     def _evaluate(self, state: DashboardState, on_length=None):
         with self.lock:
-            return self.runs.evaluate(state.table(), on_length=on_length)
+            return self.runs.evaluate(
+                state.table(), streaming=state.attention(), on_length=on_length
+            )
+
+    def kv_budget(self, state: DashboardState | None = None) -> pd.DataFrame:
+        """``EditEvaluator.kv_budget`` of ``state``'s streaming heads (default: the current
+        state's), computed once per configuration."""
+        config = (state or self.state).attention()
+        if config not in self._budgets:
+            self._budgets[config] = self.evaluator.kv_budget(config)
+        return self._budgets[config]
 
     def _attribute(self, state: DashboardState):
         """DLA of the chosen record's first answer token at the last prompt position, under the
         edits; the first time a record is shown, its unedited DLA fixes the panel's ranges."""
         key = (state.dla_length, state.dla_record)
         enc = self.evaluator.encoded[key[0]][key[1]]
-        iv = self.intervention(state)
-        result = self._attribution(enc, iv)
+        iv, streaming = self.intervention(state), state.attention()
+        result = self._attribution(enc, iv, streaming)
         if key not in self._dla_ranges:
-            unedited = result if iv is None else self._attribution(enc, None)
+            plain = iv is None and streaming is None
+            unedited = result if plain else self._attribution(enc, None, None)
             table = unedited.table
             heads = table.component == "head"
             self._dla_ranges[key] = (
@@ -207,8 +235,9 @@ class Dashboard:
             )
         return result
 
-    def _attribution(self, enc, iv):
-        with self.lock, self.handle.edit(iv) if iv is not None else nullcontext():
+    def _attribution(self, enc, iv, streaming: StreamingHeads | None = None):
+        attention = compress_kv(self.handle, streaming) if streaming else nullcontext()
+        with self.lock, attention, self.handle.edit(iv) if iv is not None else nullcontext():
             return logit_attribution(
                 self.handle, enc.prompt_ids, [int(enc.answer_ids[0])], position=-1
             )
@@ -248,12 +277,20 @@ class Dashboard:
         self.status = w.HTML()
         self.busy = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="160px"))
         self.grid = go.FigureWidget(
-            edit_grid(spec.n_layers, spec.n_heads, state.table(), selected=state.selected)
+            edit_grid(
+                spec.n_layers,
+                spec.n_heads,
+                state.table(),
+                selected=state.selected,
+                streaming=state.streaming,
+                group=spec.group_size,
+            )
         )
         self.grid.data[0].on_click(self._on_grid_click)
         self.accuracy = go.FigureWidget(
             accuracy_curves(self.results, metric=self.metric, records=self.records)
         )
+        self.budget = w.HTML(budget_table(self.results, self._budget_shown, metric=self.metric))
         self.dla = go.FigureWidget(dla_figure(self.attribution, **self._dla_range()))
         self.dla.update_layout(width=720, height=440)
         self.factor = w.FloatSlider(
@@ -318,15 +355,36 @@ class Dashboard:
         self.apply_button = w.Button(description="restore state", icon="upload", layout=button)
         self.apply_button.on_click(lambda _: self.restore(self.state_box.value))
         self.click_mode = w.ToggleButtons(
-            options=[("edit", "edit"), ("channels", "channels")],
+            options=[("edit", "edit"), ("stream KV", "stream"), ("channels", "channels")],
             value="edit",
             description="a click:",
             tooltips=[
                 "cycle the head: keep -> prune (x0) -> scale (x slider factor) -> keep",
+                "switch the head's KV head (all query heads reading it) between full attention "
+                "and sink + window",
                 "open the head's channel map (its edit is unchanged)",
             ],
             style={"button_width": "90px"},
         )
+        size = w.Layout(width="150px")
+        self.sink = w.BoundedIntText(
+            value=state.sink,
+            min=0,
+            max=1_000_000,
+            description="sink",
+            tooltip="the first tokens a streaming KV head sees (attention sinks)",
+            layout=size,
+        )
+        self.window = w.BoundedIntText(
+            value=state.window,
+            min=1,
+            max=1_000_000,
+            description="window",
+            tooltip="the most recent tokens a streaming KV head sees, itself included",
+            layout=size,
+        )
+        for widget in (self.sink, self.window):
+            widget.observe(self._on_sizes, names="value")
         self.channel_button = w.Button(
             description="channel map of the outlined head",
             icon="search",
@@ -362,11 +420,19 @@ class Dashboard:
                             [
                                 self.grid,
                                 self.click_mode,
+                                w.HBox([self.sink, self.window]),
                                 self.factor,
                                 w.HBox([self.undo_button, self.reset_button]),
                             ]
                         ),
-                        w.VBox([self.accuracy, w.HTML("<b>Edits</b>"), self.edits_box]),
+                        w.VBox(
+                            [
+                                self.accuracy,
+                                self.budget,
+                                w.HTML("<b>Edits</b>"),
+                                self.edits_box,
+                            ]
+                        ),
                     ],
                     layout=wrap,
                 ),
@@ -398,11 +464,18 @@ class Dashboard:
     def _on_grid_click(self, _trace, points, _state) -> None:
         if points.xs:
             head = (int(points.ys[0]), int(points.xs[0]))
-            (self.drill if self.click_mode.value == "channels" else self.click)(head)
+            mode = self.click_mode.value
+            (self.drill if mode == "channels" else self.stream if mode == "stream" else self.click)(
+                head
+            )
 
     def _on_factor(self, change) -> None:
         if not self._rendering:
             self.set_factor(float(change["new"]))
+
+    def _on_sizes(self, _change) -> None:
+        if not self._rendering:
+            self.set_sizes(int(self.sink.value), int(self.window.value))
 
     def _on_record(self, _change) -> None:
         if self._rendering:
@@ -424,6 +497,29 @@ class Dashboard:
     def click(self, head: Head) -> None:
         """A click on ``head`` in the grid: keep -> prune -> scale -> keep."""
         self._guard(lambda: self.apply(self.state.cycled(head)))
+
+    def stream(self, head: Head) -> None:
+        """A click in stream mode on query head ``head``: the KV head it reads switches
+        between full attention and sink + window (with all the query heads reading it)."""
+
+        def stream() -> None:
+            state = self.state.stream_toggled(head)
+            if state.attention() is not None:  # e.g. sliding-window models: refused here
+                check_supported(self.handle, state.attention())
+            self.apply(state)
+
+        self._guard(stream)
+
+    def set_sizes(self, sink: int, window: int) -> None:
+        """The sink and window boxes: the streaming heads' sizes (recomputed if any streams)."""
+
+        def sizes() -> None:
+            check_sizes(sink, window)
+            self.apply(replace(self.state, sink=sink, window=window))
+            return True
+
+        if self._guard(sizes) is None and (sink, window) != (self.state.sink, self.state.window):
+            self._render_controls()  # a refused size: the boxes show the state's again
 
     def drill(self, head: Head) -> None:
         """A click in drill-down mode: lock ``head`` (its edit unchanged) and open its channels."""
@@ -450,7 +546,7 @@ class Dashboard:
             self._guard(lambda: self.apply(self.history.pop(), record=False))
 
     def reset(self) -> None:
-        self._guard(lambda: self.apply(replace(self.state, edits=(), selected=None)))
+        self._guard(lambda: self.apply(replace(self.state, edits=(), streaming=(), selected=None)))
 
     def restore(self, text: str) -> None:
         """Apply a state pasted as JSON (every field checked against the model and the
@@ -505,9 +601,10 @@ class Dashboard:
         self._start(key, "update")
         started = started or time.perf_counter()
         state, shown = self.state, self.shown
-        if state.edits != shown.edits:
+        if state.computed() != shown.computed():
             lengths = self.evaluator.lengths
             what = f"exact match under {_edits(state)}"
+            self._budget_shown = self.kv_budget(state)
             self._draw_accuracy(self.results.iloc[:0])
             self._busy(what, 0, len(lengths))
 
@@ -516,8 +613,8 @@ class Dashboard:
                 self._busy(what, table.length.nunique(), len(lengths))
 
             self.results = self._evaluate(state, on_length=partial)
-        if (state.edits, state.dla_length, state.dla_record) != (
-            shown.edits,
+        if (state.computed(), state.dla_length, state.dla_record) != (
+            shown.computed(),
             shown.dla_length,
             shown.dla_record,
         ):
@@ -594,7 +691,7 @@ class Dashboard:
                 self.handle, self.state.table(), target, source="dashboard"
             )
 
-        return self._guard(save, done="saved the scale file to {}")
+        return self._guard(save, done="saved the scale file to {}" + self._not_weights())
 
     def load_scale_file(self, path: str | os.PathLike) -> None:
         """Replace the edits by a per-head scale file's factors (checked against the model)."""
@@ -629,7 +726,18 @@ class Dashboard:
                 save_merged(self.handle, scales, partial)
             return target
 
-        return self._guard(merge, done="merged the edits into {}")
+        return self._guard(merge, done="merged the edits into {}" + self._not_weights())
+
+    def _not_weights(self) -> str:
+        """What a weight file leaves out: the streaming heads, an attention mode."""
+        if not self.state.streaming:
+            return ""
+        return (
+            " (the streaming KV heads are an attention mode, not weights: the state JSON keeps "
+            "them; interp-seal evaluate lines --streaming-heads "
+            + ",".join(f"{a}.{k}" for a, k in self.state.streaming)
+            + f" --sink {self.state.sink} --window {self.state.window} runs them)"
+        )
 
     def open_channels(self, channels: Sequence[int] | None = None) -> None:
         """Show the locked head's channel map (all channels by default) under the current
@@ -638,6 +746,13 @@ class Dashboard:
         head = self.state.selected
         if head is None:
             self._say("click a head first: the channel map opens for the locked head", error=True)
+            return
+        if self.state.streaming:
+            self._say(
+                "channel maps are computed with every KV head full: switch the streaming KV "
+                "heads back to full attention (reset, or their 'full' buttons) first",
+                error=True,
+            )
             return
         channels = list(range(self.handle.spec.d_head) if channels is None else channels)
         label = f"L{head[0]}H{head[1]}"
@@ -778,6 +893,7 @@ class Dashboard:
                 metric=self.metric,
                 records=self.records,
             )
+        self.budget.value = budget_table(table, self._budget_shown, metric=self.metric)
 
     def _draw_dla(self) -> None:
         with self.dla.batch_update():
@@ -802,8 +918,21 @@ class Dashboard:
         state, shown = self.state, self.shown
         asked, done = state.table(), shown.table()
         pending = [h for h in set(asked) | set(done) if asked.get(h, 1) != done.get(h, 1)]
+        if set(state.streaming) != set(shown.streaming) or (
+            state.streaming and (state.sink, state.window) != (shown.sink, shown.window)
+        ):  # a changed attention mode: its query heads are pending too
+            group = self.handle.spec.group_size
+            changed = set(state.streaming) ^ set(shown.streaming) or set(state.streaming)
+            pending += [(a, k * group + g) for a, k in changed for g in range(group)]
         with self._ui, self.grid.batch_update():
-            set_edits(self.grid, asked, selected=state.selected, pending=sorted(pending))
+            set_edits(
+                self.grid,
+                asked,
+                selected=state.selected,
+                pending=sorted(set(pending)),
+                streaming=state.streaming,
+                group=self.handle.spec.group_size,
+            )
 
     def _render_controls(self) -> None:
         """Everything that follows the state without computing: the grid, the slider and
@@ -813,12 +942,15 @@ class Dashboard:
         self._rendering = True  # widget values follow the state without firing edits
         try:
             self.factor.value = state.factor
+            self.sink.value, self.window.value = state.sink, state.window
             self.dla_length.value = state.dla_length
             self._set_record_bound()
             self.dla_record.value = state.dla_record
         finally:
             self._rendering = False
-        self.edits_box.children = [self._edit_row(layer, head, f) for layer, head, f in state.edits]
+        self.edits_box.children = [
+            self._edit_row(layer, head, f) for layer, head, f in state.edits
+        ] + [self._stream_row(layer, kv) for layer, kv in state.streaming]
         self.state_box.value = state.to_json()
 
     def _edit_row(self, layer: int, head: int, factor: float) -> w.HBox:
@@ -826,6 +958,15 @@ class Dashboard:
         remove = w.Button(description="remove", icon="trash", layout=w.Layout(width="90px"))
         remove.on_click(lambda _, h=(layer, head): self.remove(h))
         return w.HBox([w.Label(f"L{layer}H{head}: {kind}"), remove])
+
+    def _stream_row(self, layer: int, kv: int) -> w.HBox:
+        group, state = self.handle.spec.group_size, self.state
+        heads = f"H{kv * group}-H{(kv + 1) * group - 1}" if group > 1 else f"H{kv}"
+        label = f"L{layer} KV{kv} ({heads}): stream, sink {state.sink} + window {state.window}"
+        remove = w.Button(description="full", icon="trash", layout=w.Layout(width="90px"))
+        remove.tooltip = "back to full attention"
+        remove.on_click(lambda _, h=(layer, kv * group): self.stream(h))
+        return w.HBox([w.Label(label), remove])
 
 
 class _Stopped(Exception):
@@ -837,6 +978,12 @@ def _change(old: DashboardState, new: DashboardState) -> str:
     before, after = old.table(), new.table()
     changed = [h for h in sorted(set(before) | set(after)) if before.get(h) != after.get(h)]
     words = [f"L{a}H{b} {_factor(after.get((a, b)))}" for a, b in changed]
+    was, now = set(old.streaming), set(new.streaming)
+    words += [
+        f"L{a} KV{k} {'streaming' if (a, k) in now else 'full'}" for a, k in sorted(was ^ now)
+    ]
+    if now and (old.sink, old.window) != (new.sink, new.window):
+        words.append(f"sink {new.sink} + window {new.window}")
     if (old.dla_length, old.dla_record) != (new.dla_length, new.dla_record):
         words.append(f"attribution of record {new.dla_record} at {new.dla_length} lines")
     return ", ".join(words)
@@ -866,8 +1013,11 @@ def _took(started: float) -> str:
 
 
 def _edits(state: DashboardState) -> str:
-    n = len(state.edits)
-    return "no edits" if n == 0 else f"{n} edit{'s' if n > 1 else ''}"
+    n, m = len(state.edits), len(state.streaming)
+    text = "no edits" if n == 0 else f"{n} edit{'s' if n > 1 else ''}"
+    if m:
+        text += f", {m} streaming KV head{'s' if m > 1 else ''}"
+    return text
 
 
 def model_name(name_or_path: str) -> str:

@@ -34,6 +34,7 @@ from interp_seal.analysis.live_eval import EditEvaluator
 from interp_seal.analysis.sweeps import METRICS, SweepOptions
 from interp_seal.engine import AnswerBatch, CleanRun, clean_run, pad_id_of, run_from_layer
 from interp_seal.interventions import Head, HeadIntervention, scale_table
+from interp_seal.models import StreamingHeads
 
 Table = Mapping[Head, float]
 LengthCallback = Callable[[pd.DataFrame], None]
@@ -97,11 +98,22 @@ class EditedRuns:
         ]
 
     # -- accuracy per length ---------------------------------------------------------------
-    def evaluate(self, table: Table, *, on_length: LengthCallback | None = None) -> pd.DataFrame:
-        """``EditEvaluator.evaluate``'s table for the scale table ``table`` (``{head: factor}``),
-        lengths in order; ``on_length`` receives the lengths done so far after each one."""
+    def evaluate(
+        self,
+        table: Table,
+        *,
+        streaming: StreamingHeads | None = None,
+        on_length: LengthCallback | None = None,
+    ) -> pd.DataFrame:
+        """``EditEvaluator.evaluate``'s table for the scale table ``table`` (``{head: factor}``)
+        and the ``streaming`` KV heads, lengths in order; ``on_length`` receives the lengths
+        done so far after each one. With streaming heads the evaluator's own route runs (no
+        anchor: its cached run holds full attention)."""
         table = restrict(table)
         last, self._last = self._last, table
+        if streaming is not None and streaming.heads:
+            iv = self._iv(table) if table else None
+            return self.evaluator.evaluate(iv, streaming=streaming, on_length=on_length)
         if not table:
             if on_length is not None:
                 on_length(self.unedited)

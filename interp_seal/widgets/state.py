@@ -10,6 +10,12 @@ first bad field in one message: a bad state changes nothing.
 A head's edit is one factor on its output (the scale primitive, docs/design.md Sec. 3): 0 prunes it
 (SEAL Sec. 3.1), any other value scales it (SEAL Sec. 3.2). A click cycles keep -> prune ->
 scale (by the slider's factor) -> keep.
+
+Besides the edits, each KV head attends either to its whole prefix (full) or to its first
+``sink`` and last ``window`` positions (streaming, ``models.streaming_heads``; DuoAttention /
+RazorAttention): ``streaming`` lists the streaming KV heads, and a click in stream mode
+toggles one (under grouped-query attention, with all the query heads that read it). States
+saved before streaming heads existed load with every head full.
 """
 
 from __future__ import annotations
@@ -21,11 +27,16 @@ from dataclasses import asdict, dataclass, replace
 
 from interp_seal.inputs import parse_json
 from interp_seal.interventions import Head
-from interp_seal.models import ModelSpec
+from interp_seal.models import ModelSpec, StreamingHeads
 
 FORMAT = "interp-seal/dashboard/v1"
 FACTOR_RANGE = (0.0, 2.0)
 """The factors the slider offers; a head's edit factor lies in the same range."""
+SINK, WINDOW = 4, 64
+"""Streaming heads' default sizes: the organism's dashboard prompts run 250-2200 tokens (10-160
+lines), so a 64-token window holds about five lines, and four sinks the prompt's first tokens."""
+
+KVHead = tuple[int, int]  # (layer, KV head)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +51,9 @@ class DashboardState:
         selected: the locked head, or None.
         dla_length: length of the record whose logit attribution is shown.
         dla_record: its index among that length's records.
+        streaming: ``((layer, kv_head), ...)`` on sink + window attention, in the order they
+            were switched; every other KV head attends to its whole prefix.
+        sink, window: the streaming heads' first and most recent positions seen.
     """
 
     model: str
@@ -49,9 +63,18 @@ class DashboardState:
     selected: Head | None = None
     dla_length: int = 0
     dla_record: int = 0
+    streaming: tuple[KVHead, ...] = ()
+    sink: int = SINK
+    window: int = WINDOW
 
     def __post_init__(self):
         spec = ModelSpec(**self.geometry)
+        object.__setattr__(self, "streaming", tuple((int(a), int(b)) for a, b in self.streaming))
+        for kv in self.streaming:
+            check_kv_head(spec, kv)
+        if len(set(self.streaming)) != len(self.streaming):
+            raise ValueError("each KV head streams once; the state lists a KV head twice")
+        check_sizes(self.sink, self.window)
         for layer, head, factor in self.edits:
             check_head(spec, (layer, head))
             check_factor(factor, f"head L{layer}H{head}'s factor")
@@ -68,6 +91,30 @@ class DashboardState:
     def table(self) -> dict[Head, float]:
         """``{(layer, head): factor}``, the scale table of the edits."""
         return {(layer, head): factor for layer, head, factor in self.edits}
+
+    def attention(self) -> StreamingHeads | None:
+        """The streaming KV heads as ``compress_kv`` takes them (None: every head full)."""
+        if not self.streaming:
+            return None
+        return StreamingHeads(heads=frozenset(self.streaming), sink=self.sink, window=self.window)
+
+    def computed(self) -> tuple:
+        """What the accuracy and attribution depend on: the edits and the attention mode."""
+        return self.edits, self.attention()
+
+    def kv_head(self, head: Head) -> KVHead:
+        """The KV head query head ``head`` reads (``head // group`` under GQA)."""
+        check_head(self.spec, head)
+        return int(head[0]), int(head[1]) // self.spec.group_size
+
+    def stream_toggled(self, head: Head) -> DashboardState:
+        """A click in stream mode on query head ``head``: its KV head switches between full
+        and streaming attention; locks ``head``."""
+        kv = self.kv_head(head)
+        on = [h for h in self.streaming if h != kv]
+        if len(on) == len(self.streaming):
+            on.append(kv)
+        return replace(self, streaming=tuple(on), selected=(int(head[0]), int(head[1])))
 
     def with_edit(self, head: Head, factor: float | None) -> DashboardState:
         """The state with ``head`` set to ``factor`` (None: no edit), keeping the edit order."""
@@ -94,6 +141,7 @@ class DashboardState:
         data = asdict(self)
         data["edits"] = [list(e) for e in self.edits]
         data["selected"] = list(self.selected) if self.selected is not None else None
+        data["streaming"] = [list(kv) for kv in self.streaming]
         return json.dumps({"format": FORMAT, **data}, sort_keys=True)
 
     @classmethod
@@ -150,9 +198,28 @@ class DashboardState:
             data["factor"] = _factor(data["factor"], "factor")
         if data.get("selected") is not None:
             data["selected"] = _head(_field_list(data["selected"], "selected"), spec, "selected")
-        for name in ("dla_length", "dla_record"):
+        for name in ("dla_length", "dla_record", "sink", "window"):
             if name in data:
                 data[name] = _int(data[name], name)
+        try:
+            check_sizes(data.get("sink", SINK), data.get("window", WINDOW))
+        except ValueError as err:
+            raise ValueError(f"state fields 'sink' / 'window': {err}") from None
+        streaming = []
+        for i, kv in enumerate(_field_list(data.get("streaming", []), "streaming")):
+            entry = _field_list(kv, f"streaming[{i}]")
+            if len(entry) != 2:
+                raise ValueError(f"state field 'streaming[{i}]' must be [layer, kv_head]")
+            pair = (
+                _int(entry[0], f"streaming[{i}] layer"),
+                _int(entry[1], f"streaming[{i}] kv_head"),
+            )
+            try:
+                check_kv_head(spec, pair)
+            except ValueError as err:
+                raise ValueError(f"state field 'streaming[{i}]': {err}") from None
+            streaming.append(pair)
+        data["streaming"] = tuple(streaming)
         if records is not None:
             length = data.setdefault("dla_length", max(records))
             if length not in records:
@@ -207,6 +274,25 @@ def check_factor(factor: float, name: str) -> None:
         raise ValueError(
             f"{name} is {factor}; use a finite factor in {low:g}..{high:g} (0 prunes the head, "
             "1 keeps it)"
+        )
+
+
+def check_sizes(sink: int, window: int) -> None:
+    """Raise unless ``sink >= 0`` and ``window >= 1`` (``StreamingHeads``' own rule)."""
+    if sink < 0 or window < 1:
+        raise ValueError(
+            f"streaming heads see the first sink >= 0 and the last window >= 1 positions; got "
+            f"sink {sink}, window {window}"
+        )
+
+
+def check_kv_head(spec: ModelSpec, kv) -> None:
+    """Raise unless ``kv`` is a ``(layer, kv_head)`` of a model of geometry ``spec``."""
+    layer, index = (int(x) for x in kv)
+    if not (0 <= layer < spec.n_layers and 0 <= index < spec.n_kv_heads):
+        raise ValueError(
+            f"KV head L{layer} KV{index} does not exist: the model has {spec.n_layers} layers x "
+            f"{spec.n_kv_heads} KV heads"
         )
 
 

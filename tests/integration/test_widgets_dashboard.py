@@ -22,7 +22,7 @@ from interp_seal.analysis.logit_attribution import logit_attribution
 from interp_seal.analysis.sweeps import channel_sweep, scale_table_sweep
 from interp_seal.evaluation import line_retrieval_samples
 from interp_seal.interventions import hf_logits, scale_table
-from interp_seal.models import load_model
+from interp_seal.models import StreamingHeads, compress_kv, kv_budget_bytes, load_model
 from interp_seal.tuning.merge import merged_model
 from interp_seal.tuning.scales import load_scales
 from interp_seal.widgets import Dashboard, DashboardState
@@ -414,6 +414,14 @@ BAD_STATES = {  # field -> (replacement, the message naming it)
         {"dla_length": 33},
         r"'dla_length' is 33, but the dashboard's lengths are \[10, 60\]",
     ),
+    "streaming-outside": (
+        {"streaming": [[0, 9]]},
+        r"'streaming\[0\]': KV head L0 KV9 does not exist",
+    ),
+    "streaming-short": ({"streaming": [[0]]}, r"'streaming\[0\]' must be \[layer, kv_head\]"),
+    "streaming-twice": ({"streaming": [[0, 1], [0, 1]]}, r"streams once"),
+    "window-zero": ({"window": 0}, r"'sink' / 'window'.*window 0"),
+    "sink-float": ({"sink": 1.5}, r"'sink' must be a whole number"),
     "model-number": ({"model": 3}, r"'model' must be a string, got 3"),
     "geometry-other": ({"geometry": {"n_layers": 1}}, r"made for a model with geometry"),
     "unknown-field": ({"colour": "red"}, r"unknown fields \['colour'\]"),
@@ -548,3 +556,138 @@ def test_a_click_during_an_update_shows_queued_at_once_then_applies(organism, re
     assert dash.shown == dash.state and dash.history[-1].table() == {(0, 3): 0.0}
     assert "ready: 2 edits" in dash.status.value and "queued" not in dash.status.value
     assert [s.line.dash for s in dash.grid.layout.shapes] == [None]  # only the locked outline
+
+
+# -- streaming KV heads ---------------------------------------------------------------------
+
+
+def budget_shown(dash: Dashboard) -> pd.DataFrame:
+    """The accuracy / KV budget table under the curve, from its rows' data attributes."""
+    rows = re.findall(
+        r"data-length='(\d+)' data-value='([^']*)' data-baseline='([^']*)' "
+        r"data-kv-bytes='([^']*)' data-kv-share='([^']*)'",
+        dash.budget.value,
+    )
+    table = pd.DataFrame(rows, columns=["length", "value", "baseline", "kv_bytes", "kv_share"])
+    return table.replace("", "nan").astype(float).astype({"length": int}).set_index("length")
+
+
+def library_budget(handle, records, config) -> pd.DataFrame:
+    """``kv_budget_bytes`` at each record's prompt length, averaged per length."""
+    rows = []
+    for length, group in records.items():
+        tokens = [len(s.encode(handle.tokenizer).prompt_ids) for s in group]
+        kept = [kv_budget_bytes(config, handle.spec, t, itemsize=4) for t in tokens]
+        full = [kv_budget_bytes(None, handle.spec, t, itemsize=4) for t in tokens]
+        rows.append({"length": length, "kv_bytes": np.mean(kept), "full": np.mean(full)})
+    return pd.DataFrame(rows).set_index("length")
+
+
+def brute_streaming(handle, records, heads: dict, config) -> pd.DataFrame:
+    """``brute`` (one full HF forward per record) with ``config``'s streaming KV heads on."""
+    with compress_kv(handle, config):
+        return brute(handle, records, heads)
+
+
+def test_a_stream_click_switches_a_kv_head_and_shows_the_library_numbers(organism, records, dash):
+    """In stream mode a click switches the clicked head's KV head (its whole query group) to
+    sink + window: the curve and the table show the library's numbers for it (compress_kv
+    around one full forward per record), alone and with head edits below and above it; the
+    table's KV bytes are kv_budget_bytes at each record's prompt length; a second click
+    switches it back."""
+    spec, group = organism.spec, organism.spec.group_size
+    base = brute(organism, records, {})
+    budget = budget_shown(dash)
+    np.testing.assert_allclose(budget.kv_share, 1.0)
+    np.testing.assert_allclose(budget.value, base.exact_match, atol=1e-9)
+    dash.click_mode.value = "stream"
+    click(dash, 3, 5)  # query head 5 reads KV head 1
+    assert dash.state.streaming == ((3, 5 // group),) and dash.state.edits == ()
+    config = StreamingHeads(heads={(3, 1)}, sink=dash.state.sink, window=dash.state.window)
+    ref = brute_streaming(organism, records, {}, config)
+    assert not np.allclose(ref.exact_match, base.exact_match)  # the switch changes accuracy
+    np.testing.assert_allclose(shown(dash), [base.exact_match, ref.exact_match], atol=1e-9)
+    budget, want = budget_shown(dash), library_budget(organism, records, config)
+    np.testing.assert_allclose(budget.value, ref.exact_match, atol=1e-9)
+    np.testing.assert_allclose(budget.kv_bytes, want.kv_bytes, rtol=1e-12)
+    np.testing.assert_allclose(budget.kv_share, want.kv_bytes / want.full, rtol=1e-12)
+    assert (budget.kv_share < 1).all()
+    text = dash.grid.data[0].text
+    assert [text[3][h] for h in range(spec.n_heads)] == [""] * group + ["S"] * group
+    assert [row.children[0].value for row in dash.edits_box.children] == [
+        "L3 KV1 (H4-H7): stream, sink 4 + window 64"
+    ]
+
+    dash.click_mode.value = "edit"
+    for head, edits in [((0, 3), {(0, 3): 0.0}), ((3, 2), {(0, 3): 0.0, (3, 2): 0.0})]:
+        click(dash, *head)  # below the streaming layer (a run from it), then on it
+        ref = brute_streaming(organism, records, edits, config)
+        np.testing.assert_allclose(shown(dash)[1], ref.exact_match, atol=1e-9)
+        np.testing.assert_allclose(budget_shown(dash).value, ref.exact_match, atol=1e-9)
+    assert dash.grid.data[0].text[3][2] == "x0" and dash.grid.data[0].text[3][6] == "S"
+
+    dash.set_sizes(2, 16)  # the sizes apply to the streaming heads at once
+    config = StreamingHeads(heads={(3, 1)}, sink=2, window=16)
+    ref = brute_streaming(organism, records, {(0, 3): 0.0, (3, 2): 0.0}, config)
+    np.testing.assert_allclose(shown(dash)[1], ref.exact_match, atol=1e-9)
+    want = library_budget(organism, records, config)
+    np.testing.assert_allclose(budget_shown(dash).kv_bytes, want.kv_bytes, rtol=1e-12)
+
+    dash.click_mode.value = "stream"
+    click(dash, 3, 4)  # the same KV head: back to full
+    assert dash.state.streaming == ()
+    ref = brute(organism, records, {(0, 3): 0.0, (3, 2): 0.0})
+    np.testing.assert_allclose(shown(dash)[1], ref.exact_match, atol=1e-9)
+    np.testing.assert_allclose(budget_shown(dash).kv_share, 1.0)
+
+
+def test_dla_under_streaming_heads_equals_logit_attribution(organism, evaluator, dash):
+    dash.click_mode.value = "stream"
+    click(dash, 2, 1)
+    enc = evaluator.encoded[dash.state.dla_length][0]
+    config = StreamingHeads(heads={(2, 0)}, sink=dash.state.sink, window=dash.state.window)
+    with compress_kv(organism, config):
+        ref = logit_attribution(organism, enc.prompt_ids, [int(enc.answer_ids[0])])
+    heads = ref.table[ref.table.component == "head"]
+    grid = heads.pivot(index="layer", columns="head", values="value").sort_index(ascending=False)
+    np.testing.assert_allclose(np.array(dash.dla.data[0].z, dtype=float), grid.to_numpy())
+
+
+def test_streaming_state_round_trips_and_old_states_load(evaluator, dash):
+    dash.click((1, 1))
+    dash.click_mode.value = "stream"
+    click(dash, 3, 0)
+    click(dash, 0, 6)
+    dash.set_sizes(3, 24)
+    text = dash.state_box.value
+    assert json.loads(text)["streaming"] == [[3, 0], [0, 1]]
+    other = Dashboard(evaluator)
+    other.restore(text)
+    assert other.state == dash.state and other.state.attention() == StreamingHeads(
+        heads={(3, 0), (0, 1)}, sink=3, window=24
+    )
+    assert shown(other) == shown(dash) and other.budget.value == dash.budget.value
+    assert (other.sink.value, other.window.value) == (3, 24)
+    # a state saved before streaming heads existed: every head full, default sizes
+    old = {k: v for k, v in json.loads(text).items() if k not in ("streaming", "sink", "window")}
+    other.restore(json.dumps(old))
+    assert other.message.value == "" and other.state.streaming == ()
+    assert other.state.table() == {(1, 1): 0.0}
+    np.testing.assert_allclose(budget_shown(other).kv_share, 1.0)
+
+
+def test_streaming_refusals_are_messages(organism, dash, monkeypatch):
+    """What the library refuses shows as a message and changes nothing: streaming heads on a
+    model with sliding-window layers, a window of 0, a channel map under streaming heads."""
+    dash.click_mode.value = "stream"
+    before = dash.state
+    with monkeypatch.context() as patch:
+        patch.setattr(type(organism), "sliding_window", lambda self, layer: 16)
+        click(dash, 1, 0)
+    assert "sliding-window layers" in html.unescape(dash.message.value)
+    assert dash.state == before
+    dash.set_sizes(4, 0)  # the box allows >= 1; a script may still ask
+    assert "window 0" in dash.message.value and dash.state.window == before.window
+    click(dash, 1, 0)
+    dash.open_channels()
+    assert "channel maps are computed with every KV head full" in dash.message.value
