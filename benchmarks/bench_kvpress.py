@@ -85,6 +85,7 @@ from common import Clock, result_tags
 from interp_seal.analysis.kv_compression import kv_head_order, kv_heads
 from interp_seal.evaluation import line_retrieval_samples, teacher_force
 from interp_seal.models import ModelHandle, StreamingHeads, compress_kv, kv_budget_bytes, load_model
+from interp_seal.models.spec import ModelSpec
 from interp_seal.records import read_records
 from interp_seal.tasks import needle
 from interp_seal.tasks.chat import force_prefix, wrap_samples
@@ -187,11 +188,10 @@ def causal_ranking(sweep_dir: Path = SWEEP) -> pd.DataFrame:
 
 
 def conditions(
-    handle: ModelHandle, windows: dict[str, tuple[int, int]], full_counts: list[int]
+    spec: ModelSpec, windows: dict[str, tuple[int, int]], full_counts: list[int]
 ) -> list[dict]:
     """Per task: no compression, StreamingLLM (every KV head streaming) and DuoAttention with
     the ``m`` causally best KV heads full, for each ``m``."""
-    spec = handle.spec
     every = kv_heads(spec)
     order = kv_head_order(causal_ranking(), spec)
     out = []
@@ -257,6 +257,87 @@ def score_ours(handle: ModelHandle, records: list[dict], condition: dict) -> lis
     ]
 
 
+# -- kvpress's convention, re-implemented here -------------------------------------------------
+REFERENCE_ATTENTION = "bench_kvpress_evict_after_prefill"
+
+
+def masked_eager(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Eager attention of the question / answer rows over the full prefilled cache, with a
+    streaming KV head's context keys between its sinks and its recent window masked out
+    (``module._evict``: ``(streaming KV heads, sink, first recent position, context length)``);
+    causal among the new rows. Plain causal attention while prefilling."""
+    B, H, Tq, D = query.shape
+    Tk, n_kv = key.shape[2], key.shape[1]
+    k = key.repeat_interleave(H // n_kv, dim=1)
+    v = value.repeat_interleave(H // n_kv, dim=1)
+    scores = (query @ k.transpose(-1, -2)) * (D**-0.5 if scaling is None else scaling)
+    q_pos = torch.arange(Tk - Tq, Tk)
+    k_pos = torch.arange(Tk)
+    visible = (k_pos[None, :] <= q_pos[:, None]).expand(H, Tq, Tk).clone()  # (head, q, k)
+    streaming, sink, first_recent, context = getattr(module, "_evict", ((), 0, 0, 0))
+    if Tq < Tk:  # decoding on the prefilled context, as kvpress's attention patch
+        middle = (k_pos >= sink) & (k_pos < first_recent)
+        for kv in streaming:
+            visible[kv * (H // n_kv) : (kv + 1) * (H // n_kv), :, middle] = False
+    scores = scores.masked_fill(~visible, float("-inf"))
+    out = scores.softmax(-1) @ v
+    return out.transpose(1, 2).contiguous(), None
+
+
+def score_reference(handle: ModelHandle, records: list[dict], condition: dict) -> list[dict]:
+    """kvpress's convention without kvpress: the context prefilled with full attention into a
+    plain cache, then the question and the answer tokens (teacher-forced, at their true
+    positions) with each streaming KV head's context keys outside its sinks and its last
+    ``window - len(question)`` positions masked: what ``StreamingLLMPress`` evicts and what
+    ``DuoAttentionPress`` masks. A check of the peer's configuration, and the split of any gap
+    between the tools: reference vs kvpress is the harness, interp-seal vs reference is the
+    method (prefill attention restricted, the window sliding)."""
+    from transformers import AttentionInterface
+
+    from interp_seal.models.kv_cache import cache_arg, returned_cache
+
+    model = handle.model
+    AttentionInterface.register(REFERENCE_ATTENTION, masked_eager)
+    old = model.config._attn_implementation
+    streaming = {}
+    for layer, head in condition["streaming"]:
+        streaming.setdefault(layer, []).append(head)
+    out = []
+    try:
+        for r in records:
+            C, Q = len(r["context_ids"]), len(r["question_ids"])
+            recent = condition["window"] - Q
+            first_recent = C - recent if condition["press"] != "none" else 0
+            with torch.no_grad():
+                model.set_attn_implementation("sdpa")
+                pre = model(torch.tensor([r["context_ids"]]), use_cache=True)
+                model.set_attn_implementation(REFERENCE_ATTENTION)
+                for i in range(handle.spec.n_layers):
+                    heads = streaming.get(i, []) if condition["press"] != "none" else []
+                    handle.attn(i)._evict = (heads, condition["sink"], first_recent, C)
+                rest = r["question_ids"] + r["answer_ids"][:-1]
+                logits = model(
+                    torch.tensor([rest]),
+                    position_ids=torch.arange(C, C + len(rest))[None],
+                    **cache_arg(returned_cache(pre)),
+                ).logits[0, Q - 1 :]
+            predicted = logits.argmax(-1).tolist()
+            out.append(
+                {
+                    "condition": condition["name"],
+                    "record": r["id"],
+                    "exact_match": predicted == r["answer_ids"],
+                    "predicted": predicted,
+                }
+            )
+    finally:
+        model.set_attn_implementation(old)
+        for i in range(handle.spec.n_layers):
+            if hasattr(handle.attn(i), "_evict"):
+                del handle.attn(i)._evict
+    return out
+
+
 # -- the peer ----------------------------------------------------------------------------------
 def run_peer(python: Path, model_dir: str, out: Path, threads: int) -> float:
     """``kvpress_run.py`` in the peer environment; returns its CPU seconds (children's)."""
@@ -289,14 +370,17 @@ def run_peer(python: Path, model_dir: str, out: Path, threads: int) -> float:
 
 
 # -- the table ---------------------------------------------------------------------------------
-def side_by_side(records, conds, ours: list[dict], peer: list[dict]) -> pd.DataFrame:
-    """One row per condition: both tools' exact match, agreement, KV bytes, record digests."""
+def side_by_side(records, conds, ours: list[dict], peer: list[dict], ref: list[dict]):
+    """One row per condition: both tools' exact match and the reference's, agreements (records
+    with the same verdict), KV bytes, record digests."""
     rows = []
     for c in conds:
         task_records = [r for r in records if r["task"] == c["task"]]
         mine = [o for o in ours if o["condition"] == c["name"]]
         theirs = {p["record"]: p for p in peer if p["condition"] == c["name"]}
         pairs = [(o, theirs.get(o["record"])) for o in mine]
+        check = {x["record"]: x for x in ref if x["condition"] == c["name"]}
+        refs = [check[o["record"]] for o in mine]
         if any(p is None for _, p in pairs):
             raise ValueError(f"{c['name']}: kvpress scored {len(theirs)} of {len(mine)} records")
         rows.append(
@@ -317,6 +401,14 @@ def side_by_side(records, conds, ours: list[dict], peer: list[dict]) -> pd.DataF
                 "kvpress_em": float(np.mean([p["exact_match"] for _, p in pairs])),
                 "agree": sum(o["exact_match"] == p["exact_match"] for o, p in pairs),
                 "first_token_agree": sum(o["predicted"][0] == p["predicted"][0] for o, p in pairs),
+                "ref_em": float(np.mean([x["exact_match"] for x in refs])),
+                "ref_kvpress_agree": sum(
+                    x["predicted"] == p["predicted"] for x, (_, p) in zip(refs, pairs, strict=True)
+                ),
+                "ours_ref_agree": sum(
+                    o["exact_match"] == x["exact_match"]
+                    for x, (o, _) in zip(refs, pairs, strict=True)
+                ),
                 "ours_kv_bytes": float(np.mean([o["kv_bytes"] for o in mine])),
                 "kvpress_kv_bytes": float(np.mean([p["kv_bytes"] for _, p in pairs])),
                 "kvpress_kv_bytes_held": float(np.mean([p["kv_bytes_held"] for _, p in pairs])),
@@ -343,14 +435,16 @@ def print_table(table: pd.DataFrame, records: list[dict]) -> None:
         print(
             f"   {'condition':28s} {'full KV':>7s} {'EM ours':>8s} {'EM kvpress':>10s} "
             f"{'agree':>6s} {'1st tok':>7s} {'KV MiB ours':>11s} {'KV MiB kvpress':>14s} "
-            f"{'(held)':>8s}"
+            f"{'(held)':>8s} {'EM ref':>6s} {'ref=kvpress':>11s} {'ours~ref':>8s}"
         )
         for row in group.itertuples():
             print(
                 f"   {row.condition:28s} {row.full_kv_heads:7d} {row.ours_em:8.2f} "
                 f"{row.kvpress_em:10.2f} {row.agree:3d}/{row.n:<2d} "
                 f"{row.first_token_agree:4d}/{row.n:<2d} {row.ours_kv_bytes / 2**20:11.2f} "
-                f"{row.kvpress_kv_bytes / 2**20:14.2f} {row.kvpress_kv_bytes_held / 2**20:8.2f}"
+                f"{row.kvpress_kv_bytes / 2**20:14.2f} {row.kvpress_kv_bytes_held / 2**20:8.2f} "
+                f"{row.ref_em:6.2f} {row.ref_kvpress_agree:8d}/{row.n:<2d} "
+                f"{row.ours_ref_agree:5d}/{row.n:<2d}"
             )
 
 
@@ -361,7 +455,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=7, help="lines per record (default: 7)")
     parser.add_argument("--needle-tokens", type=int, default=1000, help="needle context length")
     parser.add_argument(
-        "--line-window", type=int, nargs=2, default=[4, 64], metavar=("SINK", "WINDOW")
+        "--line-window", type=int, nargs=2, default=[4, 96], metavar=("SINK", "WINDOW")
     )
     parser.add_argument(
         "--needle-window", type=int, nargs=2, default=[4, 256], metavar=("SINK", "WINDOW")
@@ -393,7 +487,7 @@ def main() -> None:
         for i, s in enumerate(batch)
     ]
     windows = {"lines": tuple(args.line_window), "needle": tuple(args.needle_window)}
-    conds = conditions(handle, windows, args.full_counts)
+    conds = conditions(handle.spec, windows, args.full_counts)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "records.jsonl", "w", encoding="utf-8") as f:
         for r in records:
@@ -415,9 +509,15 @@ def main() -> None:
             em = np.mean([o["exact_match"] for o in ours if o["condition"] == c["name"]])
             print(f"{c['name']:40s} interp-seal exact match {em:.2f}")
         return
+    start = clock()
+    ref = []
+    for c in conds:
+        ref += score_reference(handle, [r for r in records if r["task"] == c["task"]], c)
+    ref_s = clock() - start
+    print(f"reference (kvpress's convention, here): {ref_s:.0f} CPU s", flush=True)
     peer_s = run_peer(args.peer_python, str(handle.name_or_path), args.out, args.threads)
     peer = read_records(args.out / "kvpress.jsonl")
-    table = side_by_side(records, conds, ours, peer)
+    table = side_by_side(records, conds, ours, peer, ref)
     table.to_csv(args.out / "side_by_side.csv", index=False)
     print(
         "\nSmolLM2-135M-Instruct, float32, CPU. Exact match = greedy exact match of the whole "

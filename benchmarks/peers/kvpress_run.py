@@ -8,7 +8,9 @@ Command (``bench_kvpress.py`` runs it; by hand, from the repository root)::
         --conditions runs/bench_kvpress/conditions.json --out runs/bench_kvpress/kvpress.jsonl
 
 The environment (``benchmarks/peers/README.md``) has NVIDIA's kvpress and the older transformers
-it requires; interp-seal is not installed in it, and this file imports nothing from it.
+it requires; interp-seal is not installed in it, and this file imports nothing from it. kvpress
+and transformers are imported where they are used, so that the main environment's tests can
+import ``record_hash`` from here without them.
 
 Each record arrives as token ids already split into a *context* and a *question* (the question
 ends with the answer's forced prefix) plus the answer's ids. kvpress's protocol
@@ -60,8 +62,6 @@ import time
 from importlib.metadata import version
 
 import torch
-from kvpress import DuoAttentionPress, StreamingLLMPress
-from transformers import AutoModelForCausalLM, DynamicCache
 
 
 def record_hash(context: list[int], question: list[int], answer: list[int]) -> str:
@@ -70,17 +70,26 @@ def record_hash(context: list[int], question: list[int], answer: list[int]) -> s
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class GivenPatternDuoAttentionPress(DuoAttentionPress):
-    """``DuoAttentionPress`` whose sink, recent window and streaming heads are set by the
-    caller (``post_init_from_model`` would download DuoAttention's trained pattern)."""
+def given_pattern_duo_attention(mask: torch.Tensor, sink: int, recent: int):
+    """A ``DuoAttentionPress`` with ``sink_size``, ``recent_size`` and ``streaming_mask`` set
+    here: its ``post_init_from_model`` (which would download DuoAttention's trained pattern) is
+    replaced by a check that they are set."""
+    from kvpress import DuoAttentionPress
 
-    def post_init_from_model(self, model):
-        if self.streaming_mask is None or self.sink_size is None or self.recent_size is None:
-            raise ValueError("set sink_size, recent_size and streaming_mask before use")
+    class GivenPatternDuoAttentionPress(DuoAttentionPress):
+        def post_init_from_model(self, model):
+            if self.streaming_mask is None or self.sink_size is None or self.recent_size is None:
+                raise ValueError("set sink_size, recent_size and streaming_mask before use")
+
+    press = GivenPatternDuoAttentionPress(head_compression_ratio=mask.float().mean().item())
+    press.sink_size, press.recent_size, press.streaming_mask = sink, recent, mask
+    return press
 
 
 def make_press(condition: dict, n_layers: int, n_kv: int, context: int, question: int):
     """The press of ``condition`` for one record (None: no press), and ``recent``."""
+    from kvpress import StreamingLLMPress
+
     kind, sink = condition["press"], condition["sink"]
     recent = condition["window"] - question
     if kind == "none":
@@ -100,13 +109,11 @@ def make_press(condition: dict, n_layers: int, n_kv: int, context: int, question
         mask = torch.zeros(n_layers, n_kv, dtype=torch.bool)
         for layer, head in condition["streaming"]:
             mask[layer, head] = True
-        press = GivenPatternDuoAttentionPress(head_compression_ratio=mask.float().mean().item())
-        press.sink_size, press.recent_size, press.streaming_mask = sink, recent, mask
-        return press, recent
+        return given_pattern_duo_attention(mask, sink, recent), recent
     raise ValueError(f"unknown press {kind!r}")
 
 
-def cache_bytes(cache: DynamicCache, model) -> tuple[int, int]:
+def cache_bytes(cache, model) -> tuple[int, int]:
     """``(bytes of the unmasked keys and values, bytes the cache holds)``."""
     held = unmasked = 0
     for i, layer in enumerate(cache.layers):
@@ -123,6 +130,8 @@ def cache_bytes(cache: DynamicCache, model) -> tuple[int, int]:
 @torch.no_grad()
 def score(model, record: dict, condition: dict) -> dict:
     """One record under one condition, kvpress's protocol (module docstring)."""
+    from transformers import DynamicCache
+
     cfg = model.config
     context, question, answer = record["context_ids"], record["question_ids"], record["answer_ids"]
     C, Q = len(context), len(question)
@@ -167,6 +176,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSONL file to write")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    import kvpress  # noqa: F401  (on import, patches transformers' attention functions)
+    from transformers import AutoModelForCausalLM
+
     torch.set_num_threads(args.threads)
     records = [json.loads(line) for line in open(args.records, encoding="utf-8")]
     conditions = json.load(open(args.conditions, encoding="utf-8"))
