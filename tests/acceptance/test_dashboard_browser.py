@@ -7,8 +7,11 @@
    ``test_widgets_dashboard.py``), how fast the page answers (the cell within 0.3 s of the
    click, the finished update within 0.3 s of the kernel's own compute time), and that the
    grid fits an 800 px window. Then a click in *channels* mode opens a head's channel map
-   through the page (its values: the library's channel sweep under the same edits), and a
-   click made while an update runs shows at once as queued, then lands.
+   through the page (its values: the library's channel sweep under the same edits), a
+   click made while an update runs shows at once as queued, then lands, and a click in
+   *stream KV* mode switches a KV head to sink + window attention: the curve and the table
+   under it show the library's accuracy under ``compress_kv`` with the same edits, beside the
+   KV bytes ``kv_budget_bytes`` gives.
 2. JupyterLab renders ``notebooks/dashboard.ipynb``'s widgets after running it.
 3. A small served page loads nothing from outside its server (every request the browser makes,
    and the URLs in its HTML), every response says ``Referrer-Policy: no-referrer``, and closing
@@ -38,6 +41,7 @@ from interp_seal.browser import (
     CELL_POSITION,
     CELL_VALUE,
     CHROMIUM,
+    FIND_FIGURE,
     HOVERED,
     SHOWN,
     click_head,
@@ -52,9 +56,9 @@ from interp_seal.browser import (
     stop,
 )
 from interp_seal.cli.dashboard import free_port
-from interp_seal.evaluation import line_retrieval_samples
+from interp_seal.evaluation import evaluate_lengths, line_retrieval_samples
 from interp_seal.interventions import scale_table
-from interp_seal.models import load_model
+from interp_seal.models import StreamingHeads, compress_kv, kv_budget_bytes, load_model
 from interp_seal.tuning import load_scales
 
 LENGTHS, N = (20, 40, 60, 80), 20  # benchmarks/bench_dashboard.py's sizes
@@ -185,6 +189,40 @@ def test_served_dashboard_answers_at_once_with_the_library_numbers(chromium, tmp
         assert curves(page)["edited"] == pytest.approx(
             want[want.metric == "exact_match"].value.tolist()
         )
+
+        # a stream click: the top layer's KV head of query head 5 to sink + window, under the
+        # four edits; the page's numbers are the library's
+        page.get_by_role("button", name="stream KV", exact=True).click()
+        stream = (handle.spec.n_layers - 1, 5)
+        press(page, stream)
+        page.wait_for_function(
+            "() => { const s = document.querySelector('[data-update]');"
+            " return s && s.textContent.includes('4 edits, 1 streaming KV head'); }",
+            timeout=300_000,
+        )
+        kv = (stream[0], stream[1] // handle.spec.group_size)
+        config = StreamingHeads(heads={kv}, sink=4, window=64)  # the dashboard's defaults
+        with compress_kv(handle, config):
+            ref = evaluate_lengths(
+                handle, records, intervention=scale_table(handle.spec, four), progress=False
+            )
+        assert curves(page)["edited"] == pytest.approx(ref.exact_match.tolist(), abs=1e-9)
+        table = budget_rows(page)
+        assert [row["length"] for row in table] == list(LENGTHS)
+        for row, length in zip(table, LENGTHS, strict=True):
+            tokens = [len(s.encode(handle.tokenizer).prompt_ids) for s in records[length]]
+            kept = [kv_budget_bytes(config, handle.spec, t, itemsize=4) for t in tokens]
+            full = [kv_budget_bytes(None, handle.spec, t, itemsize=4) for t in tokens]
+            assert row["kvBytes"] == pytest.approx(sum(kept) / len(kept), rel=1e-12)
+            assert row["kvShare"] == pytest.approx(sum(kept) / sum(full), rel=1e-12)
+            assert row["value"] == pytest.approx(float(ref.set_index("length").exact_match[length]))
+        text = page.evaluate("() => (FIND)('Head edits').data[0].text".replace("FIND", FIND_FIGURE))
+        group = handle.spec.group_size
+        assert [t.endswith("S") for t in text[kv[0]]] == [
+            h // group == kv[1] for h in range(handle.spec.n_heads)
+        ]
+        state = json.loads(page.locator("textarea").first.input_value())
+        assert state["streaming"] == [list(kv)]
         page.close()
     finally:
         stop(server)
@@ -197,6 +235,15 @@ def press(page, head) -> None:
     page.wait_for_function(HOVERED, arg=list(head), polling="raf", timeout=10_000)
     page.mouse.down()
     page.mouse.up()
+
+
+def budget_rows(page) -> list[dict]:
+    """The accuracy / KV budget table under the curve, from its rows' data attributes."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('[data-kv-budget] tr[data-length]')].map(r => ({
+            length: Number(r.dataset.length), value: Number(r.dataset.value),
+            kvBytes: Number(r.dataset.kvBytes), kvShare: Number(r.dataset.kvShare)}))"""
+    )
 
 
 def figure_title(page, title: str) -> str:
