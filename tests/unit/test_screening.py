@@ -172,15 +172,34 @@ def test_confirmed_on_fewer_records(handle, samples):
     screen = screened_head_sweep(
         handle, samples, top_k=2, candidates=3, confirm_records=1, options=QUIET
     )
+    """Exact match: the exact sweep on the first record. Answer log-probability: the difference
+    estimator, the exact change on the first record plus the estimates' mean over all records
+    minus the first record's estimate; its baseline the mean over all records."""
     first = {n: batch[:1] for n, batch in samples.items()}
-    exact = screen.table[screen.table.source == "exact"]
+    confirmed = screen.table[screen.table.source != "estimate"]
     heads = sorted(
-        {(int(lay), int(h)) for lay, h in zip(exact["layer"], exact["head"], strict=True)}
+        {(int(lay), int(h)) for lay, h in zip(confirmed["layer"], confirmed["head"], strict=True)}
     )
+    assert len(heads) == 3
     sweep = head_sweep(handle, first, heads=heads, options=QUIET)
-    merged = exact.merge(sweep, on=["layer", "head", "length", "metric"], suffixes=("", "_one"))
+    merged = confirmed.merge(sweep, on=["layer", "head", "length", "metric"], suffixes=("", "_one"))
     assert len(merged) == 3 * 2 * 2
-    np.testing.assert_allclose(merged["delta"], merged["delta_one"], atol=1e-5)
+    em = merged[merged.metric == "exact_match"]
+    assert (em.source == "exact").all()
+    np.testing.assert_allclose(em["delta"], em["delta_one"], atol=1e-5)
+    lp = merged[merged.metric == "answer_logprob"]
+    assert (lp.source == "corrected").all()
+    keys = ["layer", "head", "length"]
+    every = attribution_estimates(handle, samples, progress=False).set_index(keys)
+    one = attribution_estimates(handle, first, progress=False).set_index(keys)
+    index = pd.MultiIndex.from_frame(lp[keys])
+    shift = every.estimate.reindex(index).to_numpy() - one.estimate.reindex(index).to_numpy()
+    assert np.abs(shift).max() > 1e-3  # the correction is not nothing on these records
+    np.testing.assert_allclose(lp["delta"], lp["delta_one"] + shift, atol=1e-4)
+    full = head_sweep(handle, samples, heads=heads[:1], options=QUIET)
+    baseline = full[full.metric == "answer_logprob"].groupby("length").baseline.first()
+    np.testing.assert_allclose(lp["baseline"], baseline.reindex(lp["length"]), atol=1e-5)
+    np.testing.assert_allclose(lp["value"], lp["baseline"] + lp["delta"], atol=1e-9)
 
 
 @pytest.mark.parametrize("mode", ["scale", "mean"])
