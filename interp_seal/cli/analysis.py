@@ -18,8 +18,9 @@ of ``value`` on ``exact_match`` rows (empty on ``answer_logprob`` rows).
 ``--screen K`` (models with many heads) prices every head by attribution patching, sweeps
 exactly the ``--candidates`` heads with the largest estimated magnitude (on ``--confirm-records``
 records per length) and reports the K most helpful and K most harmful
-(``interp_seal.analysis.screening``): the table gains a ``source`` column (``exact`` /
-``estimate``), figures and quadrants use the answer's log-probability (the only metric every
+(``interp_seal.analysis.screening``): the table gains a ``source`` column (``exact``,
+``corrected``: the answer log-probability of a head confirmed on fewer records than ``--n``,
+estimated for all of them by the difference estimator, or ``estimate``), figures and quadrants use the answer's log-probability (the only metric every
 head has), the estimates go to ``screen_estimates.csv``, the per-record estimates to
 ``OUT/screen`` and the exact sweep's records to ``OUT/exact``. ``--qk-fix`` and ``--grad-drop``
 add AtP*'s corrections to the screen (Kramar et al. 2024; ``interp_seal.analysis.atp_star``):
