@@ -81,9 +81,11 @@ def save_random_checkpoint(
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.config.architectures = [type(model).__name__]
     offset = FAMILIES[family].norm_offset  # Gemma's norms scale by 1 + weight
+    # norm weights by name, or by their module's class where the name does not say (GPT-2's ln_1)
+    norms = {f"{m}.weight" for m, mod in model.named_modules() if "Norm" in type(mod).__name__}
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "norm" in name and not name.endswith("bias"):  # 1 + 0.3 randn, any offset
+            if ("norm" in name or name in norms) and not name.endswith("bias"):  # 1 + 0.3 randn
                 param.copy_(1 - offset + 0.3 * torch.randn_like(param))
             elif name.endswith("bias"):
                 param.normal_(0, 0.1)

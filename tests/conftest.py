@@ -65,6 +65,7 @@ FAMILIES = (
     "gemma2",
     "gemma3_text",
     "gpt_neox",
+    "gpt2",
 )
 # families whose random checkpoints compute different functions: mistral's (window off, see its
 # row) is llama's computation under another name, so the slower per-family tests skip it
@@ -100,7 +101,7 @@ def _no_network(monkeypatch):
 
 def build_checkpoint(path, family: str = "llama", **kwargs) -> str:
     """A tiny random checkpoint: qwen2 multi-head (with q/k/v biases), the others GQA (2 KV
-    heads) but gpt_neox (multi-head: its row drops the KV heads)."""
+    heads) but gpt_neox and gpt2 (multi-head: their rows drop the KV heads)."""
     n_heads = kwargs.pop("n_heads", 4)
     n_kv_heads = n_heads if family == "qwen2" else 2
     return save_random_checkpoint(path, family, n_heads=n_heads, n_kv_heads=n_kv_heads, **kwargs)

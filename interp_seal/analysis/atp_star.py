@@ -78,12 +78,13 @@ class Captured:
         slots: each layer's input residual stream ``r_l`` (key ``l``) and the final norm's
             input ``r_L`` (key ``L``), in the autograd graph, ``(1, T, d_model)`` each.
         values: per layer, the value vectors ``(KV, T, D)`` (QK fix only).
-        rope: per layer, the ``(cos, sin)`` its attention received (QK fix only).
+        rope: per layer, the ``(cos, sin)`` its attention received (QK fix only; None in a
+            family without RoPE, GPT-2).
     """
 
     slots: dict[int, Tensor]
     values: dict[int, Tensor]
-    rope: dict[int, tuple[Tensor, Tensor]]
+    rope: dict[int, tuple[Tensor, Tensor] | None]
 
     def resid(self) -> list[Tensor]:
         """``[r_0, ..., r_L]``."""
@@ -111,8 +112,8 @@ def captured_stream(handle: ModelHandle, *, values: bool) -> Iterator[Captured]:
         return hook
 
     def keep_rope(layer, _mod, kwargs, _q, _k):
-        cos, sin = kwargs["position_embeddings"]
-        kept.rope.setdefault(layer, (cos.detach(), sin.detach()))
+        tables = handle.rope_tables(kwargs)  # None without RoPE (GPT-2)
+        kept.rope.setdefault(layer, tables and tuple(t.detach() for t in tables))
 
     with ExitStack() as hooks:
         for index, module in enumerate([*handle.layers(), handle.final_norm()]):
@@ -188,8 +189,8 @@ def qk_fix_corrections(
     with torch.no_grad():
         for later in range(1, L):
             x = resid[later][0].detach()
-            cos, sin = captured.rope[later]
-            q0, k0 = _project_qk(handle, later, x[None], cos, sin, rows)
+            tables = captured.rope[later]
+            q0, k0 = _project_qk(handle, later, x[None], tables, rows)
             g = grad[later, rows.cpu()].to(device).transpose(0, 1)  # (H', R, D)
             g = g.reshape(KV, H // KV, *g.shape[1:])  # query head h' = kv * group + g
             v = captured.values[later]  # (KV, T, D)
@@ -204,7 +205,7 @@ def qk_fix_corrections(
                 dresid = torch.cat(
                     [_residual_change(handle, s, change[s].to(device)) for s in sources]
                 )  # (N = sources x H, T, d)
-                dq, dk = _qk_change(handle, later, x, dresid, cos, sin, rows)
+                dq, dk = _qk_change(handle, later, x, dresid, tables, rows)
                 patched = pattern(q0 + dq, k0 + dk)  # (N, H', R, T)
                 _, linear = torch.func.jvp(
                     pattern,
@@ -227,34 +228,34 @@ def _residual_change(handle: ModelHandle, layer: int, dz: Tensor) -> Tensor:
             "not supported yet: screen without qk_fix"
         )
     T, H, D = dz.shape
-    weight = handle.proj(layer, "o_proj").weight  # (d_model, H * D)
-    per_head = weight.float().view(-1, H, D)  # (d_model, H, D)
+    weight = handle.linear_weight(handle.proj(layer, "o_proj"))  # (d_model, H * D)
+    per_head = weight.float().reshape(-1, H, D)  # (d_model, H, D)
     return torch.einsum("thd,mhd->htm", dz.float(), per_head)
 
 
-def _project_qk(handle, layer, x, cos, sin, rows):
+def _project_qk(handle, layer, x, tables, rows):
     """Post-RoPE queries of ``rows`` ``(N, H, R, D)`` and keys of every position
     ``(N, KV, T, D)`` that ``layer`` computes from its input ``x`` ``(N, T, d)``, by the model's
-    own modules (pre-attention norm, projections, q / k norms, RoPE), in float32."""
-    rope = handle.rope(layer)
+    own modules (pre-attention norm, projections, q / k norms, RoPE with the ``(cos, sin)``
+    ``tables``, None without RoPE), in float32."""
     normed = handle.apply_norm(layer, "pre_attn", x)
     (k,) = handle.project(layer, normed, "k")
     (q,) = handle.project(layer, normed[:, rows], "q")
     q = handle.split_heads(layer, "q", q)
     k = handle.split_heads(layer, "k", k)
-    q, _ = rope(q, q, cos[:, rows], sin[:, rows])
-    k, _ = rope(k, k, cos, sin)
+    q = handle.rotate(layer, q, tables, rows[None])  # tables at (1, R)
+    k = handle.rotate(layer, k, tables)
     return q.float(), k.float()
 
 
-def _qk_change(handle, layer, x, dresid, cos, sin, rows):
+def _qk_change(handle, layer, x, dresid, tables, rows):
     """First-order changes ``dq (N, H, R, D), dk (N, KV, T, D)`` of ``_project_qk`` at ``x``
     ``(T, d)`` for each residual change ``dresid`` ``(N, T, d)`` (forward mode, vectorised over
     the ``N`` changes: the clean projection runs once)."""
 
     def tangent(t):
         _, (dq, dk) = torch.func.jvp(
-            lambda x: _project_qk(handle, layer, x, cos, sin, rows), (x[None],), (t[None],)
+            lambda x: _project_qk(handle, layer, x, tables, rows), (x[None],), (t[None],)
         )
         return dq[0], dk[0]
 

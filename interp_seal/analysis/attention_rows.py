@@ -23,11 +23,12 @@ Two capture routes give identical numbers (the same ops on the same tensors):
   heads with the family's q / k norms where it has them (``ModelHandle.split_heads``: Qwen3's
   per-head norms, OLMo 2's norms over the whole projection), and a hook on the attention
   module (which receives ``position_embeddings = (cos, sin)``) applies the model's own RoPE
-  function (``Family.rope_function``) to them. With a KV cache (decoding) the keys come from
+  function (``Family.rope_function``; none in GPT-2, ``ModelHandle.rotate``) to them. With a KV cache (decoding) the keys come from
   the cache, which stores them post-RoPE, so each step costs one row per head.
 - ``backend="nnsight"``: reads the output of the first call of the family's RoPE function
   (``Family.rope_function``) in the attention module's source inside an nnsight trace, e.g.
-  ``self_attn.source.apply_rotary_pos_emb_0.output`` (docs/design.md Sec. 2).
+  ``self_attn.source.apply_rotary_pos_emb_0.output`` (docs/design.md Sec. 2); in a family
+  without RoPE (GPT-2) the projections' outputs, split into heads.
 
 Both are checked against the rows of eager attention (``output_attentions=True``) in the tests.
 Rows are computed in float32 whatever the model dtype. A ``reduce`` function applied to each
@@ -173,7 +174,6 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
     with ExitStack() as hooks:
         for layer in layers:
             attn = handle.attn(layer)
-            rope = handle.rope(layer)
             proj: dict[str, Tensor] = {}
 
             def keep(name: str, layer=layer, proj=proj):
@@ -182,9 +182,10 @@ def post_rope_qk_hooks(handle: ModelHandle, layers: Sequence[int], on_qk: QKCall
 
                 return hook
 
-            def rotate(mod, _args, kwargs, _out, layer=layer, rope=rope, proj=proj):
-                cos, sin = kwargs["position_embeddings"]
-                on_qk(layer, mod, kwargs, *rope(proj.pop("q"), proj.pop("k"), cos, sin))
+            def rotate(mod, _args, kwargs, _out, layer=layer, proj=proj):
+                tables = handle.rope_tables(kwargs)  # None without RoPE (GPT-2)
+                q, k = (handle.rotate(layer, proj.pop(w), tables) for w in "qk")
+                on_qk(layer, mod, kwargs, q, k)
 
             hooks.enter_context(handle.on_projection(layer, "q", keep("q")))
             hooks.enter_context(handle.on_projection(layer, "k", keep("k")))
@@ -274,7 +275,26 @@ def _capture_nnsight(handle, input_ids, query_positions, reduce) -> Tensor:
         captured = nnsight.save([])
         for layer in range(handle.spec.n_layers):
             attn = fold(getattr, handle.family.attn.split("."), layer_envoys[layer])
-            q_rot, k_rot = getattr(attn.source, f"{handle.family.rope_function}_0").output
+            if handle.family.rope_function is None:  # no RoPE (GPT-2): q, k as projected
+                q_rot, k_rot = _projected_qk(handle, layer, attn)
+            else:
+                q_rot, k_rot = getattr(attn.source, f"{handle.family.rope_function}_0").output
             rows = layer_rows(handle, layer, q_rot[:, :, local.to(q_rot.device)], k_rot, local)
             captured.append(rows if reduce is None else reduce(rows))
     return torch.stack(list(captured))
+
+
+def _projected_qk(handle, layer, attn) -> tuple[Tensor, Tensor]:
+    """Inside an nnsight trace, ``layer``'s queries and keys ``(B, n, T, D)`` as its attention
+    envoy ``attn`` projects them (each projection module's output read once: a fused one gives
+    both), split into heads with the family's q / k norms: a family without RoPE attends with
+    these."""
+    outputs: dict[str, Tensor] = {}
+    found = []
+    for which in "qk":
+        path, rows = handle.family.projection(which, handle.spec)
+        if path not in outputs:
+            outputs[path] = fold(getattr, path.split("."), attn).output
+        out = outputs[path] if rows is None else outputs[path][..., rows]
+        found.append(handle.split_heads(layer, which, out))
+    return found[0], found[1]

@@ -54,6 +54,14 @@ parts sum to the logit exactly. TransformerLens folds the same bias into the une
 (``apply_ln_to_stack``) as done here. A parallel residual (``x + attn(ln1(x)) + mlp(ln2(x))``)
 changes nothing here: the stream is still the sum of what each head and MLP wrote.
 
+**Learned position embeddings** (GPT-2: ``x_0 = wte[t] + wpe[p]``, no RoPE) are a component of
+their own, ``"pos_embed"`` (``wpe[p]``, TransformerLens's ``hook_pos_embed`` /
+``cache.decompose_resid``'s ``pos_embed``), beside ``"embed"`` (``wte[t]``): with it the parts
+sum to the logit exactly. TransformerLens's ``decompose_resid`` lists the same two embedding
+components; a decomposition that kept only ``embed`` would miss ``W_U[t] . wpe[p]`` (scaled by
+the frozen norm) and no longer sum to the logit. GPT-2's final norm is a LayerNorm, so the
+parts are centred and its bias is ``"final_norm_bias"`` as above.
+
 For the difference between two tokens (SEAL Fig. 4: the correct vs the wrong digit) the
 direction ``W_U[t]`` becomes ``W_U[correct] - W_U[wrong]``.
 
@@ -89,9 +97,10 @@ class LogitAttribution:
 
     Attributes:
         table: tidy rows ``target, component, layer, head, value``; ``component`` is
-            ``"embed"``, ``"head"``, ``"attn_bias"`` (o_proj bias, if any), ``"mlp"`` or
-            ``"unembed_bias"`` (lm_head bias, if any); ``layer``/``head`` are null where they do
-            not apply.
+            ``"embed"``, ``"pos_embed"`` (learned position embeddings: GPT-2), ``"head"``,
+            ``"attn_bias"`` (o_proj bias, if any), ``"mlp"``, ``"final_norm_bias"`` (a final
+            LayerNorm's bias) or ``"unembed_bias"`` (lm_head bias, if any); ``layer``/``head``
+            are null where they do not apply.
         logits: the model's own logit (or logit difference) per target at ``position``:
             ``lm_head``'s output, before a final soft-cap where the family has one (Gemma 2).
         rms: ``rms(x)`` of the residual stream entering the final norm at ``position``.
@@ -270,6 +279,9 @@ def residual_parts(
         return hook
 
     hooks = [(handle.embed(), "forward", keep_output("embed"))]
+    pos_embed = handle.pos_embed()  # GPT-2's wpe: its (1, T, d) output, added to the embedding
+    if pos_embed is not None:
+        hooks.append((pos_embed, "forward", keep_output("pos_embed")))
     for layer in range(L):
         hooks.append((handle.proj(layer, "o_proj"), "pre", keep_input(f"z{layer}")))
         post_attn, post_mlp = handle.norm(layer, "post_attn"), handle.norm(layer, "post_mlp")
@@ -295,9 +307,12 @@ def residual_parts(
     logits = seen["logits"]
 
     parts, labels = [seen["embed"]], [("embed", None, None)]
+    if pos_embed is not None:
+        parts.append(seen["pos_embed"])
+        labels.append(("pos_embed", None, None))
     for layer in range(L):
         o_proj = handle.proj(layer, "o_proj")
-        w_o = o_proj.weight.detach().double().view(-1, H, D)  # (d_model, H, D)
+        w_o = handle.linear_weight(o_proj).detach().double().reshape(-1, H, D)  # (d_model, H, D)
         heads = torch.einsum("hd,mhd->hm", seen[f"z{layer}"].view(H, D), w_o)
         post_attn = handle.norm(layer, "post_attn")
         frozen = 1 if post_attn is None else frozen_norm(handle, post_attn, seen[f"attn{layer}"])
@@ -314,7 +329,7 @@ def residual_parts(
         gap = float((parts.sum(0) - x).abs().max())
         if gap > 1e-4 * (1 + float(x.abs().max())):
             raise ValueError(
-                f"the embedding, head, o_proj-bias and MLP outputs do not add up to the residual "
+                f"the embeddings, head, o_proj-bias and MLP outputs do not add up to the residual "
                 f"stream entering the final norm (max gap {gap:.3g}); this architecture has a "
                 "component the decomposition does not know about, so DLA would be wrong"
             )

@@ -164,7 +164,8 @@ def source_token_attribution(
     scale = 1 / rms if variant == "frozen_norm" else torch.ones((), dtype=torch.float64)
     w_u = handle.unembed().weight.detach().double().cpu()  # (vocab, d_model)
     direction = w_u[a] - (w_u[b] if b is not None else 0)  # (d_model,)
-    w_o = o_proj.weight.detach().double().cpu()[:, head * D : (head + 1) * D]  # (d_model, D)
+    w_o = handle.linear_weight(o_proj).detach().double().cpu()  # (d_model, H*D)
+    w_o = w_o[:, head * D : (head + 1) * D]  # (d_model, D)
     # (d_model,); a LayerNorm centres what it reads: c . center(r) == center(c) . r
     read = handle.center(weight.cpu() * direction * scale)
     if post_attn is not None:  # the layer's post-attention norm, its RMS frozen

@@ -236,17 +236,16 @@ def _last_layer_at(
     B, T, _ = hidden.shape
     H, KV, D, G = spec.n_heads, spec.n_kv_heads, spec.d_head, spec.group_size
     Q = query.shape[1]
-    rope = handle.rope(last)
     x = handle.apply_norm(last, "pre_attn", hidden)
-    cos, sin = kwargs["position_embeddings"]  # (1, pos, D): shared by every row
+    tables = handle.rope_tables(kwargs)  # (cos, sin), (1, pos, D): shared by every row
     (q,) = handle.project(last, _at(x, query), "q")
     k, v = handle.project(last, x, "k", "v")
     q = handle.split_heads(last, "q", q)  # (B, H, Q, D)
     k = handle.split_heads(last, "k", k)  # (B, KV, T, D)
     v = v.view(B, T, KV, D)
-    # the family's own RoPE; an empty second operand rotates one tensor only
-    q = rope(q, q[:, :0], cos[0][query], sin[0][query])[0]  # (row, head, answer, D)
-    k = rope(k, k[:, :0], cos, sin)[0]  # (row, kv_head, pos, D)
+    # the family's own RoPE (none in GPT-2)
+    q = handle.rotate(last, q, tables, query)  # (row, head, answer, D)
+    k = handle.rotate(last, k, tables)  # (row, kv_head, pos, D)
     mask = kwargs.get("attention_mask")
     if mask is None:  # causal: query at position p sees keys 0..p
         allowed = torch.arange(T, device=query.device)[None, None] <= query[..., None]

@@ -10,6 +10,7 @@ model computes; ``stop_at`` cuts the recorded forward at a layer's input.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from contextlib import ExitStack
 
@@ -47,7 +48,8 @@ class LayerInputs:
     def __enter__(self) -> LayerInputs:
         for layer in self.layers:
             module = self.handle.layers()[layer]
-            hook = module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
+            names = list(inspect.signature(module.forward).parameters)
+            hook = module.register_forward_pre_hook(self._hook(layer, names), with_kwargs=True)
             self._hooks.enter_context(hook)
         return self
 
@@ -55,12 +57,15 @@ class LayerInputs:
         self._hooks.close()
         return exc_type is _StopForward
 
-    def _hook(self, layer: int):
+    def _hook(self, layer: int, names: list[str]):
         def hook(_mod, args, kwargs):
             self.resid[layer] = args[0] if args else kwargs["hidden_states"]
+            # arguments passed by position, by their names (GPT-2's model hands its blocks the
+            # cache and the causal mask positionally)
+            named = dict(zip(names[1:], args[1:], strict=False)) | kwargs
             self.kwargs[layer] = {
                 k: _shared_mask(x) if k == "attention_mask" else x
-                for k, x in kwargs.items()
+                for k, x in named.items()
                 if k not in ("hidden_states", CACHE_ARG, self.handle.family.layer_cache)
             }
             if layer == self.stop_at:

@@ -148,12 +148,17 @@ def _dequantise(path: Path, out: Path, *, progress: bool) -> None:
     """Write the plain float32 checkpoint of GGUF ``path`` (config, safetensors, tokenizer)."""
     source = {"pretrained_model_name_or_path": path.parent, "gguf_file": path.name}
     tokenizer = transformers.AutoTokenizer.from_pretrained(**source)
+    # config fields the loader drops, given before any model is built: some size tensors
+    # (GPT-2's position table, n_positions)
+    dropped = dropped_metadata(path)
     with _progress(progress):
-        quantised = transformers.AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32)
+        quantised = transformers.AutoModelForCausalLM.from_pretrained(
+            **source, dtype=torch.float32, **dropped
+        )
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    for field, value in dropped_metadata(path).items():  # before the plain model is built
+    for field, value in dropped.items():  # on the plain model's config too
         setattr(config, field, value)
     plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict(), strict=True)

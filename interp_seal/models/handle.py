@@ -134,6 +134,12 @@ class ModelHandle:
             found.append(outputs[id(module)] if rows is None else outputs[id(module)][..., rows])
         return tuple(found)
 
+    def linear_weight(self, module: nn.Module) -> torch.Tensor:
+        """A projection's weight as ``nn.Linear`` holds it, ``(out, in)``: ``module.weight``, or
+        its transpose where the family's projections are ``Conv1D`` (GPT-2, ``Family.conv1d``,
+        which stores ``(in, out)``). A view either way: editing it in place edits the model."""
+        return module.weight.T if self.family.conv1d else module.weight
+
     def projection_weights(
         self, layer: int, which: str
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -144,15 +150,17 @@ class ModelHandle:
         module, rows = self._projection(layer, which)
         rows = slice(None) if rows is None else rows
         bias = None if module.bias is None else module.bias[rows]
-        return module.weight[rows], bias
+        return self.linear_weight(module)[rows], bias
 
     @torch.no_grad()
     def scale_projection(self, layer: int, which: str, factor: torch.Tensor) -> None:
         """Multiply the ``(n*D,)`` output rows (weight and bias) computing ``which`` at ``layer``
-        by ``factor``, in place, whatever the layout of a fused projection."""
+        by ``factor``, in place, whatever the layout of a fused projection (a ``Conv1D``'s
+        output rows are its weight's columns)."""
         module, rows = self._projection(layer, which)
         rows = slice(None) if rows is None else rows
-        module.weight[rows] = module.weight[rows] * factor.to(module.weight)[:, None]
+        weight = self.linear_weight(module)  # (out, in), a view
+        weight[rows] = weight[rows] * factor.to(weight)[:, None]
         if module.bias is not None:
             module.bias[rows] = module.bias[rows] * factor.to(module.bias)
 
@@ -251,11 +259,48 @@ class ModelHandle:
             return None
         return get_attribute(self.attn(layer), self.family.sliding_window)
 
+    def rope_tables(self, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The RoPE ``(cos, sin)`` (``(1, pos, D)`` each) a decoder layer or its attention module
+        received as ``position_embeddings`` (``kwargs``: its keyword arguments); None for a
+        family without RoPE (GPT-2, ``Family.rope_function=None``)."""
+        if self.family.rope_function is None:
+            return None
+        if kwargs.get("position_embeddings") is None:
+            raise ValueError(
+                f"{self.family.name} rotates q and k with RoPE, but its attention received no "
+                "position_embeddings (cos, sin)"
+            )
+        return kwargs["position_embeddings"]
+
+    def rotate(
+        self,
+        layer: int,
+        x: torch.Tensor,
+        tables: tuple[torch.Tensor, torch.Tensor] | None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Queries or keys ``x`` ``(B, n, T, D)`` of ``layer`` rotated by the family's own RoPE
+        function with ``tables`` (``rope_tables``), taken at ``positions`` (an index of the
+        tables' position axis, any shape: ``cos[0][positions]``; None: all of them). ``x``
+        itself in a family without RoPE (GPT-2: its positions entered the stream as embeddings
+        before the first layer)."""
+        if self.family.rope_function is None:
+            return x
+        cos, sin = tables
+        if positions is not None:
+            cos, sin = cos[0][positions], sin[0][positions]
+        return self.rope(layer)(x, x[:, :0], cos, sin)[0]  # an empty second operand
+
     def rope(self, layer: int) -> Callable:
         """The family's RoPE function (``Family.rope_function``, e.g. ``apply_rotary_pos_emb(q,
         k, cos, sin)``) from the layer's own modeling file."""
         attn = self.attn(layer)
         name = self.family.rope_function
+        if name is None:
+            raise ValueError(
+                f"{self.family.name} has no RoPE (learned absolute position embeddings, added "
+                "to the token embeddings); its queries and keys are not rotated"
+            )
         rope = getattr(sys.modules[type(attn).__module__], name, None)
         if rope is None:
             raise ValueError(
@@ -272,6 +317,13 @@ class ModelHandle:
 
     def embed(self) -> nn.Embedding:
         return get_module(self.model, self.family.embed)
+
+    def pos_embed(self) -> nn.Embedding | None:
+        """The learned absolute position embeddings (GPT-2's ``wpe``, ``Family.pos_embed``),
+        added to the token embeddings before the first layer; None where positions enter
+        through RoPE."""
+        path = self.family.pos_embed
+        return None if path is None else get_module(self.model, path)
 
     @property
     def identity(self) -> str:

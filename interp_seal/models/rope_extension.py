@@ -120,6 +120,12 @@ def ntk_inv_freq(base: float, dim: int, factor: float) -> Float[Tensor, " half"]
 
 def rotary_modules(handle: ModelHandle) -> list[torch.nn.Module]:
     """The model's rotary-embedding modules (those holding an ``inv_freq`` buffer)."""
+    if handle.family.rope_function is None:
+        raise ValueError(
+            f"{handle.family.name} has learned absolute position embeddings and no RoPE: NTK "
+            "scaling and Self-Extend change how RoPE rotates queries and keys, so neither "
+            "applies to it"
+        )
     found = [m for m in handle.model.modules() if isinstance(getattr(m, "inv_freq", None), Tensor)]
     if not found:
         raise ValueError(

@@ -30,13 +30,28 @@ residual (``parallel_residual``, read by the engine's ``mlp_half``), LayerNorms 
 bias (``layer_norm``: DLA centres the parts and attributes the final norm's bias on its own,
 ``ModelHandle.norm_scale`` / ``center``) and its layers' cache keyword (``layer_cache``).
 
+GPT-2's are too: transformers' ``Conv1D`` projections, whose weights are stored input-major
+``(in, out)`` (``conv1d``: every weight the analyses read or merge into goes through
+``ModelHandle.linear_weight``, an ``(out, in)`` view), its ``c_attn`` fused as ``[q | k | v]``
+blocks (``qkv_proj``, as Phi-3's), learned absolute position embeddings added to the token
+embeddings before the first layer (``pos_embed``: a component of its own in DLA) and no RoPE at
+all (``rope_function=None``: queries and keys are the projections, ``ModelHandle.rotate``
+leaves them as they are; NTK scaling and Self-Extend are refused). Its attention scale
+(``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``) lives in the attention module's
+``scaling``, which the analyses read; ``reorder_and_upcast_attn`` only makes eager attention
+compute its scores in float32. The code branches on these three fields in one place each
+(``linear_weight``; ``rope_tables`` / ``rotate`` and the nnsight row route; DLA's parts). Not
+covered by the row: GPT-2 with cross-attention blocks (``add_cross_attention``) and
+``token_type_ids`` (embedded by ``wte`` again and added to the stream; no analysis passes them).
+
 What a row cannot express, and every supported family shares: a decoder-only causal LM with
-``nn.Linear`` projections (no GPT-2 ``Conv1D``), q / k / v separate, fused as ``[q | k | v]``
+``nn.Linear`` or ``Conv1D`` projections, q / k / v separate, fused as ``[q | k | v]``
 blocks or interleaved per head without GQA, a separate ``o_proj``, attention then MLP in
 sequence or in parallel from the same stream, RMSNorms ``(offset + w) * x / rms(x)`` or
 LayerNorms (none on a sublayer's output: DLA refuses one there), RoPE applied by one
 module-level function of the modeling file to the first channels of each head (all of them,
-or a ``partial_rotary_factor`` share; no absolute position embeddings) with one ``(cos, sin)``
+or a ``partial_rotary_factor`` share) or learned absolute position embeddings added once to
+the token embeddings (no ALiBi, no relative position biases), with one ``(cos, sin)``
 pair for every layer (not Gemma 3's separate local and global RoPE bases), softmax attention
 scaled by the module's ``scaling``, optionally soft-capped, over the causal prefix or a
 per-layer sliding window (no attention sinks), an MLP module called on the residual stream
@@ -57,6 +72,8 @@ import torch
 from torch import nn
 
 QK_NORM_SCOPES = ("head", "projection")
+# class-name endings of causal LMs (GPT-2's is GPT2LMHeadModel)
+CAUSAL_LM_CLASSES = ("ForCausalLM", "LMHeadModel")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
@@ -87,6 +104,9 @@ class Family:
             bias as its own component (``analysis.logit_attribution``).
         layer_cache: the keyword a decoder layer takes its KV cache by (GPT-NeoX's
             ``layer_past``); None: the model's own keyword (``models.kv_cache.CACHE_ARG``).
+        conv1d: the projections are transformers' ``Conv1D`` (GPT-2): ``y = x @ W + b`` with
+            ``W`` stored ``(in, out)``, the transpose of ``nn.Linear``'s; read and edit weights
+            through ``ModelHandle.linear_weight``, which gives the ``(out, in)`` view either way.
         mlp: the MLP inside one decoder layer.
         pre_attn_norm, post_attn_norm, pre_mlp_norm, post_mlp_norm: the norms inside one
             decoder layer, by where they sit (None where the family has none there): a decoder
@@ -96,11 +116,16 @@ class Family:
         final_norm: the norm applied to the residual stream before the unembedding.
         unembed: the unembedding (``lm_head``).
         embed: the token embedding.
+        pos_embed: learned absolute position embeddings (GPT-2's ``wpe``), relative to the
+            ``*ForCausalLM`` object, added to the token embeddings before the first layer;
+            DLA attributes them as the component ``pos_embed`` (TransformerLens's name). None:
+            positions enter through RoPE only.
         sliding_window: dotted path, relative to the attention module, of the layer's attention
             window (None where the family always attends to the whole causal prefix); a
             window of None there means full attention.
         rope_function: the modeling file's function that rotates q and k; the nnsight capture
-            route reads its first call's output inside the attention module's source.
+            route reads its first call's output inside the attention module's source. None: the
+            family has no RoPE (GPT-2); q and k are the projections as they are.
         q_norm, k_norm: dotted paths, relative to the attention module, of norms the family
             applies to the queries / keys before RoPE (Qwen3, OLMo 2); None: no such norm.
         qk_norm_over: what those norms normalise: ``"head"`` (each head's ``d_head`` channels
@@ -147,16 +172,18 @@ class Family:
     parallel_residual: str | None = None
     layer_norm: bool = False
     layer_cache: str | None = None
+    conv1d: bool = False
     mlp: str = "mlp"
     final_norm: str = "model.norm"
     unembed: str = "lm_head"
     embed: str = "model.embed_tokens"
+    pos_embed: str | None = None
     pre_attn_norm: str | None = "input_layernorm"
     post_attn_norm: str | None = None
     pre_mlp_norm: str | None = "post_attention_layernorm"
     post_mlp_norm: str | None = None
     sliding_window: str | None = None
-    rope_function: str = "apply_rotary_pos_emb"
+    rope_function: str | None = "apply_rotary_pos_emb"
     q_norm: str | None = None
     k_norm: str | None = None
     qk_norm_over: str = "head"
@@ -305,6 +332,37 @@ FAMILIES: dict[str, Family] = {
             ("partial_rotary_factor", 0.25),
         ),
     ),
+    # GPT-2: Conv1D projections (weights (in, out)), c_attn fused as [q | k | v] blocks, biases
+    # on c_attn and c_proj, learned absolute positions (wpe) and no RoPE, LayerNorms, tied
+    # embeddings
+    "gpt2": Family(
+        name="gpt2",
+        layers="transformer.h",
+        attn="attn",
+        qkv_proj="c_attn",
+        o_proj="c_proj",
+        conv1d=True,
+        layer_norm=True,
+        pre_attn_norm="ln_1",
+        pre_mlp_norm="ln_2",
+        final_norm="transformer.ln_f",
+        embed="transformer.wte",
+        pos_embed="transformer.wpe",
+        rope_function=None,
+        norm_eps="eps",
+        gguf_architecture="gpt2",
+        # transformers' GGUF loader reads llama.cpp's context length into n_ctx, which GPT-2's
+        # config no longer reads: the position table's size is n_positions
+        gguf_config=(("context_length", "n_positions"),),
+        # multi-head (no GQA), the unembedding tied to wte as in every released GPT-2, and the
+        # attention also scaled by 1 / (layer + 1) (scale_attn_by_inverse_layer_idx, off in the
+        # released models), so that layer 1's scale is not 1 / sqrt(d_head) in the tests
+        random_config=(
+            ("num_key_value_heads", None),
+            ("tie_word_embeddings", True),
+            ("scale_attn_by_inverse_layer_idx", True),
+        ),
+    ),
     # mixture-of-experts MLPs: the analyses call a layer's MLP module as a whole (the router
     # picks each token's experts inside it), so an MoE block needs no row field
     "mixtral": Family(
@@ -330,8 +388,9 @@ FAMILIES: dict[str, Family] = {
 
 # model types a row cannot express yet: what is missing, and the closest supported family
 NOT_YET: dict[str, tuple[str, str]] = {
-    "gpt2": (
-        "Conv1D projections (weights stored input-major) and absolute position embeddings",
+    "bloom": (
+        "ALiBi attention biases (no RoPE, no position embeddings) and a LayerNorm on the "
+        "embeddings",
         "gpt_neox",
     ),
 }
@@ -378,10 +437,11 @@ def family_for(config) -> Family:
             "interp_seal/models/spec.py to support another architecture."
         )
     archs = getattr(config, "architectures", None) or []
-    if archs and not any(a.endswith("ForCausalLM") for a in archs):
+    if archs and not any(a.endswith(CAUSAL_LM_CLASSES) for a in archs):
         raise UnsupportedModelError(
             f"checkpoint architectures {archs} are not causal LMs; interp-seal needs a "
-            f"*ForCausalLM checkpoint of a supported family ({', '.join(sorted(FAMILIES))})."
+            f"*ForCausalLM (GPT-2: *LMHeadModel) checkpoint of a supported family "
+            f"({', '.join(sorted(FAMILIES))})."
         )
     return FAMILIES[model_type]
 

@@ -3,7 +3,8 @@
 Head ``h``'s output channel ``c`` in layer ``l`` is ``z[h, c]``, the input column
 ``h * D + c`` of ``o_proj``. Scaling it by ``s[l, h, c]`` is the same as scaling that column of
 ``o_proj.weight``: ``W (s * z) = (W diag(s)) z``. That is exact for every attention layout
-(``into="o_proj"``, the default).
+(``into="o_proj"``, the default). GPT-2's ``Conv1D`` stores that weight ``(in, out)``, so there
+the column is a row (``ModelHandle.linear_weight`` gives the ``(out, in)`` view).
 
 Alternatively the scale can go into ``v_proj``'s output rows: ``z_h = sum_t a_t v_t`` is linear
 in the values, so scaling value channel ``c`` scales ``z[h, c]``, bias included. But with GQA
@@ -84,9 +85,9 @@ def merge_into(handle: ModelHandle, scales: Tensor, *, into: str = "o_proj") -> 
     full = _full(scales, spec.d_head)
     for layer in range(spec.n_layers):
         if into == "o_proj":
-            o_proj = handle.proj(layer, "o_proj")
-            column = full[layer].reshape(-1).to(o_proj.weight)  # (H*D,)
-            o_proj.weight.mul_(column[None, :])
+            weight = handle.linear_weight(handle.proj(layer, "o_proj"))  # (d_model, H*D) view
+            column = full[layer].reshape(-1).to(weight)  # (H*D,); a Conv1D's input rows
+            weight.mul_(column[None, :])
         else:
             # one query head per KV group carries the group's (shared) scale
             row = full[layer, :: spec.group_size].reshape(-1)  # (KV*D,)

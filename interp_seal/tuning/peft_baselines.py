@@ -58,8 +58,10 @@ class PeftBaselineConfig:
 
 
 def target_modules(handle: ModelHandle, targets: tuple[str, ...]) -> list[str]:
-    """The module names of ``targets`` in ``handle``'s family: a fused ``qkv_proj`` stands for
-    ``q_proj``, ``k_proj`` and ``v_proj`` together (an adapter on it adapts all three)."""
+    """The module names of ``targets`` in ``handle``'s family, inside the attention module
+    (``self_attn.q_proj``: GPT-2's MLP has a ``c_proj`` too, which peft would also match by its
+    bare name): a fused ``qkv_proj`` stands for ``q_proj``, ``k_proj`` and ``v_proj`` together
+    (an adapter on it adapts all three)."""
     family = handle.family
     qkv = {t for t in targets if t != "o_proj"}
     if family.qkv_proj is not None and qkv and qkv != {"q_proj", "k_proj", "v_proj"}:
@@ -71,7 +73,7 @@ def target_modules(handle: ModelHandle, targets: tuple[str, ...]) -> list[str]:
     names = [
         family.o_proj if t == "o_proj" else family.projection(t[0], handle.spec)[0] for t in targets
     ]
-    return list(dict.fromkeys(names))
+    return [f"{family.attn}.{name}" for name in dict.fromkeys(names)]
 
 
 class PeftTuner(Tuner):
@@ -92,6 +94,7 @@ class PeftTuner(Tuner):
             target_modules=target_modules(handle, cfg.targets),
             use_dora=cfg.dora,
             bias="none",
+            fan_in_fan_out=handle.family.conv1d,  # GPT-2's Conv1D weights are (in, out)
         )
         with torch.random.fork_rng(), warnings.catch_warnings():
             # peft 0.21 reads transformers' deprecated ``is_gradient_checkpointing`` (renamed

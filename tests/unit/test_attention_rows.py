@@ -119,3 +119,38 @@ def test_bad_capture_arguments(llama_checkpoint, ids):
         capture_attention_rows(handle, ids, (-25,))
     with pytest.raises(ValueError, match="unknown capture backend"):
         capture_attention_rows(handle, ids, backend="eager")
+
+
+@pytest.mark.parametrize(
+    "options", [{"scale_attn_weights": False}, {"reorder_and_upcast_attn": True}], ids=str
+)
+def test_gpt2_attention_options(tmp_path, ids, options):
+    """GPT-2's attention options: ``scale_attn_weights`` off (no ``1 / sqrt(d_head)``) and
+    ``scale_attn_by_inverse_layer_idx`` on (every ``gpt2`` test checkpoint: layer ``l`` also
+    scaled by ``1 / (l + 1)``) change the scale, which the analyses read from the module's
+    ``scaling``; ``reorder_and_upcast_attn`` only computes eager scores in float32 (the same
+    numbers in float32). Rows equal eager attention's on both routes, and the engine's answer
+    logits under a uniform-attention edit equal the edited plain forward."""
+    from interp_seal.engine import AnswerBatch, answer_logits, pad_id_of
+    from interp_seal.interventions import ablate, hf_logits
+    from interp_seal.tasks.line_retrieval import LineRetrievalConfig, generate
+
+    path = build_checkpoint(tmp_path, "gpt2")
+    config = json.loads((Path(path) / "config.json").read_text())
+    assert config["scale_attn_by_inverse_layer_idx"]
+    (Path(path) / "config.json").write_text(json.dumps(config | options))
+    handle = load_model(path)
+    for option, value in options.items():
+        assert getattr(handle.model.config, option) == value
+    expected = eager_rows(path, ids, POSITIONS)
+    for backend in ("hf", "nnsight"):
+        rows = capture_attention_rows(handle, ids, POSITIONS, backend=backend)
+        torch.testing.assert_close(rows, expected, atol=1e-5, rtol=0)
+    samples = generate(LineRetrievalConfig(num_lines=4), 2, seed=1)
+    encoded = [s.encode(handle.tokenizer) for s in samples]
+    batch = AnswerBatch.from_encoded(encoded, pad_id=pad_id_of(handle.tokenizer))
+    iv = ablate(handle.spec, [(1, 2)], "uniform")
+    got = answer_logits(handle, batch, iv)
+    for s, enc in enumerate(encoded):
+        ref = hf_logits(handle, enc.input_ids[None], iv)[0, enc.answer_start - 1 : len(enc) - 1]
+        torch.testing.assert_close(got[s, : len(ref)], ref, atol=1e-5 * ref.abs().max(), rtol=0)

@@ -187,6 +187,17 @@ def test_grouped_rotation_is_the_familys_rope_at_grouped_positions(family_checkp
         with pytest.raises(ValueError, match="one table for every layer.*Gemma 3"):
             rx.rotary_modules(handle)
         return
+    if handle.family.name == "gpt2":  # learned absolute positions, no RoPE: both refused
+        assert not any(hasattr(m, "inv_freq") for m in handle.model.modules())
+        extensions = (ContextExtension(ntk_factor=2.0), ContextExtension(group_size=3, window=6))
+        for extension in extensions:
+            with pytest.raises(ValueError, match=r"^gpt2 has learned absolute position.*no RoPE"):
+                with rx.extend_context(handle, extension):
+                    pass
+            with pytest.raises(ValueError, match="NTK scaling and Self-Extend") as refused:
+                load_model(family_checkpoint, context_extension=extension)
+            assert "\n" not in str(refused.value)  # one line
+        return
     T = 20
     x = torch.randn(1, T, handle.spec.d_model, generator=torch.Generator().manual_seed(0))
     rope, (rotary,) = handle.rope(0), rx.rotary_modules(handle)

@@ -158,6 +158,50 @@ def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32):
     return write_tensors(writer, tensors, dtype, path)
 
 
+def write_gpt2_gguf(checkpoint: str, path, dtype=np.float32):
+    """Write the safetensors ``checkpoint`` (a GPT-2) as llama.cpp's converter does: its tensor
+    names, the ``Conv1D`` weights transposed to ``(out, in)`` (``convert_hf_to_gguf.py``'s
+    ``GPT2Model``), the LayerNorm biases, the position table, and ``output`` written as a copy
+    of the tied token embedding."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_name("tiny-gpt2")
+    writer.add_block_count(cfg.n_layer)
+    writer.add_context_length(cfg.n_positions)
+    writer.add_embedding_length(cfg.n_embd)
+    writer.add_feed_forward_length(cfg.n_inner or 4 * cfg.n_embd)
+    writer.add_head_count(cfg.n_head)
+    writer.add_layer_norm_eps(cfg.layer_norm_epsilon)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
+    add_tokenizer(writer, tok)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    tensors = {
+        "token_embd.weight": sd["transformer.wte.weight"],
+        "position_embd.weight": sd["transformer.wpe.weight"],
+    }
+    names = {
+        "ln_1": "attn_norm",
+        "attn.c_attn": "attn_qkv",
+        "attn.c_proj": "attn_output",
+        "ln_2": "ffn_norm",
+        "mlp.c_fc": "ffn_up",
+        "mlp.c_proj": "ffn_down",
+    }
+    for i in range(cfg.n_layer):
+        for hf, ours in names.items():
+            weight = sd[f"transformer.h.{i}.{hf}.weight"]
+            tensors[f"blk.{i}.{ours}.weight"] = weight if hf.startswith("ln_") else weight.T
+            tensors[f"blk.{i}.{ours}.bias"] = sd[f"transformer.h.{i}.{hf}.bias"]
+    tensors |= {
+        "output_norm.weight": sd["transformer.ln_f.weight"],
+        "output_norm.bias": sd["transformer.ln_f.bias"],
+        "output.weight": sd["transformer.wte.weight"],
+    }
+    return write_tensors(writer, tensors, dtype, path)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(safetensors checkpoint, F32 GGUF, F16 GGUF) of one tiny random Llama; private cache."""
@@ -253,8 +297,8 @@ def test_files_equal_in_name_size_and_mtime_get_their_own_numbers(tiny, tmp_path
 
 
 def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatch):
-    path = tmp_path / "gpt2.gguf"
-    writer = gguf.GGUFWriter(str(path), "gpt2")
+    path = tmp_path / "bloom.gguf"
+    writer = gguf.GGUFWriter(str(path), "bloom")
     writer.add_block_count(1)
     writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
     writer.write_header_to_file()
@@ -263,7 +307,7 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatc
     writer.close()
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(
-        UnsupportedModelError, match=r"'gpt2' model.*\['gemma2', 'llama', 'qwen2'\]"
+        UnsupportedModelError, match=r"'bloom' model.*\['gemma2', 'gpt2', 'llama', 'qwen2'\]"
     ):
         load_model(path)
     not_gguf = tmp_path / "broken.gguf"
@@ -299,6 +343,34 @@ def test_gemma2_gguf_gives_the_safetensors_logits(tmp_path, monkeypatch):
     ids, want = logits(ref)
     with torch.no_grad():
         got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_gpt2_gguf_gives_the_safetensors_weights_logits_and_tokens(tmp_path, monkeypatch):
+    """A GPT-2 written as llama.cpp writes it (its ``Conv1D`` weights transposed, the position
+    table, the tied unembedding as a separate ``output``) loads with the safetensors weights,
+    tokens and logits. Its 2,048 positions reach the model only through ``Family.gguf_config``:
+    transformers' loader reads the context length into ``n_ctx``, which GPT-2's config no longer
+    reads, and would build a 1,024-row table. llama.cpp's GPT-2 scales attention by
+    ``1 / sqrt(d_head)`` only, so the checkpoint switches ``scale_attn_by_inverse_layer_idx``
+    off (no GGUF metadata carries it)."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = save_random_checkpoint(
+        tmp_path / "random", "gpt2", tokenizer=byte_level_tokenizer(), n_heads=4, seed=3
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(st)
+    model.config.scale_attn_by_inverse_layer_idx = False  # as llama.cpp computes GPT-2
+    model.save_pretrained(tmp_path / "st")
+    transformers.PreTrainedTokenizerFast.from_pretrained(st).save_pretrained(tmp_path / "st")
+    ref = load_model(tmp_path / "st")
+    loaded = load_model(write_gpt2_gguf(str(tmp_path / "st"), tmp_path / "tiny-gpt2.gguf"))
+    assert loaded.family.name == "gpt2" and loaded.spec == ref.spec
+    assert loaded.spec.max_positions == 2048
+    assert loaded.tokenizer(TEXT)["input_ids"] == ref.tokenizer(TEXT)["input_ids"]
+    reference = ref.model.state_dict()
+    for name, param in loaded.model.state_dict().items():  # Conv1D weights back to (in, out)
+        assert torch.equal(param, reference[name]), name
+    (_, want), (_, got) = logits(ref), logits(loaded)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 

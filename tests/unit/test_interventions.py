@@ -20,6 +20,7 @@ import pytest
 import torch
 import transformers
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from interp_seal.interventions import (
     HeadIntervention,
@@ -108,16 +109,20 @@ def merged_model(handle, iv: HeadIntervention) -> nn.Module:
     """A copy of the model with ``iv`` (no uniform heads, one table) folded into ``o_proj``.
 
     ``o_proj(s * z + m) = (W diag(s)) z + (b + W m)``: scale the columns, move the offset to the
-    bias.
+    bias. GPT-2's ``Conv1D`` stores ``W`` transposed, ``(in, out)``, so there the columns are
+    its weight's rows (told by the module's class here, not by the family's row).
     """
     model = copy.deepcopy(handle.model)
     for layer in range(handle.spec.n_layers):
         o_proj = attn_of(handle, model, layer).get_submodule(handle.family.o_proj)
-        weight = o_proj.weight.detach().clone()
+        conv1d = isinstance(o_proj, Conv1D)
+        weight = o_proj.weight.detach().clone()  # (out, in)
+        weight = weight.T if conv1d else weight
         bias = torch.zeros(weight.shape[0]) if o_proj.bias is None else o_proj.bias.detach()
         if iv.offset is not None:
             bias = bias + weight @ iv.offset[layer].flatten()
-        o_proj.weight = nn.Parameter(weight * iv.scale[layer].flatten())
+        weight = weight * iv.scale[layer].flatten()
+        o_proj.weight = nn.Parameter(weight.T.contiguous() if conv1d else weight)
         o_proj.bias = nn.Parameter(bias)
     return model
 
@@ -136,7 +141,9 @@ def test_zeroing_a_head_equals_zeroing_its_o_proj_columns(handle):
     model = copy.deepcopy(handle.model)
     with torch.no_grad():
         o_proj = attn_of(handle, model, layer).get_submodule(handle.family.o_proj)
-        o_proj.weight[:, head * D : (head + 1) * D] = 0
+        # (out, in): GPT-2's Conv1D stores (in, out)
+        weight = o_proj.weight.T if isinstance(o_proj, Conv1D) else o_proj.weight
+        weight[:, head * D : (head + 1) * D] = 0
         ids = token_ids(handle)
         expected = model(ids).logits
     for backend in BACKENDS:

@@ -60,6 +60,14 @@ def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handle
         w_u = handle.unembed().weight.detach().double()[TARGETS]
         assert bias == pytest.approx((w_u @ final.bias.detach().double()).numpy(), abs=1e-9)
         assert (counts["final_norm_bias"] == 1).all()
+    wpe = getattr(handle.model.base_model, "wpe", None)  # GPT-2's learned absolute positions
+    if wpe is not None:  # their own part: W_U[t] . (w * centre(wpe[p])) / std(x), by hand
+        row = wpe.weight.detach().double()[position % len(ids)]
+        w_u = handle.unembed().weight.detach().double()[TARGETS]
+        by_hand = w_u @ (final.weight.detach().double() * (row - row.mean())) / result.rms
+        got = result.table.query("component == 'pos_embed'").value.to_numpy()
+        assert got == pytest.approx(by_hand.numpy(), abs=1e-9)
+        assert (counts["pos_embed"] == 1).all() and float(by_hand.abs().max()) > 1e-2
 
 
 def test_logit_difference_sums_to_the_difference(family_checkpoint, handles):
@@ -158,7 +166,9 @@ def test_matches_transformer_lens_bridge(family_checkpoint):
         _, cache = bridge.run_with_cache(ids[None])
         heads = cache.stack_head_results(layer=-1, pos_slice=-1)
         rest = cache.decompose_resid(mode="mlp", pos_slice=-1, incl_embeds=True)
-        stack = torch.cat([rest[:1], heads, rest[1:]])  # embed, heads, MLPs
+        # embed (and GPT-2's pos_embed: TransformerLens's name, ours), heads, MLPs
+        embeds = 2 if handle.family.pos_embed is not None else 1
+        stack = torch.cat([rest[:embeds], heads, rest[embeds:]])
         tl = cache.logit_attrs(stack, tokens=torch.tensor([10]), pos_slice=-1)[:, 0]
         tl_diff = cache.logit_attrs(
             stack, tokens=torch.tensor([10]), incorrect_tokens=torch.tensor([11]), pos_slice=-1
@@ -167,6 +177,7 @@ def test_matches_transformer_lens_bridge(family_checkpoint):
         table = result.table
         order = [
             table[table.component == "embed"],
+            table[table.component == "pos_embed"],
             table[table.component == "head"],
             table[table.component == "mlp"],
         ]

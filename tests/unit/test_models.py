@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from transformers.pytorch_utils import Conv1D
 
 from interp_seal.models import (
     FAMILIES,
@@ -28,7 +29,8 @@ SUPPORTED = ", ".join(sorted(FAMILIES))
 def test_local_checkpoint_loads_with_the_right_spec(family_checkpoint):
     handle = load_model(family_checkpoint)
     config = json.loads((Path(family_checkpoint) / "config.json").read_text())
-    n_kv = config.get("num_key_value_heads") or config["num_attention_heads"]  # GPT-NeoX: MHA
+    heads = config.get("num_attention_heads") or config["n_head"]  # GPT-2's config: n_head
+    n_kv = config.get("num_key_value_heads") or heads  # GPT-NeoX, GPT-2: MHA
     assert handle.family.name == config["model_type"]
     assert handle.spec.as_dict() == {
         "n_layers": 2,
@@ -61,7 +63,10 @@ def test_module_map_points_at_the_models_modules(family_checkpoint):
     spec, family = handle.spec, handle.family
     layers = handle.model.get_submodule(family.layers)
     assert handle.attn(1) is layers[1].get_submodule(family.attn)
-    assert handle.proj(1, "o_proj").in_features == spec.n_heads * spec.d_head
+    o_proj = handle.proj(1, "o_proj")
+    # GPT-2's Conv1D stores its weight (in, out), nn.Linear (out, in)
+    conv1d = isinstance(o_proj, Conv1D)
+    assert o_proj.weight.shape[0 if conv1d else 1] == spec.n_heads * spec.d_head
     x = torch.randn(1, 3, spec.d_model, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         projected = handle.project(0, x, "q", "k", "v")
@@ -71,6 +76,17 @@ def test_module_map_points_at_the_models_modules(family_checkpoint):
             assert weight.shape == (heads * spec.d_head, spec.d_model)
             expected = x @ weight.T + (0 if bias is None else bias)
             torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    if conv1d:  # GPT-2's c_attn, split as its attention splits it: [q | k | v] blocks
+        fused = handle.attn(0).get_submodule(family.qkv_proj)
+        with torch.no_grad():
+            blocks = (x @ fused.weight + fused.bias).split(spec.d_model, dim=-1)
+        for out, block in zip(projected, blocks, strict=True):
+            torch.testing.assert_close(out, block, atol=1e-6, rtol=0)
+        # learned absolute positions: the module GPT-2 adds to the token embeddings
+        assert handle.pos_embed() is handle.model.get_submodule(family.pos_embed)
+        assert handle.pos_embed().weight.shape == (spec.max_positions, spec.d_model)
+    else:
+        assert handle.pos_embed() is None
     if family.qkv_interleaved:  # GPT-NeoX's layout, written out: (H, [q_h | k_h | v_h])
         fused = handle.attn(0).get_submodule(family.qkv_proj)
         with torch.no_grad():
@@ -144,13 +160,13 @@ def test_encoder_checkpoint_is_unsupported(tmp_path):
 
 
 def test_unsupported_causal_architecture_names_supported_families(tmp_path):
-    config = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=32)
-    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
-    with pytest.raises(UnsupportedModelError, match=f"'gpt2'.*{SUPPORTED}") as refused:
+    config = transformers.BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
+    transformers.BloomForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match=f"'bloom'.*{SUPPORTED}") as refused:
         load_model(tmp_path)
     # one line, naming what a row cannot express and the nearest family it can
     message = str(refused.value)
-    assert "\n" not in message and "Conv1D" in message
+    assert "\n" not in message and "ALiBi" in message
     assert "closest supported family is 'gpt_neox'" in message
 
 

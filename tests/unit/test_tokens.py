@@ -21,6 +21,7 @@ import pytest
 import torch
 from conftest import byte_level_tokenizer, rms_norm_terms
 from transformers import AutoModelForCausalLM
+from transformers.pytorch_utils import Conv1D
 
 from interp_seal.analysis import capture_attention_rows, logit_attribution, logit_diff_attribution
 from interp_seal.analysis.token_views import line_retrieval_focus, source_token_attribution
@@ -178,7 +179,8 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None, family=None) -> tuple
     model's modules and its full eager attention, one source token at a time; ``post_attn``
     names the layer's norm on the attention output (OLMo 2), whose RMS is frozen. ``family``
     (default: Llama's names) gives the module names; GPT-NeoX's fused projection is read in its
-    own per-head layout ``[q_h | k_h | v_h]`` and its final LayerNorm centres what it reads."""
+    own per-head layout ``[q_h | k_h | v_h]`` and its final LayerNorm centres what it reads;
+    GPT-2's ``Conv1D`` output projection is read as the ``(in, out)`` weight it stores."""
     family = family or FAMILIES["llama"]
     cfg = model.config
     H = cfg.num_attention_heads
@@ -211,7 +213,8 @@ def by_hand(model, ids, layer, head, a, b, post_attn=None, family=None) -> tuple
             hook.remove()
     pattern = out.attentions[layer][0, head, -1].double()  # (key,)
     v = kept["v"].double().reshape(len(ids), KV, D)[:, head // (H // KV)]
-    w_o = o_proj.weight.detach().double()[:, head * D : (head + 1) * D]
+    w_o = o_proj.weight.detach().double()  # (out, in); GPT-2's Conv1D stores (in, out)
+    w_o = (w_o.T if isinstance(o_proj, Conv1D) else w_o)[:, head * D : (head + 1) * D]
     x = kept["x"].double()
     layer_norm = isinstance(final, torch.nn.LayerNorm)
 

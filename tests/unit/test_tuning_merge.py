@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 from conftest import DISTINCT_FAMILIES, build_checkpoint, float64
+from transformers.pytorch_utils import Conv1D
 
 from interp_seal.interventions.head_edit import HeadIntervention
 from interp_seal.interventions.hf import hf_logits
@@ -67,16 +68,32 @@ def test_merged_checkpoint_equals_the_scaled_model(checkpoint, tmp_path, granula
     attn = [f"{family.layers}.{i}.{family.attn}" for i in range(2)]  # the module map's names
     if into == "o_proj":  # its columns only: o_proj's (GPT-NeoX dense's) bias stays
         assert changed == {f"{a}.{family.o_proj}.weight" for a in attn}
+        # column h*D + c of the (out, in) weight times s[l, h, c]: a Conv1D (GPT-2's c_proj)
+        # stores (in, out), so there it is row h*D + c
+        conv1d = isinstance(handle.attn(0).get_submodule(family.o_proj), Conv1D)
+        full = scales.expand(*scales.shape[:2], handle.spec.d_head).double()
+        for layer, a in enumerate(attn):
+            key = f"{a}.{family.o_proj}.weight"
+            base, merged_w = (st[key].T if conv1d else st[key] for st in (base_state, merged_state))
+            expected = base * full[layer].reshape(-1)[None, :]
+            torch.testing.assert_close(merged_w, expected, rtol=1e-12, atol=0)
     else:
         path, rows = handle.family.projection("v", handle.spec)  # v_proj, or a fused qkv_proj
         biased = handle.projection_weights(0, "v")[1] is not None
         assert changed == {
             f"{a}.{path}.{p}" for a in attn for p in (("weight", "bias") if biased else ("weight",))
         }
+        conv1d = isinstance(handle.attn(0).get_submodule(path), Conv1D)
         for key in changed if rows is not None else ():  # fused: only the value rows move
-            others = torch.ones(len(base_state[key]), dtype=torch.bool)
+            # output rows: a Conv1D weight's (GPT-2's c_attn) are its columns
+            base, merged_w = (
+                st[key].T if conv1d and st[key].ndim == 2 else st[key]
+                for st in (base_state, merged_state)
+            )
+            others = torch.ones(len(base), dtype=torch.bool)
             others[rows] = False
-            assert torch.equal(base_state[key][others], merged_state[key][others])
+            assert torch.equal(base[others], merged_w[others])
+            assert not torch.equal(base[rows], merged_w[rows])
     assert (tmp_path / "merged" / "tokenizer.json").exists()
 
 

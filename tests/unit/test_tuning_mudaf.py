@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 import transformers
+from transformers.pytorch_utils import Conv1D
 
 from interp_seal.engine import pad_id_of
 from interp_seal.models import load_model, soft_cap
@@ -106,12 +107,15 @@ def test_captured_queries_and_keys_give_the_models_attention(family_checkpoint):
         with rotary_qk_hooks(handle, range(handle.spec.n_layers)) as captured:
             handle.model(ids)
     g, D, config = handle.spec.group_size, handle.spec.d_head, handle.model.config
-    # Gemma 2 scales by query_pre_attn_scalar ** -0.5 and soft-caps the scores
+    # Gemma 2 scales by query_pre_attn_scalar ** -0.5 and soft-caps the scores; GPT-2 may
+    # scale layer l by a further 1 / (l + 1)
     scalar = getattr(config, "query_pre_attn_scalar", D)
     cap = getattr(config, "attn_logit_softcapping", None)
     for layer, (q, k) in captured.items():
         k = k.repeat_interleave(g, dim=1)  # query head h reads KV head h // g
-        scores = soft_cap(q[0, :, -1:] @ k[0].transpose(-1, -2) / math.sqrt(scalar), cap)
+        by_layer = layer + 1 if getattr(config, "scale_attn_by_inverse_layer_idx", False) else 1
+        scale = 1 / (math.sqrt(scalar) * by_layer)
+        scores = soft_cap(q[0, :, -1:] @ k[0].transpose(-1, -2) * scale, cap)
         rows = torch.softmax(scores, dim=-1)
         torch.testing.assert_close(rows[:, 0], expected[layer][0, :, -1], rtol=0, atol=1e-6)
 
@@ -130,6 +134,8 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
     q_k = {family.projection(w, handle.spec)[0] for w in "qk"}  # q_proj, k_proj or qkv_proj
     q_k |= set(filter(None, (family.q_norm, family.k_norm)))
     below = [f"{family.layers}.0.", f"{family.embed}."]  # layer 1's input
+    if family.pos_embed is not None:  # GPT-2's learned positions
+        below.append(f"{family.pos_embed}.")
     if family.pre_attn_norm is not None:
         below.append(f"{layer}.{family.pre_attn_norm}.")
     reached = (*below, *(f"{attn}.{name}." for name in q_k))
@@ -140,17 +146,27 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
     _, v_rows = family.projection("v", handle.spec)
     if v_rows is not None:
         fused = handle.attn(1).get_submodule(family.qkv_proj)
-        assert float(fused.weight.grad[v_rows].abs().max()) == 0
+        # (out, in): GPT-2's Conv1D c_attn stores (in, out), its output rows are columns
+        grad = fused.weight.grad.T if isinstance(fused, Conv1D) else fused.weight.grad
+        assert float(grad[v_rows].abs().max()) == 0
         q_rows, k_rows = (family.projection(w, handle.spec)[1] for w in "qk")
-        assert float(fused.weight.grad[q_rows].abs().max()) > 0
-        assert float(fused.weight.grad[k_rows].abs().max()) > 0
+        assert float(grad[q_rows].abs().max()) > 0
+        assert float(grad[k_rows].abs().max()) > 0
         # and only head 0's query rows and its KV head's key rows, wherever the layout puts
-        # them (Phi-3's [q | k | v] blocks, GPT-NeoX's [q_h | k_h | v_h] per head)
-        D, rows = handle.spec.d_head, torch.arange(fused.weight.shape[0])
+        # them (Phi-3's and GPT-2's [q | k | v] blocks, GPT-NeoX's [q_h | k_h | v_h] per head),
+        # biases included where the projection has them
+        D, rows = handle.spec.d_head, torch.arange(grad.shape[0])
+        bias = None if fused.bias is None else fused.bias.grad
         for which_rows in (q_rows, k_rows):
-            per_head = fused.weight.grad[rows[which_rows]].view(-1, D, fused.weight.shape[1])
+            per_head = grad[rows[which_rows]].reshape(-1, D, grad.shape[1])
             assert float(per_head[0].abs().max()) > 0
             assert float(per_head[1:].abs().max()) == 0
+            if bias is not None:
+                per_head = bias[rows[which_rows]].view(-1, D)
+                assert float(per_head[0].abs().max()) > 0
+                assert float(per_head[1:].abs().max()) == 0
+        if bias is not None:
+            assert float(bias[rows[v_rows]].abs().max()) == 0
 
 
 def test_tuner_contrastive_term_matches_a_manual_computation(llama_checkpoint):
