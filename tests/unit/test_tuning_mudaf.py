@@ -150,6 +150,12 @@ def test_contrastive_term_trains_the_heads_queries_and_keys(family_checkpoint):
         grad = fused.weight.grad.T if isinstance(fused, Conv1D) else fused.weight.grad
         assert float(grad[v_rows].abs().max()) == 0
         q_rows, k_rows = (family.projection(w, handle.spec)[1] for w in "qk")
+        if isinstance(fused, Conv1D):  # GPT-2's own split of c_attn: [q | k | v] blocks
+            split = handle.attn(1).split_size
+            for part, found in enumerate((q_rows, k_rows, v_rows)):
+                assert torch.equal(
+                    torch.arange(3 * split)[found], torch.arange(split) + part * split
+                )
         assert float(grad[q_rows].abs().max()) > 0
         assert float(grad[k_rows].abs().max()) > 0
         # and only head 0's query rows and its KV head's key rows, wherever the layout puts
