@@ -33,8 +33,8 @@ from transformers import AutoModelForCausalLM
 
 from interp_seal.analysis import line_retrieval_pair
 from interp_seal.engine import pad_id_of
-from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval
-from interp_seal.interventions import HeadIntervention, ablate, scale_table
+from interp_seal.evaluation import evaluate_lengths, evaluate_line_retrieval, line_retrieval_samples
+from interp_seal.interventions import HeadIntervention, ablate, hf_logits, scale_table
 from interp_seal.models import load_model
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, passages
 from interp_seal.tasks.line_retrieval import generate
@@ -550,6 +550,110 @@ def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
         rows = comparison[comparison.method == trace["name"].split()[0]]
         np.testing.assert_allclose(array(trace["x"]), rows["exact"], **CLOSE)
         np.testing.assert_allclose(array(trace["y"]), rows["atp"], **CLOSE)
+
+
+# -- retrieval heads: four definitions -> agreement -> masking -> KV compression ---------------
+RETRIEVAL_ENV = {
+    "INTERP_SEAL_MODEL": "organism",
+    "NOTEBOOK_N": "4",
+    "NOTEBOOK_PASSAGES": "5",
+    "NOTEBOOK_LENGTHS": "20",
+    "NOTEBOOK_LINES_N": "3",
+}
+RETRIEVAL_DUMP = """
+for _name, _table in rankings.items():
+    _table.to_csv(f"ranking_{_name}.csv", index=False)
+comparison.pairs().to_csv("pairs.csv", index=False)
+effects.to_csv("effects.csv", index=False)
+curve.to_json("curve.json", orient="records")
+Path("numbers.json").write_text(json.dumps({
+    "k": comparison.k, "fresh": [s.prompt for s in fresh], "questions": [s.prompt for s in questions],
+}))
+"""
+
+
+def brute_exact(handle, samples) -> list[float]:
+    """Each sample's exact match from one full HF forward (argmax at every answer position)."""
+    out = []
+    for sample in samples:
+        enc = sample.encode(handle.tokenizer)
+        logits = hf_logits(handle, enc.input_ids[None])[0]
+        pos = torch.arange(enc.answer_start - 1, len(enc) - 1)
+        out.append(float((logits[pos].argmax(-1) == enc.input_ids[pos + 1]).all()))
+    return out
+
+
+def test_retrieval_heads_notebook_matches_package(tmp_path, monkeypatch):
+    """The comparison, the masking and the compression curve the notebook shows, recomputed
+    by other routes: scipy's Spearman and set overlaps from its own rankings; the masked sets
+    and the compressed models scored by one full HF forward per record (hooks, compress_kv);
+    the KV bytes by kv_budget_bytes at each prompt's length."""
+    from scipy.stats import spearmanr
+
+    from interp_seal.models import StreamingHeads, compress_kv, kv_budget_bytes
+
+    run_notebook("retrieval_heads", tmp_path, monkeypatch, RETRIEVAL_ENV, RETRIEVAL_DUMP)
+    numbers = json.loads((tmp_path / "numbers.json").read_text())
+    names = ["copy_paste", "passage", "qr", "causal"]
+    rankings = {n: pd.read_csv(tmp_path / f"ranking_{n}.csv") for n in names}
+    handle = load_model("organism")
+    spec = handle.spec
+    heads = [(a, b) for a in range(spec.n_layers) for b in range(spec.n_heads)]
+    for table in rankings.values():
+        assert sorted(zip(table.layer, table["head"], strict=True)) == heads
+        assert table["rank"].tolist() == list(range(1, len(heads) + 1))
+
+    # 1. agreement: Spearman (scipy) and top-k overlaps (sets) from the rankings themselves
+    k = numbers["k"]
+    assert k == 2  # 5 % of 32 heads, rounded up
+    rank = {n: t.set_index(["layer", "head"])["rank"].reindex(heads) for n, t in rankings.items()}
+    top = {n: set(zip(t.layer[:k], t["head"][:k], strict=True)) for n, t in rankings.items()}
+    pairs = pd.read_csv(tmp_path / "pairs.csv")
+    assert len(pairs) == 6
+    for row in pairs.itertuples():
+        np.testing.assert_allclose(row.spearman, spearmanr(rank[row.a], rank[row.b])[0], **CLOSE)
+        assert row.shared == len(top[row.a] & top[row.b])
+
+    # 2. masking on the fresh questions: each definition's top set zeroed, by full forwards
+    fresh = passages.generate(PassagesConfig(num_passages=5), 4, seed=1000)
+    assert [s.prompt for s in fresh] == numbers["fresh"]
+    assert [s.prompt for s in fresh] != numbers["questions"]
+    effects = pd.read_csv(tmp_path / "effects.csv").set_index("definition")
+    unmasked = np.mean(brute_exact(handle, fresh))
+    for name in names:
+        with handle.edit(ablate(spec, sorted(top[name]), mode="zero")):
+            masked = np.mean(brute_exact(handle, fresh))
+        np.testing.assert_allclose(effects.loc[name, "exact_match"], masked, **CLOSE)
+        np.testing.assert_allclose(effects.loc[name, "unmasked_exact_match"], unmasked, **CLOSE)
+
+    # 3. the curve: each definition's first KV heads full (a KV head ranks by its best query
+    # head), the rest on sink 4 + window 64, scored by full forwards under compress_kv
+    curve = pd.read_json(tmp_path / "curve.json", orient="records")
+    records = line_retrieval_samples(handle.tokenizer, [20], n=3, seed=0)[20]
+    tokens = [len(s.encode(handle.tokenizer).prompt_ids) for s in records]
+    group = spec.n_heads // spec.n_kv_heads
+    checked = 0
+    for name in ("qr", "causal"):
+        best: dict = {}
+        for row in rankings[name].itertuples():
+            kv = (row.layer, row.head // group)
+            best[kv] = min(best.get(kv, np.inf), row.rank)
+        order = sorted(best, key=lambda kv: (best[kv], kv))
+        for m in (1, 4):
+            config = StreamingHeads(heads=frozenset(order[m:]), sink=4, window=64)
+            with compress_kv(handle, config):
+                want = brute_exact(handle, records)
+            row = curve[(curve.definition == name) & (curve.full_kv_heads == m)].iloc[0]
+            assert row["correct"] == want
+            kept = np.mean([kv_budget_bytes(config, spec, t, itemsize=4) for t in tokens])
+            full = np.mean([kv_budget_bytes(None, spec, t, itemsize=4) for t in tokens])
+            np.testing.assert_allclose(row["kv_bytes"], kept, rtol=1e-9)
+            np.testing.assert_allclose(row["kv_share"], kept / full, rtol=1e-9)
+            checked += 1
+    assert checked == 4
+    ends = curve.set_index("definition")
+    assert ends.loc["all full", "correct"] == brute_exact(handle, records)
+    assert ends.loc["all full", "kv_share"] == 1.0
 
 
 # -- committed notebooks: executed, in sync with their code, readable without a kernel ---------
