@@ -291,8 +291,12 @@ FAMILIES: dict[str, Family] = {
         name="gemma3_text",
         attn_implementation="sdpa",
         attn_softcap=None,  # transformers' sdpa would ignore a cap: a row with none
-        gguf_architecture=None,  # GGUF loading is tested on Gemma 2 only
-        gguf_config=(),
+        # llama.cpp's Gemma 3 files: its 5 : 1 local / global pattern and local RoPE base 1e4
+        # are fixed in llama.cpp (no metadata), and so are transformers' defaults; its attention
+        # scale is 1 / sqrt(key_length) (its converter requires query_pre_attn_scalar ==
+        # head_dim), which transformers' loader drops
+        gguf_architecture="gemma3",
+        gguf_config=(("attention.key_length", "query_pre_attn_scalar"),),
         q_norm="q_norm",
         k_norm="k_norm",
         # local (RoPE base 1e4) and global (base 1e6) layers alternating, not 5 : 1 as in the

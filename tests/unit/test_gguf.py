@@ -108,16 +108,19 @@ def write_tensors(writer, tensors: dict, dtype, path):
     return path
 
 
-def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32):
+def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32, architecture: str = "gemma2"):
     """Write the safetensors ``checkpoint`` (a Gemma 2 with tied embeddings: llama.cpp's Gemma 2
     has no output tensor) as llama.cpp's converter does: its tensor names, RMSNorm weights
     stored with Gemma's ``1 +`` added, the soft-caps and window as metadata (and nothing for
-    ``query_pre_attn_scalar``: llama.cpp scales by ``1 / sqrt(key_length)``)."""
+    ``query_pre_attn_scalar``: llama.cpp scales by ``1 / sqrt(key_length)``). A Gemma 3
+    (``architecture="gemma3"``) adds its q / k norms (``1 +`` too), has no soft-caps, and its
+    ``rope.freq_base`` is the global layers' base (the local one, 1e4, is fixed in llama.cpp)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
     tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
     cfg = model.config
-    writer = gguf.GGUFWriter(str(path), "gemma2")
-    writer.add_name("tiny-gemma2")
+    gemma3 = architecture == "gemma3"
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name(f"tiny-{architecture}")
     writer.add_block_count(cfg.num_hidden_layers)
     writer.add_context_length(cfg.max_position_embeddings)
     writer.add_embedding_length(cfg.hidden_size)
@@ -126,10 +129,12 @@ def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32):
     writer.add_head_count_kv(cfg.num_key_value_heads)
     writer.add_key_length(cfg.head_dim)
     writer.add_value_length(cfg.head_dim)
-    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    rope = cfg.rope_parameters["full_attention"] if gemma3 else cfg.rope_parameters
+    writer.add_rope_freq_base(rope["rope_theta"])
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
-    writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    if not gemma3:
+        writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
     writer.add_sliding_window(cfg.sliding_window)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
     add_tokenizer(writer, tok)
@@ -147,6 +152,8 @@ def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32):
         "mlp.up_proj": "ffn_up",
         "mlp.down_proj": "ffn_down",
     }
+    if gemma3:
+        names |= {"self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
     tensors = {
         "token_embd.weight": sd["model.embed_tokens.weight"],
         "output_norm.weight": sd["model.norm.weight"] + 1,
@@ -307,7 +314,8 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatc
     writer.close()
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(
-        UnsupportedModelError, match=r"'bloom' model.*\['gemma2', 'gpt2', 'llama', 'qwen2'\]"
+        UnsupportedModelError,
+        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'qwen2'\]",
     ):
         load_model(path)
     not_gguf = tmp_path / "broken.gguf"
@@ -371,6 +379,48 @@ def test_gpt2_gguf_gives_the_safetensors_weights_logits_and_tokens(tmp_path, mon
     for name, param in loaded.model.state_dict().items():  # Conv1D weights back to (in, out)
         assert torch.equal(param, reference[name]), name
     (_, want), (_, got) = logits(ref), logits(loaded)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_gemma3_gguf_gives_the_safetensors_logits(tmp_path, monkeypatch):
+    """A Gemma 3 (text) written as llama.cpp writes it loads with its q / k norms, its local and
+    global RoPE bases, its windows (8 tokens here, shorter than the prompt) and its attention
+    scale, and gives the safetensors logits on the same ids. llama.cpp fixes Gemma 3's layer
+    pattern (5 windowed layers, then a global one) and its local RoPE base (1e4) instead of
+    writing them, so the checkpoint has 6 layers in that pattern; its scale is
+    ``1 / sqrt(key_length)`` (``query_pre_attn_scalar = head_dim``, which llama.cpp's converter
+    requires), which transformers' loader drops: without ``Family.gguf_config`` the model would
+    scale by its config class's default, ``256 ** -0.5``. Tokens are not compared (as for
+    Gemma 2: ``GemmaTokenizer`` re-tokenises a byte-level vocabulary)."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    tok = byte_level_tokenizer()  # with the special tokens GemmaTokenizer needs
+    tok.add_special_tokens({"mask_token": "<mask>", "unk_token": "<unk>"})
+    untied = save_random_checkpoint(
+        tmp_path / "untied", "gemma3_text", tokenizer=tok, n_layers=6, seed=3
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(untied)
+    cfg = model.config
+    cfg.tie_word_embeddings = True  # llama.cpp's Gemma 3 unembeds with the embedding
+    cfg.query_pre_attn_scalar = cfg.head_dim  # llama.cpp's scale
+    cfg.sliding_window = 8
+    cfg.layer_types = ["full_attention" if i == 5 else "sliding_attention" for i in range(6)]
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.save_pretrained(tmp_path / "st")
+    tok.save_pretrained(tmp_path / "st")
+    ref = load_model(tmp_path / "st")
+    path = write_gemma2_gguf(
+        str(tmp_path / "st"), tmp_path / "tiny-gemma3.gguf", architecture="gemma3"
+    )
+    loaded = load_model(path)
+    assert loaded.family.name == "gemma3_text" and loaded.spec == ref.spec
+    for field in ("query_pre_attn_scalar", "sliding_window", "layer_types", "rope_parameters"):
+        assert getattr(loaded.model.config, field) == getattr(ref.model.config, field), field
+    reference = ref.model.state_dict()
+    for name, param in loaded.model.state_dict().items():  # norms: 1 + w stored, w read back
+        torch.testing.assert_close(param, reference[name], atol=1e-6, rtol=0)
+    ids = torch.randint(4, ref.spec.vocab_size, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = ref.model(ids).logits, loaded.model(ids).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
