@@ -310,7 +310,9 @@ def score_reference(handle: ModelHandle, records: list[dict], condition: dict) -
             first_recent = C - recent if condition["press"] != "none" else 0
             with torch.no_grad():
                 model.set_attn_implementation("sdpa")
-                pre = model(torch.tensor([r["context_ids"]]), use_cache=True)
+                pre = model.base_model(
+                    torch.tensor([r["context_ids"]]), use_cache=True
+                )  # no logits
                 model.set_attn_implementation(REFERENCE_ATTENTION)
                 for i in range(handle.spec.n_layers):
                     heads = streaming.get(i, []) if condition["press"] != "none" else []
