@@ -52,6 +52,7 @@ from transformers import AttentionInterface
 from interp_seal.analysis.retrieval_scores import rank_heads
 from interp_seal.engine import pad_id_of
 from interp_seal.models.handle import ModelHandle
+from interp_seal.models.streaming_heads import StreamingHeads, check_supported
 from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.data import TrainingBatch, encode_examples
 from interp_seal.tuning.loop import StepInfo, TrainConfig, TrainResult, Tuner, train
@@ -79,13 +80,15 @@ class DuoConfig:
     block_size: int = 256
 
     def __post_init__(self):
-        if self.sink < 0 or self.window < 1 or self.block_size < 1:
-            raise ValueError(
-                f"DuoAttention gates need sink >= 0, window >= 1 and block_size >= 1, got sink="
-                f"{self.sink}, window={self.window}, block_size={self.block_size}"
-            )
+        self.streaming()  # raises on bad sizes
         if not self.penalty >= 0:
             raise ValueError(f"the L1 penalty must be >= 0, got {self.penalty}")
+
+    def streaming(self) -> StreamingHeads:
+        """The streaming side's sizes as ``streaming_heads`` takes them (no head streams)."""
+        return StreamingHeads(
+            heads=frozenset(), sink=self.sink, window=self.window, block_size=self.block_size
+        )
 
 
 def gated_attention(
@@ -148,17 +151,8 @@ def gated(handle: ModelHandle, gates: Tensor | None, config: DuoConfig = DuoConf
 def _install(handle: ModelHandle, gates_now, config: DuoConfig, restore: ExitStack) -> None:
     """Point every attention module of ``handle`` at ``gates_now()``, read at each forward (so
     that the tuner's teacher pass can switch the gates off)."""
-    spec = handle.spec
-    if any(handle.sliding_window(layer) is not None for layer in range(spec.n_layers)):
-        raise ValueError(
-            f"{handle.name_or_path} has sliding-window layers; DuoAttention gates need layers "
-            "that attend to the whole causal prefix"
-        )
-    if any(handle.attn_softcap(layer) is not None for layer in range(spec.n_layers)):
-        raise ValueError(
-            f"DuoAttention gates do not soft-cap attention logits, which {handle.family.name} does"
-        )
-    for layer in range(spec.n_layers):
+    check_supported(handle, config.streaming())  # the streaming side's limits are the gates'
+    for layer in range(handle.spec.n_layers):
         attn = handle.attn(layer)
         setattr(attn, _GATE_ATTR, (gates_now, layer, config))
         restore.callback(delattr, attn, _GATE_ATTR)

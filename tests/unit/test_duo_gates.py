@@ -159,6 +159,8 @@ def test_ranking_gives_each_query_head_its_kv_heads_gate():
 def test_bad_configs_are_refused():
     with pytest.raises(ValueError, match="window >= 1"):
         duo.DuoConfig(window=0)
+    with pytest.raises(ValueError, match="sink >= 0"):
+        duo.DuoConfig(sink=-1)
     with pytest.raises(ValueError, match="penalty"):
         duo.DuoConfig(penalty=-1)
 
@@ -189,3 +191,13 @@ def test_cli_duo_gates_writes_the_library_gates(llama_checkpoint, handle, tmp_pa
     assert main([*args, "--out", str(out), "--resume"]) == 0  # finished: resumes at the end
     assert main([*args, "--penalty", "-1", "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_soft_capped_or_windowed_models_are_refused(tmp_path):
+    from tests.conftest import build_checkpoint
+
+    gemma = load_model(build_checkpoint(tmp_path / "gemma2", "gemma2"))
+    with pytest.raises(ValueError, match="sliding-window layers|soft-cap"):
+        with duo.gated(gemma, torch.ones(gemma.spec.n_layers, gemma.spec.n_kv_heads)):
+            pass
+    assert gemma.model.config._attn_implementation != duo.ATTENTION_NAME
