@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import build_checkpoint
 
 from interp_seal.models import load_model
 from interp_seal.models import streaming_heads as sh
@@ -194,8 +195,6 @@ def test_cli_duo_gates_writes_the_library_gates(llama_checkpoint, handle, tmp_pa
 
 
 def test_soft_capped_or_windowed_models_are_refused(tmp_path):
-    from tests.conftest import build_checkpoint
-
     gemma = load_model(build_checkpoint(tmp_path / "gemma2", "gemma2"))
     with pytest.raises(ValueError, match="sliding-window layers|soft-cap"):
         with duo.gated(gemma, torch.ones(gemma.spec.n_layers, gemma.spec.n_kv_heads)):
