@@ -552,13 +552,14 @@ def test_circuits_notebook_matches_package(tmp_path, monkeypatch):
         np.testing.assert_allclose(array(trace["y"]), rows["atp"], **CLOSE)
 
 
-# -- retrieval heads: four definitions -> agreement -> masking -> KV compression ---------------
+# -- retrieval heads: five definitions -> agreement -> masking -> KV compression ---------------
 RETRIEVAL_ENV = {
     "INTERP_SEAL_MODEL": "organism",
     "NOTEBOOK_N": "4",
     "NOTEBOOK_PASSAGES": "5",
     "NOTEBOOK_LENGTHS": "20",
     "NOTEBOOK_LINES_N": "3",
+    "NOTEBOOK_DUO_N": "2",
 }
 RETRIEVAL_DUMP = """
 for _name, _table in rankings.items():
@@ -594,7 +595,7 @@ def test_retrieval_heads_notebook_matches_package(tmp_path, monkeypatch):
 
     run_notebook("retrieval_heads", tmp_path, monkeypatch, RETRIEVAL_ENV, RETRIEVAL_DUMP)
     numbers = json.loads((tmp_path / "numbers.json").read_text())
-    names = ["copy_paste", "passage", "qr", "causal"]
+    names = ["copy_paste", "passage", "qr", "causal", "duo"]
     rankings = {n: pd.read_csv(tmp_path / f"ranking_{n}.csv") for n in names}
     handle = load_model("organism")
     spec = handle.spec
@@ -602,6 +603,10 @@ def test_retrieval_heads_notebook_matches_package(tmp_path, monkeypatch):
     for table in rankings.values():
         assert sorted(zip(table.layer, table["head"], strict=True)) == heads
         assert table["rank"].tolist() == list(range(1, len(heads) + 1))
+    # the gates rank KV heads: the query heads of one KV head carry its gate, in [0, 1]
+    duo = rankings["duo"].assign(kv=lambda t: t["head"] // (spec.n_heads // spec.n_kv_heads))
+    assert (duo.groupby(["layer", "kv"]).gate.nunique() == 1).all()
+    assert duo.gate.between(0, 1).all()
 
     # 1. agreement: Spearman (scipy) and top-k overlaps (sets) from the rankings themselves
     k = numbers["k"]
@@ -609,7 +614,7 @@ def test_retrieval_heads_notebook_matches_package(tmp_path, monkeypatch):
     rank = {n: t.set_index(["layer", "head"])["rank"].reindex(heads) for n, t in rankings.items()}
     top = {n: set(zip(t.layer[:k], t["head"][:k], strict=True)) for n, t in rankings.items()}
     pairs = pd.read_csv(tmp_path / "pairs.csv")
-    assert len(pairs) == 6
+    assert len(pairs) == 10
     for row in pairs.itertuples():
         np.testing.assert_allclose(row.spearman, spearmanr(rank[row.a], rank[row.b])[0], **CLOSE)
         assert row.shared == len(top[row.a] & top[row.b])
