@@ -229,9 +229,8 @@ def budget_table(table: pd.DataFrame, budget: pd.DataFrame, *, metric: str = "ex
     empty while pending), for tests that read the page."""
     name = METRIC_NAMES.get(metric, metric)
     rows = table[table.metric == metric].set_index("length")
-    cell = "padding:1px 8px;text-align:right"
     head = "".join(
-        f"<th style='{cell}'>{escape(h)}</th>"
+        f"<th>{escape(h)}</th>"
         for h in ("lines", "tokens", name, "unedited", "KV cache kept", "of full")
     )
     body = []
@@ -248,11 +247,9 @@ def budget_table(table: pd.DataFrame, budget: pd.DataFrame, *, metric: str = "ex
         )
         cells = (b.length, f"{b.tokens:.0f}", shown, unedited, kv_size(b.kv_bytes))
         cells += (f"{100 * b.kv_share:.1f} %",)
-        body.append(
-            f"<tr {attrs}>" + "".join(f"<td style='{cell}'>{c}</td>" for c in cells) + "</tr>"
-        )
+        body.append(f"<tr {attrs}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (
-        "<table data-kv-budget style='border-collapse:collapse;font-size:13px'>"
+        "<table data-kv-budget cellpadding='3' style='font-size:13px;text-align:right'>"
         f"<tr style='border-bottom:1px solid #adb5bd'>{head}</tr>{''.join(body)}</table>"
     )
 
