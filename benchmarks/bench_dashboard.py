@@ -45,7 +45,8 @@ and ``browser_layer0_compute_s`` (the kernel's part). Then the channel map of a 
 ``--channel-layer`` (default 0, the costliest: every channel restarts at layer 0; -1 skips it),
 locked with no edit: ``browser_channel_map_s`` from the press on its button to the complete
 map on the page, ``channel_map_compute_s`` the kernel's part. ``--screenshots DIR`` saves the
-page at 800 and 1600 px wide after the clicks (``dashboard_800.png``, ``dashboard_1600.png``).
+page at 800 and 1600 px wide after the clicks, a prune of a layer-0 head and a switch of a
+top-layer KV head to streaming attention (``dashboard_800.png``, ``dashboard_1600.png``).
 
 An edit of layer ``l`` recomputes ``L - l`` layers, so edits near the top are cheapest; the mean
 is over one head per layer.
@@ -178,6 +179,7 @@ def browser_timings(model: str, heads, args) -> str:
         open_dashboard,
         serve_dashboard,
         stop,
+        stream_head,
     )
     from interp_seal.cli.dashboard import free_port
 
@@ -211,8 +213,10 @@ def browser_timings(model: str, heads, args) -> str:
                         f"channel_map_head=L{head[0]}H{head[1]} "
                     )
             layer0 = timings[0]  # heads[0] is on layer 0
-            if args.screenshots:
+            if args.screenshots:  # after a prune and a switch of a top-layer KV head
                 click_head(page, heads[0])
+                stream_head(page, (heads[-1][0], 0))
+                page.mouse.move(0, 0)  # no hover label over the grid
                 args.screenshots.mkdir(parents=True, exist_ok=True)
                 for width in (800, 1600):
                     page.set_viewport_size({"width": width, "height": 2000})

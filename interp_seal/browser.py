@@ -254,6 +254,23 @@ def click_head(page, head: tuple[int, int], *, timeout_ms: int = 120_000) -> Cli
     )
 
 
+def stream_head(page, head: tuple[int, int], *, timeout_ms: int = 300_000) -> None:
+    """Switch the KV head that query head ``head`` reads with a click in *stream KV* mode (the
+    toggle is left there), and wait until the page shows the finished update."""
+    page.get_by_role("button", name="stream KV", exact=True).click()
+    before = page.evaluate(STATUS)["update"]
+    x, y = page.evaluate(CELL_POSITION, list(head))
+    page.mouse.move(x, y)
+    page.wait_for_function(HOVERED, arg=list(head), polling="raf", timeout=timeout_ms)
+    page.mouse.down()
+    page.mouse.up()
+    page.wait_for_function(
+        f"() => {{ const s = ({STATUS})(); return s && s.update > {before}; }}",
+        polling="raf",
+        timeout=timeout_ms,
+    )
+
+
 def grid_cells_inside(page) -> bool:
     """Whether every cell of the head grid and its colour bar lie inside the viewport."""
     return page.evaluate(
