@@ -67,7 +67,9 @@ and 0.68 -> 0.72 (random ones), 40 on 2 0.75 -> 0.85 and 0.73 -> 0.77, at the sa
 10 records per length the reference's own halves share only 0.70 of their top-10 lists: it
 cannot tell a screen's 0.8 from 0.9, hence the extension to 40 records per length.
 
-Earlier measurements, before the difference estimator, against the 10-record reference:
+Earlier measurements, before the difference estimator, against the 10-record reference
+(``noise_ceiling``, since replaced by ``split_half``, was the overlap of the exact sweep on
+resampled records with the reference itself).
 
 Measured (one thread, alone on the 2-core CPU machine, defaults: 30 candidates confirmed on
 2 records per length; 2026-11-25)::
