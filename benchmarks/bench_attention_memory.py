@@ -4,9 +4,14 @@ Command (from the repository root; about two minutes on one CPU thread)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py
     python benchmarks/bench_attention_memory.py --device cuda [--dtype bfloat16]  # on a GPU
+    OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py --family qwen3  # a random Qwen3
+    OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py --family gemma2 \
+        --lengths 1024 2048 4096 8192  # Gemma 2: eager attention, see below
 
-On a random Llama with 4 layers, 8 query heads (2 KV heads), d_head 32 and a 16K-position
-window, at 2K, 4K, 8K and 16K tokens, it measures
+On a random Llama (or, with ``--family``, a random checkpoint of that family with its row's test
+particulars: Qwen3's q / k norms, Gemma 2's soft-caps and windows) with 4 layers, 8 query heads
+(2 KV heads), d_head 32 and a 16K-position window, at 2K, 4K, 8K and 16K tokens (``--lengths``),
+it measures
 
 - **rows**: ``capture_attention_rows(handle, ids, (-1,))``, the last token's attention row of
   every head and layer from post-RoPE q/k on the HF sdpa path (what MuDAF's passage score
@@ -41,10 +46,23 @@ ours measured at 8K, and the RESULT line says ``tl_8k=extrapolated``; with a lar
 Measured on the 2-core development machine, shared (``OMP_NUM_THREADS=1``, ~2.5 min):
 rows 31 / 52 / 94 / 177 MB at 2K / 4K / 8K / 16K; TL 699 / 2704 MB at 2K / 4K (1.3x its
 ``L*H*T^2*4`` bytes of patterns), 10.6 GB extrapolated at 8K. The estimate counts float32
-patterns, so it is an overestimate under ``--dtype bfloat16`` / ``float16``. Final line::
+patterns, so it is an overestimate under ``--dtype bfloat16`` / ``float16``.
+
+Other families, the same machine shared, one session (the Llama run again beside them:
+115.9 / 1.92): a random Qwen3 keeps the ratios, ``mem_ratio_8k=115.1 growth_16k_over_8k=1.90``
+(rows 30 / 51 / 92 / 175 MB; its q / k norms add nothing quadratic). A random Gemma 2 does not,
+and cannot on this path: transformers' sdpa has no attention-logit soft-cap, so Gemma 2 loads
+with eager attention (``Family.attn_implementation``) and the model's own forward, under the
+row capture as under any analysis, builds each layer's ``H x T x T`` scores, one layer at a time
+(the capture itself stays linear). Its rows then cost about one layer's pattern, and TL's only
+the ``L`` cached patterns more: rows 89 / 313 / 1194 / 4683 MB at 1K / 2K / 4K / 8K against
+TL's 194 / 714 / 2763 MB and 10.9 GB extrapolated, ``mem_ratio_8k=2.3 growth_8k_over_4k=3.92``.
+At 16K that forward needs tens of GB, so Gemma 2 runs at 1K-8K (``--lengths``); the growth is
+taken between the two largest lengths. Final line (``8k`` / ``16k_over_8k``: the lengths the
+keys are taken at)::
 
     RESULT attention_memory mem_ratio_8k=<TL / ours at 8K> growth_16k_over_8k=<ours 16K / 8K> ...
-        device=<device> dtype=<dtype> clock=wall_s
+        model=<family and geometry> device=<device> dtype=<dtype> clock=wall_s
 """
 
 from __future__ import annotations
@@ -58,7 +76,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import Clock, add_device_arguments, load, result_tags, timed
+from common import Clock, add_device_arguments, add_family_argument, load, result_tags, timed
 
 from interp_seal.models.load import resolve_device
 
@@ -67,20 +85,21 @@ N_LAYERS, N_HEADS, N_KV_HEADS, D_HEAD = 4, 8, 2, 32
 MB = 2**20
 
 
-def build_checkpoint(path: Path) -> str:
-    """A random 4-layer, 8-head GQA Llama with a 16K window and a small word-level tokenizer."""
+def build_checkpoint(path: Path, family: str = "llama", positions: int = max(LENGTHS)) -> str:
+    """A random 4-layer, 8-head GQA checkpoint of ``family`` (with its row's test particulars)
+    with a ``positions`` window and a small word-level tokenizer."""
     from interp_seal.organism.tokenizer import build_tokenizer
     from interp_seal.testing import save_random_checkpoint
 
     return save_random_checkpoint(
         path,
-        "llama",
+        family,
         tokenizer=build_tokenizer(["the quick brown fox jumps over the lazy dog"]),
         n_layers=N_LAYERS,
         n_heads=N_HEADS,
         n_kv_heads=N_KV_HEADS,
         d_head=D_HEAD,
-        max_positions=max(LENGTHS),
+        max_positions=positions,
     )
 
 
@@ -198,19 +217,31 @@ def main() -> None:
     parser.add_argument(
         "--tl-limit-gb", type=float, default=8.0, help="skip TL above this estimate"
     )
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=list(LENGTHS),
+        help="prompt lengths in tokens, at least two (default: 2048 4096 8192 16384)",
+    )
     add_device_arguments(parser)
+    add_family_argument(parser)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
+    lengths = sorted(set(args.lengths))
+    if len(lengths) < 2:
+        parser.error("--lengths needs at least two lengths (the growth is taken between them)")
     # the device checked once, before any worker; every worker then loads on the same one
     args.device = str(resolve_device(args.device))
+    family = args.family or "llama"
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_checkpoint(Path(tmp) / "llama16k")
+        model = build_checkpoint(Path(tmp) / family, family, positions=max(lengths))
         rows, tl = {}, {}
         print(f"{'tokens':>7} {'method':>6} {'memory (MB)':>12} {'time (s)':>9}")
-        for length in LENGTHS:
+        for length in lengths:
             rows[length] = measure(model, "rows", length, args)
             print(
                 f"{length:>7} {'rows':>6} {rows[length]['mb']:>12.1f} {rows[length]['seconds']:>9.3f}"
@@ -224,21 +255,29 @@ def main() -> None:
             tl[length] = measure(model, "tl", length, args)
             print(f"{length:>7} {'tl':>6} {tl[length]['mb']:>12.1f} {tl[length]['seconds']:>9.3f}")
 
-    if 8192 in tl:
-        tl_8k, how = tl[8192]["mb"], "measured"
+    # the ratio at 8K where it was run (else the largest length), the growth over the two largest
+    at = 8192 if 8192 in rows else lengths[-1]
+    top, below = lengths[-1], lengths[-2]
+    k = {t: f"{t // 1024}k" if t % 1024 == 0 else str(t) for t in lengths}
+    if at in tl:
+        tl_at, how = tl[at]["mb"], "measured"
     elif len(tl) >= 2:
-        tl_8k, how = quadratic_fit({t: m["mb"] for t, m in tl.items()}, 8192), "extrapolated"
+        tl_at, how = quadratic_fit({t: m["mb"] for t, m in tl.items()}, at), "extrapolated"
     else:
         raise SystemExit("TL ran at fewer than two lengths; raise --tl-limit-gb")
-    growth = rows[16384]["mb"] / rows[8192]["mb"]
-    print(f"TL patterns at 8K: {tl_8k:.0f} MB ({how}); row-wise capture: {rows[8192]['mb']:.1f} MB")
+    growth = rows[top]["mb"] / rows[below]["mb"]
     print(
-        f"RESULT attention_memory mem_ratio_8k={tl_8k / rows[8192]['mb']:.1f} "
-        f"growth_16k_over_8k={growth:.2f} rows_mb_8k={rows[8192]['mb']:.1f} "
-        f"rows_mb_16k={rows[16384]['mb']:.1f} tl_mb_8k={tl_8k:.0f} tl_8k={how} "
-        f"rows_s_8k={rows[8192]['seconds']:.2f}"
+        f"TL patterns at {k[at]}: {tl_at:.0f} MB ({how}); row-wise capture: {rows[at]['mb']:.1f} MB"
+    )
+    print(
+        f"RESULT attention_memory mem_ratio_{k[at]}={tl_at / rows[at]['mb']:.1f} "
+        f"growth_{k[top]}_over_{k[below]}={growth:.2f} rows_mb_{k[at]}={rows[at]['mb']:.1f} "
+        + (f"rows_mb_{k[top]}={rows[top]['mb']:.1f} " if top != at else "")
+        + f"tl_mb_{k[at]}={tl_at:.0f} tl_{k[at]}={how} "
+        f"rows_s_{k[at]}={rows[at]['seconds']:.2f}"
         + (f" tl_s_4k={tl[4096]['seconds']:.2f}" if 4096 in tl else "")
-        + f" {result_tags(args, Clock(rows[8192]['device'], wall=True))}"
+        + f" model=random-{family}-{N_LAYERS}x{N_HEADS}-gqa-dhead{D_HEAD}"
+        + f" {result_tags(args, Clock(rows[at]['device'], wall=True))}"
     )
 
 
