@@ -16,9 +16,10 @@ Panels, all driven by one ``DashboardState`` (``state.py``):
   Wilson intervals: teacher-forced greedy exact
   match on a fixed set of LongEval records, computed by ``EditEvaluator`` from a cached clean run
   so that an edit costs only the layers from the lowest edited one up (SEAL Fig. 2d, live);
-  below it, per length, the same accuracy beside the KV cache kept after the prompt, in bytes
-  and as a share of the all-full cache (``EditEvaluator.kv_budget``); with streaming heads on,
-  a run starts at the lowest edited layer below them, else costs a whole forward;
+  below it, while any KV head streams, per length the same accuracy beside the KV cache kept
+  after the prompt, in bytes and as a share of the all-full cache (``EditEvaluator.kv_budget``;
+  hidden otherwise, so that a click without streaming heads sends nothing more); with streaming
+  heads on, a run starts at the lowest edited layer below them, else costs a whole forward;
 - the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits
   and the streaming heads;
 - the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c) under
@@ -158,6 +159,7 @@ class Dashboard:
         self.shown = self.state  # the state whose numbers the panels show
         self.results = self._evaluate(self.state)
         self._budget_shown = self.kv_budget(self.state)  # the budget of the numbers shown
+        self._budget_on = bool(self.state.streaming)  # the table shows only with streaming heads
         self.attribution = self._attribute(self.state)
         self.channel_results: pd.DataFrame | None = None
         self._mapped: tuple[Head, tuple] | None = None  # the map shown: its head and edits
@@ -290,7 +292,10 @@ class Dashboard:
         self.accuracy = go.FigureWidget(
             accuracy_curves(self.results, metric=self.metric, records=self.records)
         )
-        self.budget = w.HTML(budget_table(self.results, self._budget_shown, metric=self.metric))
+        self.budget = w.HTML(
+            budget_table(self.results, self._budget_shown, metric=self.metric),
+            layout=w.Layout(display=None if self._budget_on else "none"),
+        )
         self.dla = go.FigureWidget(dla_figure(self.attribution, **self._dla_range()))
         self.dla.update_layout(width=720, height=440)
         self.factor = w.FloatSlider(
@@ -605,6 +610,9 @@ class Dashboard:
             lengths = self.evaluator.lengths
             what = f"exact match under {_edits(state)}"
             self._budget_shown = self.kv_budget(state)
+            self._budget_on = bool(state.streaming)
+            if not self._budget_on and self.budget.layout.display != "none":
+                self.budget.layout.display = "none"  # every head full: nothing to compare
             self._draw_accuracy(self.results.iloc[:0])
             self._busy(what, 0, len(lengths))
 
@@ -893,7 +901,10 @@ class Dashboard:
                 metric=self.metric,
                 records=self.records,
             )
-        self.budget.value = budget_table(table, self._budget_shown, metric=self.metric)
+        if self._budget_on:  # a click without streaming heads sends nothing more
+            self.budget.value = budget_table(table, self._budget_shown, metric=self.metric)
+            if self.budget.layout.display == "none":
+                self.budget.layout.display = None
 
     def _draw_dla(self) -> None:
         with self.dla.batch_update():
