@@ -227,6 +227,102 @@ def test_qk_fix_equals_hand_computation(handle2, samples):
     np.testing.assert_allclose(correction[0], expected, rtol=2e-3, atol=2e-5)
 
 
+def hand_qk_correction_gpt2(handle, enc) -> np.ndarray:
+    """The QK fix's correction for zero-ablating each layer-0 head of a 2-layer GPT-2, by hand:
+    a LayerNorm (mean and bias) before layer 1, ``Conv1D`` weights stored ``(in, out)`` with
+    biases, q / k / v the blocks of ``c_attn``'s columns, no RoPE, and layer 1 scaled by
+    ``1 / (sqrt(D) * 2)`` (``scale_attn_by_inverse_layer_idx``)."""
+    model = handle.model.transformer
+    H, D = handle.spec.n_heads, handle.spec.d_head
+    E = H * D
+    layer0, layer1 = model.h
+    ids = enc.input_ids[None]
+    T = ids.shape[1]
+    kept = {}
+
+    def keep_z0(_mod, args):
+        kept["z0"] = args[0][0].detach().view(T, H, D)
+
+    def track_z1(_mod, args):  # layer 1's head outputs as a leaf: dM/dz1
+        z = args[0].detach().view(1, T, H, D).requires_grad_(True)
+        kept["z1"] = z
+        return (z.reshape(args[0].shape),)
+
+    def keep_x1(_mod, args, kwargs):
+        kept["x1"] = (args[0] if args else kwargs["hidden_states"])[0].detach().double()
+
+    hooks = [
+        layer0.attn.c_proj.register_forward_pre_hook(keep_z0),
+        layer1.attn.c_proj.register_forward_pre_hook(track_z1),
+        layer1.register_forward_pre_hook(keep_x1, with_kwargs=True),
+    ]
+    try:
+        logits = handle.model(ids).logits[0]
+    finally:
+        for h in hooks:
+            h.remove()
+    metric = answer_logprob(handle, enc, logits)
+    (g1,) = torch.autograd.grad(metric, [kept["z1"]])
+    g1 = g1[0].double()  # (T, H, D)
+    x = kept["x1"]  # (T, d)
+    ln = layer1.ln_1
+    w, b, eps = ln.weight.double(), ln.bias.double(), ln.eps
+    W = layer1.attn.c_attn.weight.double()  # (d, 3E): y = x @ W + bias
+    bias = layer1.attn.c_attn.bias.double()
+    WQ, WK, WV = W[:, :E], W[:, E : 2 * E], W[:, 2 * E :]
+    bQ, bK, bV = bias[:E], bias[E : 2 * E], bias[2 * E :]
+    WO = layer0.attn.c_proj.weight.double()  # (E, d)
+    assert handle.model.config.scale_attn_by_inverse_layer_idx
+    scale = D**-0.5 / 2  # layer 1
+
+    xc = x - x.mean(-1, keepdim=True)
+    std = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    normed = w * xc / std + b
+
+    def d_norm(dx):  # LayerNorm's first-order change
+        dc = dx - dx.mean(-1, keepdim=True)
+        return w * (dc / std - xc * (xc * dc).mean(-1, keepdim=True) / std**3)
+
+    def heads(y):
+        return y.view(T, H, D).transpose(0, 1)  # (H, T, D)
+
+    q, k, v = heads(normed @ WQ + bQ), heads(normed @ WK + bK), heads(normed @ WV + bV)
+    rows = torch.arange(enc.answer_start - 1, T - 1)
+    mask = torch.arange(T)[None, :] <= rows[:, None]  # (R, T)
+    out = np.zeros(H)
+    for source in range(H):
+        dr = -kept["z0"][:, source].double() @ WO[source * D : (source + 1) * D]  # (T, d)
+        dn = d_norm(dr)
+        dq, dk = heads(dn @ WQ), heads(dn @ WK)
+        total = 0.0
+        for h in range(H):
+            s = (q[h, rows] @ k[h].T) * scale
+            ds = (dq[h, rows] @ k[h].T + q[h, rows] @ dk[h].T) * scale
+            s2 = ((q[h, rows] + dq[h, rows]) @ (k[h] + dk[h]).T) * scale
+            A = s.masked_fill(~mask, -torch.inf).softmax(-1)
+            A2 = s2.masked_fill(~mask, -torch.inf).softmax(-1)
+            ds = ds.masked_fill(~mask, 0)
+            dA = A * (ds - (A * ds).sum(-1, keepdim=True))
+            gA = g1[rows, h] @ v[h].T  # (R, T): dM/dA = dM/dz . v
+            total += float((gA * (A2 - A - dA)).sum())
+        out[source] = total
+    return out
+
+
+def test_qk_fix_on_gpt2_equals_hand_computation(tmp_path, samples):
+    """GPT-2: no RoPE (the QK fix's queries and keys are the projections), Conv1D weights, a
+    LayerNorm before layer 1 and its 1 / (layer + 1) attention scale."""
+    handle = load_model(build_checkpoint(tmp_path, "gpt2", n_layers=2, seed=3))
+    enc = samples[3][0].encode(handle.tokenizer)
+    slope, offset = zero_ablation_slope(handle)
+    record = screening.screen_record(handle, enc, slope, offset, Fixes(qk_fix=True))
+    correction = record["qk"] - record["atp"]
+    np.testing.assert_allclose(correction[1], 0, atol=0)  # no later layer
+    expected = hand_qk_correction_gpt2(handle, enc)
+    assert np.abs(expected).max() > 1e-4  # a real correction, not zero on both sides
+    np.testing.assert_allclose(correction[0], expected, rtol=2e-3, atol=2e-5)
+
+
 def test_qk_fix_moves_estimates_towards_the_exact_sweep(tmp_path, samples):
     """Later-layer attention made saturated (queries and keys x 6) and the MLPs quiet (x 0.1),
     so the softmax is the main non-linearity: plain AtP misprices the layer-0 heads that steer
