@@ -486,3 +486,18 @@ def test_uniform_attention_edits_are_refused_on_layers_with_streaming_heads(hand
             teacher_force(handle, records)
     with handle.edit(on_streaming):  # no streaming heads: uniform attention as before
         teacher_force(handle, records)
+
+
+@pytest.fixture(scope="module")
+def gpt2_handle(tmp_path_factory):
+    path = save_random_checkpoint(tmp_path_factory.mktemp("gpt2"), "gpt2", seed=2)
+    return load_model(path)  # 2 layers, 4 heads, no GQA
+
+
+def test_gpt2_streaming_heads_equal_the_masked_reference_and_decode(gpt2_handle, kernel):
+    """GPT-2 carries positions in the stream (learned embeddings, no RoPE): streaming heads on
+    it need nothing more. The compressed model equals masked eager attention (and the mask
+    matters), and decoding from the compressed cache keeps the budget and the recompute's
+    logits."""
+    test_matches_masked_eager_reference_with_gqa(gpt2_handle, 5, kernel)
+    test_decoding_keeps_the_budget_and_matches_the_recompute(gpt2_handle)
