@@ -130,7 +130,8 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
     )
     heads_all = effects[effects.component == "head"]
     n_heads = int(heads_all["head"].max()) + 1
-    other_all = effects[effects.component.isin(["embed", "mlp"])]
+    # the embeddings (GPT-2's learned positions too: pos_embed) and the MLPs
+    other_all = effects[effects.component.isin(["embed", "pos_embed", "mlp"])]
     keys = ["method", "component", "layer"]
     common = other_all.groupby(keys, dropna=False).value.transform("mean")
     other_all = other_all.assign(value=other_all.value - common)
@@ -148,7 +149,7 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
             d = rows[rows.digit == k]
             h = d[d.component == "head"].sort_values(["layer", "head"])
             o = other_all[(other_all.method == method) & (other_all.digit == k)]
-            o = o.assign(order=o.layer.fillna(-1).astype(int)).sort_values("order")
+            o = o.assign(order=o.layer.fillna(-1).astype(int)).sort_values(["order", "component"])
             style = dict(
                 color=DIGIT_COLORS[k],
                 width=2.5 if k == right else 1,
@@ -170,7 +171,10 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
             )
             fig.add_trace(
                 go.Scatter(
-                    x=["emb" if o_ < 0 else f"L{o_}" for o_ in o.order],
+                    x=[
+                        ("pos" if part == "pos_embed" else "emb") if o_ < 0 else f"L{o_}"
+                        for o_, part in zip(o.order, o.component, strict=True)
+                    ],
                     y=o.value,
                     hovertemplate=f"digit {k}: %{{x}} %{{y:+.3f}}<extra></extra>",
                     showlegend=False,
@@ -194,7 +198,8 @@ def digit_effects(effects: pd.DataFrame, logits: pd.DataFrame, records: pd.DataF
         fig.update_xaxes(tickvals=ticks, ticktext=[f"L{t // n_heads}" for t in ticks], row=1, col=c)
         fig.update_xaxes(title_text="head (flattened, layer by layer)", row=1, col=c)
         shown = layers[::step] if step == 1 else layers[step::step]  # L0 would cover "emb"
-        mlp_ticks = ["emb"] + [f"L{lay}" for lay in shown]
+        positions = ["pos"] if (other_all.component == "pos_embed").any() else []  # GPT-2
+        mlp_ticks = ["emb", *positions] + [f"L{lay}" for lay in shown]
         fig.update_xaxes(title_text="component", tickvals=mlp_ticks, tickangle=0, row=2, col=c)
         fig.update_xaxes(title_text="digit", row=3, col=c)
         for r in (1, 2, 3):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import rms_norm_terms
@@ -264,3 +265,32 @@ def test_strongest_wrong_token_is_the_full_logits_runner_up(llama_checkpoint, ha
         first, second = logits.topk(2).indices.tolist()
         assert strongest_wrong_token(handle, ids, first) == (first, second)
         assert strongest_wrong_token(handle, ids, second) == (first, first)
+
+
+def test_seal_fig4_shows_learned_positions_beside_the_embedding():
+    """SEAL Fig. 4's panel (b) draws GPT-2's ``pos_embed`` part as its own point, "pos", after
+    "emb" and before the MLPs, each the component's effect less its mean over the digits."""
+    import pandas as pd
+
+    from interp_seal.viz.paper_figures import digit_effects
+
+    gen = np.random.default_rng(0)
+    parts = [("embed", None), ("pos_embed", None), ("mlp", 0), ("mlp", 1)]
+    rows = [("m", c, layer, None, d, float(gen.normal())) for c, layer in parts for d in range(10)]
+    rows += [
+        ("m", "head", layer, h, d, 0.0) for layer in (0, 1) for h in range(2) for d in range(10)
+    ]
+    effects = pd.DataFrame(rows, columns=["method", "component", "layer", "head", "digit", "value"])
+    logits = pd.DataFrame({"method": "m", "digit": range(10), "logit": 0.0, "correct": False})
+    logits.loc[3, "correct"] = True
+    records = pd.DataFrame({"record": [0], "method": ["m"], "logit_diff": [1.0]})
+    fig = digit_effects(effects, logits, records)
+    panel = [t for t in fig.data if t.x is not None and tuple(t.x[:1]) == ("emb",)]
+    assert len(panel) == 10 and all(tuple(t.x) == ("emb", "pos", "L0", "L1") for t in panel)
+    table = effects[effects.component != "head"]
+    centred = table.value - table.groupby(["component", "layer"], dropna=False).value.transform(
+        "mean"
+    )
+    for digit, trace in enumerate(panel):
+        expected = centred[table.digit == digit].to_numpy()  # embed, pos_embed, mlp 0, mlp 1
+        np.testing.assert_allclose(trace.y, expected, atol=1e-12)
