@@ -39,10 +39,12 @@ all (``rope_function=None``: queries and keys are the projections, ``ModelHandle
 leaves them as they are; NTK scaling and Self-Extend are refused). Its attention scale
 (``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``) lives in the attention module's
 ``scaling``, which the analyses read; ``reorder_and_upcast_attn`` only makes eager attention
-compute its scores in float32. The code branches on these three fields in one place each
-(``linear_weight``; ``rope_tables`` / ``rotate`` and the nnsight row route; DLA's parts). Not
-covered by the row: GPT-2 with cross-attention blocks (``add_cross_attention``) and
-``token_type_ids`` (embedded by ``wte`` again and added to the stream; no analysis passes them).
+compute its scores in float32. The code reads these three fields in few places:
+``conv1d`` in ``linear_weight`` and LoRA's ``fan_in_fan_out``; ``rope_function=None`` in
+``rope_tables`` / ``rotate``, the nnsight row route and the NTK / Self-Extend refusal;
+``pos_embed`` in DLA's parts and ``ModelHandle.pos_embed``. Not covered by the row: GPT-2
+with cross-attention blocks (``add_cross_attention``) and ``token_type_ids`` (embedded by
+``wte`` again and added to the stream; no analysis passes them).
 
 What a row cannot express, and every supported family shares: a decoder-only causal LM with
 ``nn.Linear`` or ``Conv1D`` projections, q / k / v separate, fused as ``[q | k | v]``
