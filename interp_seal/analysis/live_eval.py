@@ -21,8 +21,8 @@ top layer costs a few answer positions of one layer; an edit of layer 0 costs ab
 instead of its whole prefix) change attention itself, not head outputs, so no cached head output
 of their layers holds: ``evaluate(edit, streaming=config)`` runs under ``compress_kv`` from the
 edit's lowest layer when it lies below every streaming head (the layers above run again, in the
-streaming mode), and otherwise runs the whole forward (``engine.answer_logits``) under the
-streaming heads and the edit. ``kv_budget(config)`` gives the bytes of keys and values a cache
+streaming mode), and otherwise from the residual stream entering the lowest streaming layer,
+its attention run again (``engine.run_from_input``). ``kv_budget(config)`` gives the bytes of keys and values a cache
 keeps after each record's prompt (``streaming_heads.kv_budget_bytes``), per length, as
 ``analysis.kv_compression`` reports them.
 
@@ -45,9 +45,9 @@ from interp_seal.engine import (
     AnswerBatch,
     AnswerScores,
     CleanRun,
-    answer_logits,
     clean_run,
     pad_id_of,
+    run_from_input,
     run_from_layer,
 )
 from interp_seal.evaluation import encode_samples
@@ -148,8 +148,9 @@ class EditEvaluator:
             if layers and (below is None or layers[0] < below):
                 logits = run_from_layer(self.handle, chunk.clean, layers[0], [intervention])
                 scored = chunk.clean.batch.score(logits)
-            elif below is not None:  # the whole forward, under the streaming heads
-                logits = answer_logits(self.handle, chunk.clean.batch, intervention)
+            elif below is not None:  # from the lowest streaming layer's input
+                ivs = [intervention] if layers else []
+                logits = run_from_input(self.handle, chunk.clean, below, ivs)
                 scored = chunk.clean.batch.score(logits)
             for e, lp in zip(scored.exact.tolist(), scored.logprob.tolist(), strict=True):
                 rows.append(

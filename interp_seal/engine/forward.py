@@ -211,6 +211,39 @@ def run_from_layer(
         return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1])
 
 
+def run_from_input(
+    handle: ModelHandle,
+    clean: CleanRun,
+    start: int,
+    ivs: Sequence[HeadIntervention] = (),
+) -> Float[Tensor, "row answer vocab"]:
+    """Logits at the answer positions from the residual stream entering layer ``start``, with
+    that layer's attention run again (``run_from_layer`` starts after it, at its ``o_proj``):
+    for changes of attention itself, such as streaming KV heads (``compress_kv``) installed
+    now, whose layers no cached head output holds for.
+
+    Rows edit-major under each of ``ivs`` (none: one block, under the handle's active edits
+    only); every intervention must leave the layers below ``start`` untouched, and ``clean``
+    must have cached the residual stream entering ``start`` (``start`` among its starts).
+    """
+    L = handle.spec.n_layers
+    if start not in clean.resid:
+        raise ValueError(f"the clean run cached no residual stream entering layer {start}")
+    stack = EditStack(ivs=tuple(ivs), rows=len(clean.batch)) if ivs else None
+    touched = stack.active_layers() if stack is not None else []
+    if touched and touched[0] < start:
+        raise ValueError(
+            f"edits touch layers {touched}; a run from the input of layer {start} needs every "
+            f"edit to touch layer {start} or above"
+        )
+    reps = max(len(ivs), 1)
+    with torch.no_grad(), handle.edit(stack):
+        hidden = clean.resid[start].repeat(reps, 1, 1)
+        hidden = run_layers(handle, hidden, range(start, L - 1), clean.layer_kwargs)
+        query = clean.batch.query.repeat(reps, 1).to(handle.device)
+        return _logits_at(handle, hidden, query, clean.layer_kwargs[L - 1])
+
+
 def _logits_at(
     handle: ModelHandle,
     hidden: Float[Tensor, "row pos d_model"],

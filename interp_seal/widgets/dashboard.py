@@ -19,7 +19,8 @@ Panels, all driven by one ``DashboardState`` (``state.py``):
   below it, while any KV head streams, per length the same accuracy beside the KV cache kept
   after the prompt, in bytes and as a share of the all-full cache (``EditEvaluator.kv_budget``;
   hidden otherwise, so that a click without streaming heads sends nothing more); with streaming
-  heads on, a run starts at the lowest edited layer below them, else costs a whole forward;
+  heads on, a run starts at the lowest edited layer below them, else at the input of the
+  lowest streaming layer, its attention run again (``engine.run_from_input``);
 - the direct logit attribution (SEAL Fig. 4) of one record's first answer token under the edits
   and the streaming heads;
 - the locked head's channel map on demand (per-channel pruning deltas, SEAL Fig. 2c) under

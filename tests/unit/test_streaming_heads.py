@@ -321,6 +321,38 @@ def test_engine_answer_rows_and_restarted_runs(handle):
     assert (plain - expected).abs().max() > 1e-2
 
 
+def test_engine_runs_from_a_streaming_layers_input(handle):
+    """``run_from_input``: from the cached residual stream entering a layer, with that layer's
+    attention run again under the streaming heads (a clean run cached under full attention),
+    each start up to the lowest streaming layer gives the logits of the model's own forward
+    under the heads and the edits."""
+    from interp_seal.engine import AnswerBatch, clean_run, run_from_input
+
+    ids = torch.randint(5, len(handle.tokenizer), (2, 40))
+    query = torch.tensor([[20, 30, 38], [9, 25, 37]])
+    batch = AnswerBatch(
+        ids=ids, query=query, target=ids.gather(1, query + 1), valid=torch.ones_like(query) > 0
+    )
+    L = handle.spec.n_layers
+    clean = clean_run(handle, batch, range(L))  # full attention
+    iv = ablate(handle.spec, [(L - 1, 3)], mode="zero")
+    rows = torch.arange(2)[:, None]
+    top = sh.StreamingHeads(heads={(L - 1, 1)}, sink=3, window=7, block_size=5)
+    for config, lowest in ((MIX, 0), (top, L - 1)):
+        with reference(handle, config):
+            expected = logits(handle, ids)[rows, query]
+            with handle.edit(iv):
+                edited = logits(handle, ids)[rows, query]
+        with sh.compress_kv(handle, config):
+            for start in range(lowest + 1):
+                got = run_from_input(handle, clean, start)
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+            both = run_from_input(handle, clean, lowest, [iv, iv])
+        torch.testing.assert_close(both, torch.cat([edited, edited]), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="needs every edit"):
+        run_from_input(handle, clean, L - 1, [ablate(handle.spec, [(0, 0)], mode="zero")])
+
+
 def test_load_model_option(llama_checkpoint, handle, monkeypatch):
     """``load_model(streaming_heads=...)`` keeps the mode for the handle's lifetime; a head
     outside the model fails before any weight is read."""
