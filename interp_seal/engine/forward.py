@@ -280,8 +280,12 @@ def _last_layer_at(
     q = handle.rotate(last, q, tables, query)  # (row, head, answer, D)
     k = handle.rotate(last, k, tables)  # (row, kv_head, pos, D)
     mask = kwargs.get("attention_mask")
-    if mask is None:  # causal: query at position p sees keys 0..p
-        allowed = torch.arange(T, device=query.device)[None, None] <= query[..., None]
+    if mask is None:  # causal: query at position p sees keys 0..p (and p - W < j on a window)
+        keys = torch.arange(T, device=query.device)[None, None]
+        allowed = keys <= query[..., None]
+        window = handle.sliding_window(last)  # sdpa passes None below the window's length;
+        if window is not None:  # capped attention (Gemma 2) always: it applies the window itself
+            allowed &= keys > query[..., None] - window
     else:  # the model's own mask (e.g. a sliding window), rows at the query positions
         allowed = mask[0, 0][query]
         if allowed.dtype != torch.bool:  # eager attention's additive mask: 0 where allowed

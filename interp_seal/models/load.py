@@ -27,6 +27,8 @@ import transformers
 from huggingface_hub.errors import StrictDataclassError
 from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
+from interp_seal.models.capped_attention import ATTENTION_NAME as CAPPED_ATTENTION
+from interp_seal.models.capped_attention import register as register_capped_attention
 from interp_seal.models.checks import (
     CheckpointError,
     check_checkpoint_dir,
@@ -235,6 +237,8 @@ def load_model(
         streaming_heads.check_model(spec, str(name_or_path))
     tokenizer = load_tokenizer(target, trust_remote_code=trust_remote_code)
     check_vocabulary(str(name_or_path), config, tokenizer)
+    if family.attn_implementation == CAPPED_ATTENTION:
+        register_capped_attention()  # registered before transformers checks the name
     model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
         target,
         dtype=dtype,

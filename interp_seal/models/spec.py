@@ -19,7 +19,8 @@ soft-cap (``attn_softcap``, applied by the row capture and the engine's last lay
 sdpa cannot: ``ModelHandle.attn_softcap``), the final-logit soft-cap (``final_softcap``,
 ``ModelHandle.cap_logits``), the ``1 + w`` RMSNorm (``norm_offset``, ``norm_eps``: DLA reads
 norms through ``ModelHandle.norm_terms``), the attention implementation it needs
-(``attn_implementation="eager"``), sandwich norms (all four norm sites) and alternating
+(``attn_implementation=CAPPED_ATTENTION``: soft-capped attention by blocks of query rows,
+``models.capped_attention``), sandwich norms (all four norm sites) and alternating
 sliding windows (read per layer from each attention module). Its embedding scale
 (``sqrt(d_model)``) lives inside the embedding module, whose output is all the analyses read,
 and ``query_pre_attn_scalar`` inside the attention module's ``scaling``, which they read too.
@@ -73,10 +74,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from interp_seal.models.capped_attention import ATTENTION_NAME as CAPPED_ATTENTION
+
 QK_NORM_SCOPES = ("head", "projection")
 # class-name endings of causal LMs (GPT-2's is GPT2LMHeadModel)
 CAUSAL_LM_CLASSES = ("ForCausalLM", "LMHeadModel")
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", CAPPED_ATTENTION)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,9 +138,11 @@ class Family:
             output before the split: OLMo 2). ``ModelHandle.split_heads`` applies them, the
             one place the engine turns projections into per-head queries and keys.
         attn_implementation: the transformers attention the HF model runs (``load_model``):
-            ``"sdpa"`` (memory linear in length) where the family supports it, ``"eager"``
-            where it does not (Gemma 2: sdpa has no logit soft-capping; eager builds the
-            ``T x T`` pattern per head, so long prompts cost quadratic memory there).
+            ``"sdpa"`` (memory linear in length) where the family supports it, or
+            ``CAPPED_ATTENTION`` (``models.capped_attention``: eager attention's soft-capped
+            arithmetic by blocks of query rows, linear in length too) where sdpa cannot
+            compute it (Gemma 2: sdpa has no logit soft-capping); ``"eager"`` builds the
+            ``T x T`` pattern per head (quadratic memory in the length).
         attn_softcap: dotted path, relative to the attention module, of the attention-logit
             soft-cap ``c`` (Gemma 2: scores become ``c * tanh(s / c)`` before the mask and the
             softmax); None, or a cap of None there: no soft-capping.
@@ -233,7 +238,8 @@ class Family:
 # layer windowed
 GEMMA2 = Family(
     name="gemma2",
-    attn_implementation="eager",  # transformers' sdpa cannot soft-cap attention logits
+    # transformers' sdpa cannot soft-cap attention logits, and eager attention is quadratic
+    attn_implementation=CAPPED_ATTENTION,
     # sandwich norms: before and after each sublayer
     post_attn_norm="post_attention_layernorm",
     pre_mlp_norm="pre_feedforward_layernorm",

@@ -51,7 +51,11 @@ def test_merged_checkpoint_equals_the_scaled_model(checkpoint, tmp_path, granula
     assert (scaled - hf_logits(handle, ids)).abs().max() > 1e-2, "the scales change the model"
 
     out = save_merged(handle, scales, tmp_path / "merged", into=into)
-    plain = float64(transformers.AutoModelForCausalLM.from_pretrained(out)).eval()
+    # the attention the handle runs (Gemma 2: capped attention, whose float64 softmax stays in
+    # float64; transformers' eager attention takes it in float32, ~1e-6 on these logits)
+    impl = handle.family.attn_implementation
+    plain = transformers.AutoModelForCausalLM.from_pretrained(out, attn_implementation=impl)
+    plain = float64(plain).eval()
     with torch.no_grad():
         merged = plain(ids).logits
     assert merged.dtype == torch.float64
