@@ -65,8 +65,8 @@ parts are centred and its bias is ``"final_norm_bias"`` as above.
 For the difference between two tokens (SEAL Fig. 4: the correct vs the wrong digit) the
 direction ``W_U[t]`` becomes ``W_U[correct] - W_U[wrong]``.
 
-One forward pass on the Hugging Face model (sdpa attention, so long prompts are fine; eager on
-Gemma 2) records the embedding (as the embedding module returns it: Gemma's is scaled by
+One forward pass on the Hugging Face model (sdpa attention, so long prompts are fine; Gemma 2's
+soft-capped attention by blocks of query rows, linear too: ``models.capped_attention``) records the embedding (as the embedding module returns it: Gemma's is scaled by
 ``sqrt(d_model)`` inside it), every ``o_proj`` input and every MLP output at position ``p`` only.
 """
 

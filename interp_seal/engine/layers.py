@@ -87,8 +87,9 @@ class LayerInputs:
 
 
 def _shared_mask(mask):
-    """A 4-D attention mask whose rows are all the same as one row: eager attention (Gemma 2)
-    materialises the batch-shared causal mask once per row, sdpa passes None instead."""
+    """A 4-D attention mask whose rows are all the same as one row: eager attention
+    materialises the batch-shared causal mask once per row, sdpa (and Gemma 2's capped
+    attention) pass None instead."""
     if isinstance(mask, Tensor) and mask.dim() == 4 and mask.shape[0] > 1:
         if mask.stride(0) == 0 or bool((mask == mask[:1]).all()):
             return mask[:1]

@@ -108,11 +108,17 @@ def _block(
     """One block of query rows over its keys: eager attention's arithmetic."""
     B, KV, G, R, D = q.shape
     acc = torch.promote_types(q.dtype, torch.float32)  # eager's float32 softmax, or float64
-    scores = (q.reshape(B, KV, G * R, D) @ k.transpose(-1, -2)).to(acc) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.view(B, KV, G, R, -1).masked_fill(~keep, torch.finfo(acc).min)
-    weights = scores.softmax(-1)
+    scores = (q.reshape(B, KV, G * R, D) @ k.transpose(-1, -2)).to(acc).view(B, KV, G, R, -1)
+    if not torch.is_grad_enabled():  # in place: one block's scores held once
+        scores.mul_(scaling)
+        if softcap is not None:
+            scores.div_(softcap).tanh_().mul_(softcap)
+        weights = scores.masked_fill_(~keep, torch.finfo(acc).min).softmax(-1)
+    else:
+        scores = scores * scaling
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        weights = scores.masked_fill(~keep, torch.finfo(acc).min).softmax(-1)
     if dropout:
         weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
     out = weights.to(v.dtype).view(B, KV, G * R, -1) @ v
