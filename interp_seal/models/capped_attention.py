@@ -154,6 +154,7 @@ def capped_attention(
     q = query.view(B, KV, G, Tq, D)  # query head h = kv * G + g reads KV head h // G
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     run = partial(_block, scaling=scaling, softcap=softcap, dropout=dropout)
+    out = None if grad else query.new_empty(B, KV, G, Tq, D)  # without autograd: written in place
     outs = []
     for s in range(0, Tq, rows):
         e = min(s + rows, Tq)
@@ -167,6 +168,9 @@ def capped_attention(
         if attention_mask is not None:
             keep = keep & attention_mask[:, None, :, :, first:last]  # (B, 1, 1, rows, keys)
         inputs = (q[:, :, :, s:e], key[:, :, first:last], value[:, :, first:last], keep)
-        outs.append(checkpoint(run, *inputs, use_reentrant=False) if grad else run(*inputs))
-    out = torch.cat(outs, dim=3).view(B, H, Tq, D)
-    return out.transpose(1, 2), None
+        if grad:
+            outs.append(checkpoint(run, *inputs, use_reentrant=False))
+        else:
+            out[:, :, :, s:e] = run(*inputs)
+    out = torch.cat(outs, dim=3) if grad else out
+    return out.view(B, H, Tq, D).transpose(1, 2), None
