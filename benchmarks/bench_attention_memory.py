@@ -5,8 +5,7 @@ Command (from the repository root; about two minutes on one CPU thread)::
     OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py
     python benchmarks/bench_attention_memory.py --device cuda [--dtype bfloat16]  # on a GPU
     OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py --family qwen3  # a random Qwen3
-    OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py --family gemma2 \
-        --lengths 1024 2048 4096 8192  # Gemma 2: eager attention, see below
+    OMP_NUM_THREADS=1 python benchmarks/bench_attention_memory.py --family gemma2  # Gemma 2
 
 On a random Llama (or, with ``--family``, a random checkpoint of that family with its row's test
 particulars: Qwen3's q / k norms, Gemma 2's soft-caps and windows) with 4 layers, 8 query heads
@@ -50,15 +49,20 @@ patterns, so it is an overestimate under ``--dtype bfloat16`` / ``float16``.
 
 Other families, the same machine shared, one session (the Llama run again beside them:
 115.9 / 1.92): a random Qwen3 keeps the ratios, ``mem_ratio_8k=115.1 growth_16k_over_8k=1.90``
-(rows 30 / 51 / 92 / 175 MB; its q / k norms add nothing quadratic). A random Gemma 2 does not,
-and cannot on this path: transformers' sdpa has no attention-logit soft-cap, so Gemma 2 loads
-with eager attention (``Family.attn_implementation``) and the model's own forward, under the
-row capture as under any analysis, builds each layer's ``H x T x T`` scores, one layer at a time
-(the capture itself stays linear). Its rows then cost about one layer's pattern, and TL's only
-the ``L`` cached patterns more: rows 89 / 313 / 1194 / 4683 MB at 1K / 2K / 4K / 8K against
-TL's 194 / 714 / 2763 MB and 10.9 GB extrapolated, ``mem_ratio_8k=2.3 growth_8k_over_4k=3.92``.
-At 16K that forward needs tens of GB, so Gemma 2 runs at 1K-8K (``--lengths``); the growth is
-taken between the two largest lengths. Final line (``8k`` / ``16k_over_8k``: the lengths the
+(rows 30 / 51 / 92 / 175 MB; its q / k norms add nothing quadratic). A random Gemma 2 keeps
+them too since it loads with its own soft-capped attention (``models.capped_attention``:
+transformers' sdpa has no attention-logit soft-cap, and the eager attention it loaded with before
+built each layer's ``H x T x T`` scores under the capture, ``mem_ratio_8k=2.3
+growth_8k_over_4k=3.92``, 4.7 GB at 8K, 16K out of reach). Measured in one session on the same
+machine, shared with other jobs (the Llama run beside it: rows 29 / 50 / 92 / 175 MB,
+``mem_ratio_8k=115.2 growth_16k_over_8k=1.90``): Gemma 2 rows 56 / 71 / 99 / 177 MB at 2K / 4K /
+8K / 16K against TL's 714 / 2764 MB and 10.9 GB extrapolated, ``mem_ratio_8k=109.4
+growth_16k_over_8k=1.78``, 7.1 s at 8K (Llama 2.1 s). The ratio stays a little under Llama's,
+and the growth too, for one reason: capped attention holds one block of float32 scores (up to
+``SCORES_PER_BLOCK`` = 4M numbers, 16 MiB) and its softmax whatever the length, about 27 MB
+more than sdpa's small fused tiles; a constant, so it shows at short lengths (56 against 29 MB at
+2K) and fades at 16K (177 against 175). The time is that of unfused tensor algebra, block by
+block, against sdpa's fused kernel. Final line (``8k`` / ``16k_over_8k``: the lengths the
 keys are taken at)::
 
     RESULT attention_memory mem_ratio_8k=<TL / ours at 8K> growth_16k_over_8k=<ours 16K / 8K> ...
