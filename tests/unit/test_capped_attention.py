@@ -222,3 +222,12 @@ def test_memory_stays_below_one_pattern():
         weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
         want = (weights @ vv).transpose(1, 2)
     torch.testing.assert_close(out[:, 4000:], want, atol=1e-5, rtol=0)
+
+
+def test_static_cache_is_refused(checkpoint):
+    """A static cache's unfilled slots are hidden by a mask only, which capped attention does
+    not build: refused, not computed wrong."""
+    handle = load_model(checkpoint)
+    cache = transformers.StaticCache(config=handle.model.config, max_cache_len=32)
+    with pytest.raises(ValueError, match="static cache"):
+        handle.model(torch.arange(4, 13)[None], **{CACHE_ARG: cache}, use_cache=True)
