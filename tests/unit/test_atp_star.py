@@ -133,14 +133,12 @@ def rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
-def hand_qk_correction(handle, enc) -> np.ndarray:
-    """The QK fix's correction for zero-ablating each layer-0 head of a 2-layer Llama, by hand."""
-    model = handle.model.model
+def two_layer_run(handle, enc, o_proj0, o_proj1, layer1):
+    """One forward of a 2-layer model: layer 0's head outputs ``z0`` (T, H, D), the stream
+    entering layer 1 ``x1`` (T, d, float64) and ``dM / dz1`` of layer 1's head outputs (T, H, D,
+    float64), read at the o-projections' inputs."""
     H, D = handle.spec.n_heads, handle.spec.d_head
-    KV = handle.spec.n_kv_heads
-    layer0, layer1 = model.layers
-    ids = enc.input_ids[None]
-    T = ids.shape[1]
+    T = enc.input_ids.shape[0]
     kept = {}
 
     def keep_z0(_mod, args):
@@ -155,19 +153,29 @@ def hand_qk_correction(handle, enc) -> np.ndarray:
         kept["x1"] = (args[0] if args else kwargs["hidden_states"])[0].detach().double()
 
     hooks = [
-        layer0.self_attn.o_proj.register_forward_pre_hook(keep_z0),
-        layer1.self_attn.o_proj.register_forward_pre_hook(track_z1),
+        o_proj0.register_forward_pre_hook(keep_z0),
+        o_proj1.register_forward_pre_hook(track_z1),
         layer1.register_forward_pre_hook(keep_x1, with_kwargs=True),
     ]
     try:
-        logits = handle.model(ids).logits[0]
+        logits = handle.model(enc.input_ids[None]).logits[0]
     finally:
         for h in hooks:
             h.remove()
     metric = answer_logprob(handle, enc, logits)
     (g1,) = torch.autograd.grad(metric, [kept["z1"]])
-    g1 = g1[0].double()  # (T, H, D)
-    x = kept["x1"]  # (T, d)
+    return kept["z0"], kept["x1"], g1[0].double()
+
+
+def hand_qk_correction(handle, enc) -> np.ndarray:
+    """The QK fix's correction for zero-ablating each layer-0 head of a 2-layer Llama, by hand."""
+    model = handle.model.model
+    H, D = handle.spec.n_heads, handle.spec.d_head
+    KV = handle.spec.n_kv_heads
+    layer0, layer1 = model.layers
+    ids = enc.input_ids[None]
+    T = ids.shape[1]
+    z0, x, g1 = two_layer_run(handle, enc, layer0.self_attn.o_proj, layer1.self_attn.o_proj, layer1)
     w = layer1.input_layernorm.weight.double()
     eps = layer1.input_layernorm.variance_epsilon
     WQ = layer1.self_attn.q_proj.weight.double()
@@ -196,7 +204,7 @@ def hand_qk_correction(handle, enc) -> np.ndarray:
     scale = D**-0.5
     out = np.zeros(H)
     for source in range(H):
-        dr = -kept["z0"][:, source].double() @ WO[:, source * D : (source + 1) * D].T  # (T, d)
+        dr = -z0[:, source].double() @ WO[:, source * D : (source + 1) * D].T  # (T, d)
         dn = d_norm(dr)
         dq = rope(heads(dn @ WQ.T, H), cos, sin)
         dk = rope(heads(dn @ WK.T, KV), cos, sin)
@@ -238,33 +246,7 @@ def hand_qk_correction_gpt2(handle, enc) -> np.ndarray:
     layer0, layer1 = model.h
     ids = enc.input_ids[None]
     T = ids.shape[1]
-    kept = {}
-
-    def keep_z0(_mod, args):
-        kept["z0"] = args[0][0].detach().view(T, H, D)
-
-    def track_z1(_mod, args):  # layer 1's head outputs as a leaf: dM/dz1
-        z = args[0].detach().view(1, T, H, D).requires_grad_(True)
-        kept["z1"] = z
-        return (z.reshape(args[0].shape),)
-
-    def keep_x1(_mod, args, kwargs):
-        kept["x1"] = (args[0] if args else kwargs["hidden_states"])[0].detach().double()
-
-    hooks = [
-        layer0.attn.c_proj.register_forward_pre_hook(keep_z0),
-        layer1.attn.c_proj.register_forward_pre_hook(track_z1),
-        layer1.register_forward_pre_hook(keep_x1, with_kwargs=True),
-    ]
-    try:
-        logits = handle.model(ids).logits[0]
-    finally:
-        for h in hooks:
-            h.remove()
-    metric = answer_logprob(handle, enc, logits)
-    (g1,) = torch.autograd.grad(metric, [kept["z1"]])
-    g1 = g1[0].double()  # (T, H, D)
-    x = kept["x1"]  # (T, d)
+    z0, x, g1 = two_layer_run(handle, enc, layer0.attn.c_proj, layer1.attn.c_proj, layer1)
     ln = layer1.ln_1
     w, b, eps = ln.weight.double(), ln.bias.double(), ln.eps
     W = layer1.attn.c_attn.weight.double()  # (d, 3E): y = x @ W + bias
@@ -291,7 +273,7 @@ def hand_qk_correction_gpt2(handle, enc) -> np.ndarray:
     mask = torch.arange(T)[None, :] <= rows[:, None]  # (R, T)
     out = np.zeros(H)
     for source in range(H):
-        dr = -kept["z0"][:, source].double() @ WO[source * D : (source + 1) * D]  # (T, d)
+        dr = -z0[:, source].double() @ WO[source * D : (source + 1) * D]  # (T, d)
         dn = d_norm(dr)
         dq, dk = heads(dn @ WQ), heads(dn @ WK)
         total = 0.0
