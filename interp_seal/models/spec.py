@@ -278,6 +278,10 @@ FAMILIES: dict[str, Family] = {
         sliding_window="sliding_window",
         q_norm="q_norm",
         k_norm="k_norm",
+        gguf_architecture="qwen3",
+        # transformers' GGUF loader maps no key to Qwen3's head_dim (its config class's
+        # default, 128, would be built); llama.cpp writes it as attention.key_length
+        gguf_config=(("attention.key_length", "head_dim"),),
     ),
     "olmo2": Family(
         name="olmo2",

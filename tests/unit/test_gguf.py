@@ -35,33 +35,43 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str = "llama"):
-    """Write the safetensors ``checkpoint`` (a Llama) as a GGUF file the way llama.cpp does."""
+    """Write the safetensors ``checkpoint`` (a Llama) as a GGUF file the way llama.cpp does.
+
+    ``architecture="qwen3"`` writes a Qwen3 as llama.cpp's ``Qwen3Model`` does: the same tensor
+    names plus the per-head q / k norms (``attn_q_norm``, ``attn_k_norm``), and q / k rows in
+    Hugging Face's order (llama.cpp permutes them for its ``llama`` architecture only)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
     tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
     cfg = model.config
     writer = gguf.GGUFWriter(str(path), architecture)
-    writer.add_name("tiny-llama")
+    writer.add_name(f"tiny-{architecture}")
     writer.add_block_count(cfg.num_hidden_layers)
     writer.add_context_length(cfg.max_position_embeddings)
     writer.add_embedding_length(cfg.hidden_size)
     writer.add_feed_forward_length(cfg.intermediate_size)
     writer.add_head_count(cfg.num_attention_heads)
     writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_key_length(cfg.head_dim)
+    writer.add_value_length(cfg.head_dim)
     writer.add_rope_dimension_count(cfg.head_dim)
     writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
     add_tokenizer(writer, tok)
     sd = {k: v.numpy() for k, v in model.state_dict().items()}
+
+    def permute(w, n_head):
+        return llama_cpp_permute(w, n_head) if architecture == "llama" else w
+
     tensors = {"token_embd.weight": sd["model.embed_tokens.weight"]}
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         tensors |= {
             f"blk.{i}.attn_norm.weight": sd[p + "input_layernorm.weight"],
-            f"blk.{i}.attn_q.weight": llama_cpp_permute(
+            f"blk.{i}.attn_q.weight": permute(
                 sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads
             ),
-            f"blk.{i}.attn_k.weight": llama_cpp_permute(
+            f"blk.{i}.attn_k.weight": permute(
                 sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads
             ),
             f"blk.{i}.attn_v.weight": sd[p + "self_attn.v_proj.weight"],
@@ -71,6 +81,9 @@ def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str 
             f"blk.{i}.ffn_up.weight": sd[p + "mlp.up_proj.weight"],
             f"blk.{i}.ffn_down.weight": sd[p + "mlp.down_proj.weight"],
         }
+        if p + "self_attn.q_norm.weight" in sd:  # Qwen3
+            tensors[f"blk.{i}.attn_q_norm.weight"] = sd[p + "self_attn.q_norm.weight"]
+            tensors[f"blk.{i}.attn_k_norm.weight"] = sd[p + "self_attn.k_norm.weight"]
     tensors |= {
         "output_norm.weight": sd["model.norm.weight"],
         "output.weight": sd["lm_head.weight"],
@@ -315,7 +328,7 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatc
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(
         UnsupportedModelError,
-        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'qwen2'\]",
+        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'qwen2', 'qwen3'\]",
     ):
         load_model(path)
     not_gguf = tmp_path / "broken.gguf"
@@ -435,3 +448,28 @@ def test_missing_gguf_files_are_not_found(tmp_path):
         load_model(tmp_path, gguf_file="absent.gguf")
     with pytest.raises(FileNotFoundError, match="neither in a local directory.*Hugging Face cache"):
         load_model("interp-seal-tests/no-such-repo", gguf_file="model.Q4_1.gguf")
+
+
+def test_qwen3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
+    """A Qwen3 (GQA, q / k norms with non-trivial weights) written as llama.cpp writes it loads
+    with the safetensors weights, tokens and logits. Its head width reaches the model only
+    through ``Family.gguf_config``: transformers' loader maps no key to Qwen3's ``head_dim``
+    (``attention.key_length``, which llama.cpp writes) and would build the config class's
+    default, 128, instead of the checkpoint's 16. Tokens are not compared: transformers reads a
+    Qwen3 GGUF's vocabulary into Qwen2's tokenizer, whose pre-tokenizer (Qwen's split pattern)
+    splits this test's byte-level text differently; the logits are compared on the same ids."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = save_random_checkpoint(
+        tmp_path / "st", "qwen3", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2, seed=5
+    )
+    ref = load_model(st)
+    loaded = load_model(write_llama_gguf(st, tmp_path / "tiny-qwen3.gguf", architecture="qwen3"))
+    assert loaded.family.name == "qwen3" and loaded.spec == ref.spec
+    assert loaded.model.config.head_dim == ref.model.config.head_dim == 16
+    reference = ref.model.state_dict()
+    for name, param in loaded.model.state_dict().items():
+        assert torch.equal(param, reference[name]), name
+    ids, want = logits(ref)
+    with torch.no_grad():
+        got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
