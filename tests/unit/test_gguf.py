@@ -34,8 +34,13 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str = "llama"):
+def write_llama_gguf(
+    checkpoint: str, path, dtype=np.float32, architecture: str = "llama", name: str | None = None
+):
     """Write the safetensors ``checkpoint`` (a Llama) as a GGUF file the way llama.cpp does.
+
+    A Mistral is written as a Llama (llama.cpp has no ``mistral`` architecture) under
+    ``general.name`` ``name`` (default ``tiny-<architecture>``).
 
     ``architecture="qwen3"`` writes a Qwen3 as llama.cpp's ``Qwen3Model`` does: the same tensor
     names plus the per-head q / k norms (``attn_q_norm``, ``attn_k_norm``), and q / k rows in
@@ -44,7 +49,7 @@ def write_llama_gguf(checkpoint: str, path, dtype=np.float32, architecture: str 
     tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
     cfg = model.config
     writer = gguf.GGUFWriter(str(path), architecture)
-    writer.add_name(f"tiny-{architecture}")
+    writer.add_name(name or f"tiny-{architecture}")
     writer.add_block_count(cfg.num_hidden_layers)
     writer.add_context_length(cfg.max_position_embeddings)
     writer.add_embedding_length(cfg.hidden_size)
@@ -472,4 +477,33 @@ def test_qwen3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypat
     ids, want = logits(ref)
     with torch.no_grad():
         got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_mistral_gguf_loads_as_a_llama_with_the_safetensors_weights_logits_and_tokens(
+    tmp_path, monkeypatch
+):
+    """A Mistral (GQA, no window) written as llama.cpp writes it, a ``llama`` file (llama.cpp has
+    no ``mistral`` architecture; q / k rows permuted) under the model's own name, loads as a
+    Llama: the same computation, with the safetensors weights (same names), tokens and logits.
+    transformers' loader would take a ``llama`` file for a Mistral only under ``general.name``
+    exactly ``"mistral"``, and then fails (5.24 with gguf 0.19: "Unknown gguf model_type:
+    mistral"); llama.cpp's ``llama`` computes no sliding window, so a windowed Mistral's window
+    does not survive a GGUF round trip."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = save_random_checkpoint(
+        tmp_path / "st", "mistral", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2,
+        seed=6,
+    )  # fmt: skip
+    ref = load_model(st)
+    path = write_llama_gguf(st, tmp_path / "tiny-mistral.gguf", name="Tiny Mistral v0.1")
+    loaded = load_model(path)
+    assert ref.family.name == "mistral" and ref.model.config.sliding_window is None
+    assert loaded.family.name == "llama" and loaded.spec == ref.spec
+    assert loaded.tokenizer(TEXT)["input_ids"] == ref.tokenizer(TEXT)["input_ids"]
+    reference = ref.model.state_dict()
+    assert loaded.model.state_dict().keys() == reference.keys()
+    for name, param in loaded.model.state_dict().items():
+        assert torch.equal(param, reference[name]), name
+    (_, want), (_, got) = logits(ref), logits(loaded)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
