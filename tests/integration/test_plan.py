@@ -229,6 +229,27 @@ def test_predicted_peaks_match_smollm2():
     _check(validate("smollm2", SMOLLM2_CASES, SMOLLM2_LENGTHS))
 
 
+# Random checkpoints of other families (conftest.build_checkpoint: 2 layers, d = 64, GQA where
+# the family has it), the organism's cases. Left out, off by more than TOLERANCE (predicted /
+# measured at 512-2,048 tokens with the organism's cases, 2026-11-27; causes not traced yet):
+# - gpt2: 0.46 (teacher forcing, passage scores) to 0.59 (sweeps, screen), patching 0.93: the
+#   plan, which follows the Llama layer step, undercounts it;
+# - gemma2 (capped attention): 0.07 to 0.67 and not linear in the length (teacher forcing
+#   measured 18.6 MB at 512 tokens, 37.1 at 1,024, 40.2 at 2,048);
+# - olmo2: 1.29-1.32 for the head and channel sweeps, 1.21 for teacher forcing.
+# qwen3 and phi3 measured 0.83-1.19, as the organism.
+PLANNED_FAMILIES = ("qwen3", "phi3")
+FAMILY_LENGTHS = (512, 2048)
+
+
+@pytest.mark.parametrize("family", PLANNED_FAMILIES)
+def test_predicted_peaks_match_random_families(family, tmp_path):
+    from conftest import build_checkpoint
+
+    checkpoint = build_checkpoint(tmp_path / family, family)
+    _check(validate(checkpoint, ORGANISM_CASES, FAMILY_LENGTHS))
+
+
 # -- the measuring process -----------------------------------------------------------------
 
 
