@@ -99,7 +99,9 @@ def check_gguf(path: str | Path) -> str:
 def dropped_metadata(path: str | Path) -> dict[str, object]:
     """Config fields from GGUF metadata that transformers' GGUF loader does not map, as the
     family row names them (``Family.gguf_config``: Gemma 2's soft-caps and attention scale);
-    keys the file lacks are left to the config's defaults."""
+    keys the file lacks are left to the config's defaults. Phi-3's rotated channels per head
+    (``rope.dimension_count``) become ``rope_parameters``' ``partial_rotary_factor``, with the
+    file's base and a default RoPE (transformers' loader maps no RoPE scaling for Phi-3)."""
     from gguf import GGUFReader
 
     arch = gguf_architecture(path)
@@ -110,6 +112,15 @@ def dropped_metadata(path: str | Path) -> dict[str, object]:
         entry = fields.get(f"{arch}.{key}")
         if entry is not None:
             found[config_field] = entry.contents()
+    if "partial_rotary_factor" in found:  # rotated channels per head, as a share of the head,
+        # where transformers reads it: in rope_parameters, beside the base (the loader's own)
+        heads = fields[f"{arch}.attention.head_count"].contents()
+        d_head = fields[f"{arch}.embedding_length"].contents() // heads
+        found["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": float(fields[f"{arch}.rope.freq_base"].contents()),
+            "partial_rotary_factor": found.pop("partial_rotary_factor") / d_head,
+        }
     return found
 
 

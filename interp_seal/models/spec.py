@@ -157,7 +157,9 @@ class Family:
             (after ``"<gguf_architecture>."``) and the config field it sets when a GGUF file is
             converted (``models.gguf``): Gemma 2's soft-caps; ``attention.key_length`` as
             ``query_pre_attn_scalar``, the scale llama.cpp applies to every Gemma 2 but the
-            27B (which it scales by ``hidden / heads``, recorded nowhere in the file).
+            27B (which it scales by ``hidden / heads``, recorded nowhere in the file);
+            ``rope.dimension_count`` as ``partial_rotary_factor`` (Phi-3: rotated channels per
+            head, which ``models.gguf`` divides by the head width into ``rope_parameters``).
         random_config: config overrides for random test checkpoints, given to the config
             class (e.g. no sliding window, so that every family computes the same kind of
             attention in parity tests; a few small experts); sequences as tuples.
@@ -322,6 +324,10 @@ FAMILIES: dict[str, Family] = {
         name="phi3",
         qkv_proj="qkv_proj",  # and a fused gate_up_proj, inside the MLP module
         sliding_window="config.sliding_window",
+        gguf_architecture="phi3",
+        # transformers' GGUF loader maps nothing from rope.dimension_count (rotated channels
+        # per head), which models.gguf turns into partial_rotary_factor
+        gguf_config=(("rope.dimension_count", "partial_rotary_factor"),),
         # partial RoPE, as Phi-4-mini's config has it (0.75): half of each head rotates
         random_config=(("partial_rotary_factor", 0.5),),
     ),

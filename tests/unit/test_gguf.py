@@ -227,6 +227,53 @@ def write_gpt2_gguf(checkpoint: str, path, dtype=np.float32):
     return write_tensors(writer, tensors, dtype, path)
 
 
+def write_phi3_gguf(checkpoint: str, path, dtype=np.float32):
+    """Write the safetensors ``checkpoint`` (a Phi-3) as llama.cpp's converter does
+    (``Phi3MiniModel``): the fused ``qkv_proj`` as ``attn_qkv`` and the fused ``gate_up_proj`` as
+    ``ffn_up``, unpermuted, and partial RoPE as ``rope.dimension_count`` (rotated channels per
+    head)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "phi3")
+    writer.add_name("tiny-phi3")
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_rope_dimension_count(
+        int(cfg.partial_rotary_factor * cfg.hidden_size) // cfg.num_attention_heads
+    )
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
+    add_tokenizer(writer, tok)
+    # as Phi-3's own vocabulary has (pad <|endoftext|>): without one, PhiConfig's default pad
+    # id, 32,000, would be outside this test's 400-token vocabulary
+    writer.add_pad_token_id(tok.eos_token_id)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.qkv_proj": "attn_qkv",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    tensors = {"token_embd.weight": sd["model.embed_tokens.weight"]}
+    for i in range(cfg.num_hidden_layers):
+        for hf, ours in names.items():
+            tensors[f"blk.{i}.{ours}.weight"] = sd[f"model.layers.{i}.{hf}.weight"]
+    tensors |= {
+        "output_norm.weight": sd["model.norm.weight"],
+        "output.weight": sd["lm_head.weight"],
+    }
+    return write_tensors(writer, tensors, dtype, path)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(safetensors checkpoint, F32 GGUF, F16 GGUF) of one tiny random Llama; private cache."""
@@ -333,7 +380,7 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatc
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(
         UnsupportedModelError,
-        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'qwen2', 'qwen3'\]",
+        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'phi3', 'qwen2', 'qwen3'\]",
     ):
         load_model(path)
     not_gguf = tmp_path / "broken.gguf"
@@ -506,4 +553,26 @@ def test_mistral_gguf_loads_as_a_llama_with_the_safetensors_weights_logits_and_t
     for name, param in loaded.model.state_dict().items():
         assert torch.equal(param, reference[name]), name
     (_, want), (_, got) = logits(ref), logits(loaded)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_phi3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
+    """A Phi-3 (GQA, fused ``qkv_proj`` and ``gate_up_proj``, half of each head rotated) written
+    as llama.cpp writes it loads with the safetensors weights and logits. Its partial RoPE
+    reaches the model only through ``Family.gguf_config``: transformers' loader maps nothing from
+    ``rope.dimension_count`` and would rotate every channel (``partial_rotary_factor`` 1)."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = save_random_checkpoint(
+        tmp_path / "st", "phi3", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2, seed=8
+    )
+    ref = load_model(st)
+    loaded = load_model(write_phi3_gguf(st, tmp_path / "tiny-phi3.gguf"))
+    assert loaded.family.name == "phi3" and loaded.spec == ref.spec
+    assert loaded.model.config.rope_parameters == ref.model.config.rope_parameters
+    reference = ref.model.state_dict()
+    for name, param in loaded.model.state_dict().items():
+        assert torch.equal(param, reference[name]), name
+    ids, want = logits(ref)
+    with torch.no_grad():
+        got = loaded.model(ids).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
