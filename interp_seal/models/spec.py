@@ -397,6 +397,10 @@ FAMILIES: dict[str, Family] = {
         sliding_window="sliding_window",
         q_norm="q_norm",
         k_norm="k_norm",
+        gguf_architecture="qwen3moe",
+        # transformers' GGUF loader maps nothing to the experts' width (its config class's
+        # default would be built); llama.cpp writes it as expert_feed_forward_length
+        gguf_config=(("expert_feed_forward_length", "moe_intermediate_size"),),
         # a dense MLP in layer 0, experts from layer 1 on
         random_config=(
             ("num_experts", 4),

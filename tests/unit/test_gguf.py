@@ -274,6 +274,63 @@ def write_phi3_gguf(checkpoint: str, path, dtype=np.float32):
     return write_tensors(writer, tensors, dtype, path)
 
 
+def write_qwen3_moe_gguf(checkpoint: str, path, dtype=np.float32):
+    """Write the safetensors ``checkpoint`` (a Qwen3-MoE, every layer's MLP a mixture of experts:
+    llama.cpp's ``qwen3moe`` has no dense layers) as llama.cpp's converter does: Qwen3's
+    attention tensors, the router as ``ffn_gate_inp``, and the experts stacked as
+    ``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps`` (transformers fuses gate and up into
+    ``gate_up_proj``, gate first)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "qwen3moe")
+    writer.add_name("tiny-qwen3moe")
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    writer.add_expert_count(cfg.num_experts)
+    writer.add_expert_used_count(cfg.num_experts_per_tok)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_key_length(cfg.head_dim)
+    writer.add_value_length(cfg.head_dim)
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == np.float32 else 1)
+    add_tokenizer(writer, tok)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "self_attn.q_norm": "attn_q_norm",
+        "self_attn.k_norm": "attn_k_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate": "ffn_gate_inp",
+    }
+    ff = cfg.moe_intermediate_size
+    tensors = {"token_embd.weight": sd["model.embed_tokens.weight"]}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        for hf, ours in names.items():
+            tensors[f"blk.{i}.{ours}.weight"] = sd[f"{p}{hf}.weight"]
+        gate_up = sd[p + "mlp.experts.gate_up_proj"]  # (experts, 2 ff, d)
+        tensors |= {
+            f"blk.{i}.ffn_gate_exps.weight": gate_up[:, :ff],
+            f"blk.{i}.ffn_up_exps.weight": gate_up[:, ff:],
+            f"blk.{i}.ffn_down_exps.weight": sd[p + "mlp.experts.down_proj"],
+        }
+    tensors |= {
+        "output_norm.weight": sd["model.norm.weight"],
+        "output.weight": sd["lm_head.weight"],
+    }
+    return write_tensors(writer, tensors, dtype, path)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(safetensors checkpoint, F32 GGUF, F16 GGUF) of one tiny random Llama; private cache."""
@@ -380,7 +437,8 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path, monkeypatc
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(
         UnsupportedModelError,
-        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'phi3', 'qwen2', 'qwen3'\]",
+        match=r"'bloom' model.*\['gemma2', 'gemma3', 'gpt2', 'llama', 'phi3', 'qwen2', 'qwen3', "
+        r"'qwen3moe'\]",
     ):
         load_model(path)
     not_gguf = tmp_path / "broken.gguf"
@@ -570,6 +628,45 @@ def test_phi3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatc
     assert loaded.family.name == "phi3" and loaded.spec == ref.spec
     assert loaded.model.config.rope_parameters == ref.model.config.rope_parameters
     reference = ref.model.state_dict()
+    for name, param in loaded.model.state_dict().items():
+        assert torch.equal(param, reference[name]), name
+    ids, want = logits(ref)
+    with torch.no_grad():
+        got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_qwen3_moe_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
+    """A Qwen3-MoE (4 experts, 2 per token, q / k norms) written as llama.cpp writes it loads with
+    the safetensors weights and logits. Its experts' width reaches the model only through
+    ``Family.gguf_config``: transformers' loader maps nothing from
+    ``expert_feed_forward_length`` and would build ``Qwen3MoeConfig``'s default
+    ``moe_intermediate_size``. Every layer is a mixture here (llama.cpp's ``qwen3moe`` has no
+    dense layers: a checkpoint with ``mlp_only_layers`` does not survive a GGUF round trip), and
+    the chosen experts' weights are renormalised (``norm_topk_prob``, as in the released models
+    and in llama.cpp, and as transformers' loader sets it)."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    random = save_random_checkpoint(
+        tmp_path / "random", "qwen3_moe", tokenizer=byte_level_tokenizer(), n_heads=4,
+        n_kv_heads=2, seed=9,
+    )  # fmt: skip
+    config = transformers.AutoConfig.from_pretrained(random)
+    config.mlp_only_layers = []  # layer 0's MLP a mixture too, as llama.cpp computes it
+    config.norm_topk_prob = True  # as released Qwen3-MoE models and llama.cpp's qwen3moe
+    torch.manual_seed(9)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    weights = transformers.AutoModelForCausalLM.from_pretrained(random).state_dict()
+    kept = {k: v for k, v in weights.items() if not k.startswith("model.layers.0.mlp.")}
+    assert model.load_state_dict(kept, strict=False).unexpected_keys == []
+    model.save_pretrained(tmp_path / "st")
+    transformers.PreTrainedTokenizerFast.from_pretrained(random).save_pretrained(tmp_path / "st")
+    ref = load_model(tmp_path / "st")
+    loaded = load_model(write_qwen3_moe_gguf(str(tmp_path / "st"), tmp_path / "tiny.gguf"))
+    assert loaded.family.name == "qwen3_moe" and loaded.spec == ref.spec
+    for field in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"):
+        assert getattr(loaded.model.config, field) == getattr(ref.model.config, field), field
+    reference = ref.model.state_dict()
+    assert loaded.model.state_dict().keys() == reference.keys()
     for name, param in loaded.model.state_dict().items():
         assert torch.equal(param, reference[name]), name
     ids, want = logits(ref)
