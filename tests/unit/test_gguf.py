@@ -34,6 +34,23 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
+def open_writer(checkpoint: str, path, architecture: str, name: str | None = None):
+    """The float32 model and tokenizer of ``checkpoint``, and a GGUF writer for ``architecture``
+    holding what every llama.cpp architecture here records the same way: name (default
+    ``tiny-<architecture>``), blocks, context, width and head counts."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name(name or f"tiny-{architecture}")
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    return model, tok, cfg, writer
+
+
 def write_llama_gguf(
     checkpoint: str, path, dtype=np.float32, architecture: str = "llama", name: str | None = None
 ):
@@ -45,17 +62,8 @@ def write_llama_gguf(
     ``architecture="qwen3"`` writes a Qwen3 as llama.cpp's ``Qwen3Model`` does: the same tensor
     names plus the per-head q / k norms (``attn_q_norm``, ``attn_k_norm``), and q / k rows in
     Hugging Face's order (llama.cpp permutes them for its ``llama`` architecture only)."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(path), architecture)
-    writer.add_name(name or f"tiny-{architecture}")
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
+    model, tok, cfg, writer = open_writer(checkpoint, path, architecture, name)
     writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
     writer.add_key_length(cfg.head_dim)
     writer.add_value_length(cfg.head_dim)
     writer.add_rope_dimension_count(cfg.head_dim)
@@ -133,18 +141,9 @@ def write_gemma2_gguf(checkpoint: str, path, dtype=np.float32, architecture: str
     ``query_pre_attn_scalar``: llama.cpp scales by ``1 / sqrt(key_length)``). A Gemma 3
     (``architecture="gemma3"``) adds its q / k norms (``1 +`` too), has no soft-caps, and its
     ``rope.freq_base`` is the global layers' base (the local one, 1e4, is fixed in llama.cpp)."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
-    cfg = model.config
+    model, tok, cfg, writer = open_writer(checkpoint, path, architecture)
     gemma3 = architecture == "gemma3"
-    writer = gguf.GGUFWriter(str(path), architecture)
-    writer.add_name(f"tiny-{architecture}")
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
     writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
     writer.add_key_length(cfg.head_dim)
     writer.add_value_length(cfg.head_dim)
     rope = cfg.rope_parameters["full_attention"] if gemma3 else cfg.rope_parameters
@@ -232,18 +231,9 @@ def write_phi3_gguf(checkpoint: str, path, dtype=np.float32):
     (``Phi3MiniModel``): the fused ``qkv_proj`` as ``attn_qkv`` and the fused ``gate_up_proj`` as
     ``ffn_up``, unpermuted, and partial RoPE as ``rope.dimension_count`` (rotated channels per
     head)."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(path), "phi3")
-    writer.add_name("tiny-phi3")
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_context_length(cfg.max_position_embeddings)
+    model, tok, cfg, writer = open_writer(checkpoint, path, "phi3")
     writer.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
     writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_rope_dimension_count(
         int(cfg.partial_rotary_factor * cfg.hidden_size) // cfg.num_attention_heads
@@ -280,20 +270,11 @@ def write_qwen3_moe_gguf(checkpoint: str, path, dtype=np.float32):
     attention tensors, the router as ``ffn_gate_inp``, and the experts stacked as
     ``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps`` (transformers fuses gate and up into
     ``gate_up_proj``, gate first)."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    tok = transformers.PreTrainedTokenizerFast.from_pretrained(checkpoint)
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(path), "qwen3moe")
-    writer.add_name("tiny-qwen3moe")
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
+    model, tok, cfg, writer = open_writer(checkpoint, path, "qwen3moe")
     writer.add_feed_forward_length(cfg.intermediate_size)
     writer.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     writer.add_expert_count(cfg.num_experts)
     writer.add_expert_used_count(cfg.num_experts_per_tok)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
     writer.add_key_length(cfg.head_dim)
     writer.add_value_length(cfg.head_dim)
     writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
