@@ -141,7 +141,9 @@ def convert_gguf(path: str | Path, *, progress: bool = True) -> Path:
 
     The first call converts (SmolLM2-135M: ~20-30 s on one CPU thread); later calls return the
     cached directory at once. Raises ``UnsupportedModelError`` for a GGUF of another
-    architecture and ``GGUFError`` for a file that is not GGUF, before any conversion work.
+    architecture and ``GGUFError`` for a file that is not GGUF, before any conversion work, and
+    ``GGUFError`` for a file without a tensor for some weight of the model its metadata
+    describes (leaving no conversion behind).
     """
     path = Path(path).expanduser().resolve()
     if not path.is_file():
@@ -163,8 +165,18 @@ def _dequantise(path: Path, out: Path, *, progress: bool) -> None:
     # (GPT-2's position table, n_positions)
     dropped = dropped_metadata(path)
     with _progress(progress):
-        quantised = transformers.AutoModelForCausalLM.from_pretrained(
-            **source, dtype=torch.float32, **dropped
+        quantised, loading = transformers.AutoModelForCausalLM.from_pretrained(
+            **source, dtype=torch.float32, output_loading_info=True, **dropped
+        )
+    if missing := sorted(loading["missing_keys"]):
+        # transformers' GGUF loader fills weights the file lacks with fresh random ones, and
+        # says so only in a log line
+        raise GGUFError(
+            f"{path} has no tensor for {len(missing)} of the model's weights "
+            f"({', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}): they would be "
+            "random. The file is not its architecture as llama.cpp writes it (a Qwen2 without "
+            "its q / k / v biases, a Qwen3-MoE with dense MLP layers, which llama.cpp's "
+            "qwen3moe cannot hold, ...); load the original Hugging Face checkpoint instead."
         )
     config = quantised.config
     if hasattr(config, "quantization_config"):

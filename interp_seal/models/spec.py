@@ -159,7 +159,8 @@ class Family:
             ``query_pre_attn_scalar``, the scale llama.cpp applies to every Gemma 2 but the
             27B (which it scales by ``hidden / heads``, recorded nowhere in the file);
             ``rope.dimension_count`` as ``partial_rotary_factor`` (Phi-3: rotated channels per
-            head, which ``models.gguf`` divides by the head width into ``rope_parameters``).
+            head, which ``models.gguf`` divides by the head width into ``rope_parameters``);
+            ``expert_weights_norm`` as ``norm_topk_prob`` (Qwen3-MoE, where a file has it).
         random_config: config overrides for random test checkpoints, given to the config
             class (e.g. no sliding window, so that every family computes the same kind of
             attention in parity tests; a few small experts); sequences as tuples.
@@ -399,8 +400,15 @@ FAMILIES: dict[str, Family] = {
         k_norm="k_norm",
         gguf_architecture="qwen3moe",
         # transformers' GGUF loader maps nothing to the experts' width (its config class's
-        # default would be built); llama.cpp writes it as expert_feed_forward_length
-        gguf_config=(("expert_feed_forward_length", "moe_intermediate_size"),),
+        # default would be built); llama.cpp writes it as expert_feed_forward_length. It sets
+        # norm_topk_prob (renormalised expert weights) on, as llama.cpp's qwen3moe computes;
+        # a file that records expert_weights_norm (llama.cpp's converter writes none for
+        # qwen3moe) has its value kept. qwen3moe has no dense MLP tensors: a file with dense
+        # layers (mlp_only_layers, decoder_sparse_step > 1) is refused (models.gguf)
+        gguf_config=(
+            ("expert_feed_forward_length", "moe_intermediate_size"),
+            ("expert_weights_norm", "norm_topk_prob"),
+        ),
         # a dense MLP in layer 0, experts from layer 1 on
         random_config=(
             ("num_experts", 4),

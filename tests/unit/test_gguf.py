@@ -61,7 +61,11 @@ def write_llama_gguf(
 
     ``architecture="qwen3"`` writes a Qwen3 as llama.cpp's ``Qwen3Model`` does: the same tensor
     names plus the per-head q / k norms (``attn_q_norm``, ``attn_k_norm``), and q / k rows in
-    Hugging Face's order (llama.cpp permutes them for its ``llama`` architecture only)."""
+    Hugging Face's order (llama.cpp permutes them for its ``llama`` architecture only).
+
+    ``architecture="qwen2"`` writes a Qwen2 as llama.cpp's ``Qwen2Model`` does: the same tensor
+    names plus the q / k / v biases (``attn_q.bias``, ``attn_k.bias``, ``attn_v.bias``), rows
+    unpermuted as for Qwen3."""
     model, tok, cfg, writer = open_writer(checkpoint, path, architecture, name)
     writer.add_feed_forward_length(cfg.intermediate_size)
     writer.add_key_length(cfg.head_dim)
@@ -97,6 +101,9 @@ def write_llama_gguf(
         if p + "self_attn.q_norm.weight" in sd:  # Qwen3
             tensors[f"blk.{i}.attn_q_norm.weight"] = sd[p + "self_attn.q_norm.weight"]
             tensors[f"blk.{i}.attn_k_norm.weight"] = sd[p + "self_attn.k_norm.weight"]
+        if p + "self_attn.q_proj.bias" in sd:  # Qwen2
+            for hf, ours in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")):
+                tensors[f"blk.{i}.{ours}.bias"] = sd[f"{p}self_attn.{hf}.bias"]
     tensors |= {
         "output_norm.weight": sd["model.norm.weight"],
         "output.weight": sd["lm_head.weight"],
@@ -264,13 +271,18 @@ def write_phi3_gguf(checkpoint: str, path, dtype=np.float32):
     return write_tensors(writer, tensors, dtype, path)
 
 
-def write_qwen3_moe_gguf(checkpoint: str, path, dtype=np.float32):
-    """Write the safetensors ``checkpoint`` (a Qwen3-MoE, every layer's MLP a mixture of experts:
-    llama.cpp's ``qwen3moe`` has no dense layers) as llama.cpp's converter does: Qwen3's
+def write_qwen3_moe_gguf(checkpoint: str, path, dtype=np.float32, weights_norm: bool | None = None):
+    """Write the safetensors ``checkpoint`` (a Qwen3-MoE) as llama.cpp's converter does: Qwen3's
     attention tensors, the router as ``ffn_gate_inp``, and the experts stacked as
     ``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps`` (transformers fuses gate and up into
-    ``gate_up_proj``, gate first)."""
+    ``gate_up_proj``, gate first). llama.cpp's ``qwen3moe`` has no dense layers (its converter
+    fails on one); a dense layer's MLP is written here as a ``qwen2`` file would hold it
+    (``ffn_gate``, ``ffn_up``, ``ffn_down``), the file a hand-rolled writer would make.
+    ``weights_norm`` is written as ``expert_weights_norm`` (llama.cpp's converter writes none
+    for ``qwen3moe``); None: not written."""
     model, tok, cfg, writer = open_writer(checkpoint, path, "qwen3moe")
+    if weights_norm is not None:
+        writer.add_expert_weights_norm(weights_norm)
     writer.add_feed_forward_length(cfg.intermediate_size)
     writer.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     writer.add_expert_count(cfg.num_experts)
@@ -291,7 +303,6 @@ def write_qwen3_moe_gguf(checkpoint: str, path, dtype=np.float32):
         "self_attn.q_norm": "attn_q_norm",
         "self_attn.k_norm": "attn_k_norm",
         "post_attention_layernorm": "ffn_norm",
-        "mlp.gate": "ffn_gate_inp",
     }
     ff = cfg.moe_intermediate_size
     tensors = {"token_embd.weight": sd["model.embed_tokens.weight"]}
@@ -299,6 +310,11 @@ def write_qwen3_moe_gguf(checkpoint: str, path, dtype=np.float32):
         p = f"model.layers.{i}."
         for hf, ours in names.items():
             tensors[f"blk.{i}.{ours}.weight"] = sd[f"{p}{hf}.weight"]
+        if p + "mlp.gate_proj.weight" in sd:  # a dense layer
+            for part in ("gate", "up", "down"):
+                tensors[f"blk.{i}.ffn_{part}.weight"] = sd[f"{p}mlp.{part}_proj.weight"]
+            continue
+        tensors[f"blk.{i}.ffn_gate_inp.weight"] = sd[p + "mlp.gate.weight"]
         gate_up = sd[p + "mlp.experts.gate_up_proj"]  # (experts, 2 ff, d)
         tensors |= {
             f"blk.{i}.ffn_gate_exps.weight": gate_up[:, :ff],
@@ -566,6 +582,30 @@ def test_qwen3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypat
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+def test_qwen2_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
+    """A Qwen2 (GQA, q / k / v biases drawn non-zero) written as llama.cpp writes it (``qwen2``:
+    the biases as ``attn_q.bias`` / ``attn_k.bias`` / ``attn_v.bias``, q / k rows unpermuted)
+    loads with the safetensors weights, biases included, and logits. Tokens are not compared,
+    as for Qwen3: transformers reads a Qwen2 GGUF's vocabulary into Qwen2's tokenizer, whose
+    split pattern re-tokenises this test's byte-level text."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = save_random_checkpoint(
+        tmp_path / "st", "qwen2", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2, seed=4
+    )
+    ref = load_model(st)
+    loaded = load_model(write_llama_gguf(st, tmp_path / "tiny-qwen2.gguf", architecture="qwen2"))
+    assert loaded.family.name == "qwen2" and loaded.spec == ref.spec
+    reference = ref.model.state_dict()
+    assert loaded.model.state_dict().keys() == reference.keys()
+    assert reference["model.layers.0.self_attn.k_proj.bias"].abs().min() > 0
+    for name, param in loaded.model.state_dict().items():
+        assert torch.equal(param, reference[name]), name
+    ids, want = logits(ref)
+    with torch.no_grad():
+        got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
 def test_mistral_gguf_loads_as_a_llama_with_the_safetensors_weights_logits_and_tokens(
     tmp_path, monkeypatch
 ):
@@ -617,32 +657,41 @@ def test_phi3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatc
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+def qwen3_moe_checkpoint(path, **config) -> str:
+    """A random Qwen3-MoE (4 experts, 2 per token, q / k norms; the family's random checkpoint
+    has a dense MLP in layer 0) with the config fields ``config`` set, saved to ``path``: the
+    weights both configurations have are the random checkpoint's, the rest drawn afresh."""
+    random = save_random_checkpoint(
+        path / "random", "qwen3_moe", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2,
+        seed=9,
+    )  # fmt: skip
+    changed = transformers.AutoConfig.from_pretrained(random)
+    for field, value in config.items():
+        setattr(changed, field, value)
+    torch.manual_seed(9)
+    model = transformers.AutoModelForCausalLM.from_config(changed)
+    weights = transformers.AutoModelForCausalLM.from_pretrained(random).state_dict()
+    own = model.state_dict()
+    kept = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(kept, strict=False)
+    model.save_pretrained(path / "st")
+    transformers.PreTrainedTokenizerFast.from_pretrained(random).save_pretrained(path / "st")
+    return str(path / "st")
+
+
 def test_qwen3_moe_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
     """A Qwen3-MoE (4 experts, 2 per token, q / k norms) written as llama.cpp writes it loads with
     the safetensors weights and logits. Its experts' width reaches the model only through
     ``Family.gguf_config``: transformers' loader maps nothing from
     ``expert_feed_forward_length`` and would build ``Qwen3MoeConfig``'s default
     ``moe_intermediate_size``. Every layer is a mixture here (llama.cpp's ``qwen3moe`` has no
-    dense layers: a checkpoint with ``mlp_only_layers`` does not survive a GGUF round trip), and
-    the chosen experts' weights are renormalised (``norm_topk_prob``, as in the released models
-    and in llama.cpp, and as transformers' loader sets it)."""
+    dense layers: ``test_qwen3_moe_gguf_with_dense_layers_is_refused``), and the chosen
+    experts' weights are renormalised (``norm_topk_prob``, as in the released models and in
+    llama.cpp, and as transformers' loader sets it)."""
     monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
-    random = save_random_checkpoint(
-        tmp_path / "random", "qwen3_moe", tokenizer=byte_level_tokenizer(), n_heads=4,
-        n_kv_heads=2, seed=9,
-    )  # fmt: skip
-    config = transformers.AutoConfig.from_pretrained(random)
-    config.mlp_only_layers = []  # layer 0's MLP a mixture too, as llama.cpp computes it
-    config.norm_topk_prob = True  # as released Qwen3-MoE models and llama.cpp's qwen3moe
-    torch.manual_seed(9)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    weights = transformers.AutoModelForCausalLM.from_pretrained(random).state_dict()
-    kept = {k: v for k, v in weights.items() if not k.startswith("model.layers.0.mlp.")}
-    assert model.load_state_dict(kept, strict=False).unexpected_keys == []
-    model.save_pretrained(tmp_path / "st")
-    transformers.PreTrainedTokenizerFast.from_pretrained(random).save_pretrained(tmp_path / "st")
-    ref = load_model(tmp_path / "st")
-    loaded = load_model(write_qwen3_moe_gguf(str(tmp_path / "st"), tmp_path / "tiny.gguf"))
+    st = qwen3_moe_checkpoint(tmp_path, mlp_only_layers=[], norm_topk_prob=True)
+    ref = load_model(st)
+    loaded = load_model(write_qwen3_moe_gguf(st, tmp_path / "tiny.gguf"))
     assert loaded.family.name == "qwen3_moe" and loaded.spec == ref.spec
     for field in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"):
         assert getattr(loaded.model.config, field) == getattr(ref.model.config, field), field
@@ -654,3 +703,54 @@ def test_qwen3_moe_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monke
     with torch.no_grad():
         got = loaded.model(ids).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_qwen3_moe_gguf_without_norm_topk_prob(tmp_path, monkeypatch):
+    """A Qwen3-MoE whose chosen experts' weights are not renormalised (``norm_topk_prob`` off,
+    ``Qwen3MoeConfig``'s default) survives a GGUF round trip only where the file records it
+    (``expert_weights_norm``, kept through ``Family.gguf_config``). llama.cpp's converter
+    writes no such key for ``qwen3moe`` and llama.cpp renormalises regardless; a file without
+    it loads renormalised, as llama.cpp computes it and as transformers' loader sets it: the
+    logits of the checkpoint with ``norm_topk_prob`` on, not of the one written."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = qwen3_moe_checkpoint(tmp_path, mlp_only_layers=[], norm_topk_prob=False)
+    ref = load_model(st)
+    ids, want = logits(ref)
+    kept = load_model(write_qwen3_moe_gguf(st, tmp_path / "kept.gguf", weights_norm=False))
+    assert kept.model.config.norm_topk_prob is False
+    with torch.no_grad():
+        got = kept.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+    llama_cpp = load_model(write_qwen3_moe_gguf(st, tmp_path / "llama-cpp.gguf"))
+    assert llama_cpp.model.config.norm_topk_prob is True
+    renormalised = transformers.AutoModelForCausalLM.from_pretrained(st, norm_topk_prob=True)
+    with torch.no_grad():
+        got, as_llama_cpp = llama_cpp.model(ids).logits, renormalised(ids).logits
+    torch.testing.assert_close(got, as_llama_cpp, atol=1e-5, rtol=0)
+    assert (got - want).abs().max() > 0.1
+
+
+@pytest.mark.parametrize(
+    "dense",
+    [{"mlp_only_layers": [0]}, {"mlp_only_layers": [], "decoder_sparse_step": 2}],
+    ids=["mlp_only_layers", "decoder_sparse_step"],
+)
+def test_qwen3_moe_gguf_with_dense_layers_is_refused(tmp_path, monkeypatch, dense):
+    """A Qwen3-MoE with a dense MLP in layer 0 (``mlp_only_layers``, or ``decoder_sparse_step``
+    2: experts in every second layer) has no GGUF form: llama.cpp's ``qwen3moe`` holds experts
+    in every layer (its converter fails on a dense layer's tensors). A file holding one anyway
+    (the dense MLP as ``ffn_gate`` / ``ffn_up`` / ``ffn_down``) is refused: transformers' loader
+    builds every layer as a mixture and would leave layer 0's router and experts random."""
+    monkeypatch.setenv("INTERP_SEAL_CACHE", str(tmp_path / "cache"))
+    st = qwen3_moe_checkpoint(tmp_path, **dense)
+    assert "model.layers.0.mlp.gate_proj.weight" in load_model(st).model.state_dict()
+    path = write_qwen3_moe_gguf(st, tmp_path / "dense.gguf")
+    with pytest.raises(
+        gguf_module.GGUFError,
+        match=r"no tensor for 3 of the model's weights \(model\.layers\.0\.mlp\.experts\.down_proj, "
+        r"model\.layers\.0\.mlp\.experts\.gate_up_proj, model\.layers\.0\.mlp\.gate\.weight\).*"
+        r"dense MLP layers",
+    ):
+        load_model(path)
+    assert list(gguf_module.cache_root().iterdir()) == []  # no conversion left behind
