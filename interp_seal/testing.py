@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -47,10 +48,13 @@ def save_random_checkpoint(
     max_positions: int = 2048,
     seed: int = 0,
     std: float = 0.15,
+    config: dict[str, Any] | None = None,
 ) -> str:
     """Save a random ``family`` checkpoint with ``tokenizer`` (default: line retrieval) to ``path``.
 
     ``n_kv_heads`` defaults to ``n_heads // 2`` (GQA); pass ``n_heads`` for plain multi-head.
+    ``config``: config fields set over the family row's ``random_config`` (e.g. a Qwen3-MoE
+    without its dense layer 0: ``{"mlp_only_layers": []}``).
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
@@ -76,9 +80,9 @@ def save_random_checkpoint(
     )
     # the row's overrides win (e.g. no num_key_value_heads where a family has no GQA), given
     # to the config class: derived fields follow
-    config = transformers.AutoConfig.for_model(family, **(fields | overrides))
+    built = transformers.AutoConfig.for_model(family, **(fields | overrides | (config or {})))
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = transformers.AutoModelForCausalLM.from_config(built)
     model.config.architectures = [type(model).__name__]
     offset = FAMILIES[family].norm_offset  # Gemma's norms scale by 1 + weight
     # norm weights by name, or by their module's class where the name does not say (GPT-2's ln_1)

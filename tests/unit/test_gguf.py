@@ -658,25 +658,12 @@ def test_phi3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatc
 
 
 def qwen3_moe_checkpoint(path, **config) -> str:
-    """A random Qwen3-MoE (4 experts, 2 per token, q / k norms; the family's random checkpoint
-    has a dense MLP in layer 0) with the config fields ``config`` set, saved to ``path``: the
-    weights both configurations have are the random checkpoint's, the rest drawn afresh."""
-    random = save_random_checkpoint(
-        path / "random", "qwen3_moe", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2,
-        seed=9,
+    """A random Qwen3-MoE (4 experts, 2 per token, q / k norms) with the config fields
+    ``config`` set over the family's random ones (which have a dense MLP in layer 0)."""
+    return save_random_checkpoint(
+        path / "st", "qwen3_moe", tokenizer=byte_level_tokenizer(), n_heads=4, n_kv_heads=2,
+        seed=9, config=config,
     )  # fmt: skip
-    changed = transformers.AutoConfig.from_pretrained(random)
-    for field, value in config.items():
-        setattr(changed, field, value)
-    torch.manual_seed(9)
-    model = transformers.AutoModelForCausalLM.from_config(changed)
-    weights = transformers.AutoModelForCausalLM.from_pretrained(random).state_dict()
-    own = model.state_dict()
-    kept = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(kept, strict=False)
-    model.save_pretrained(path / "st")
-    transformers.PreTrainedTokenizerFast.from_pretrained(random).save_pretrained(path / "st")
-    return str(path / "st")
 
 
 def test_qwen3_moe_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):

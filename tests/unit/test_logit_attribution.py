@@ -13,6 +13,7 @@ from interp_seal.analysis.logit_attribution import (
     strongest_wrong_token,
 )
 from interp_seal.models import load_model
+from interp_seal.testing import save_random_checkpoint
 
 TARGETS = [10, 11, 25]
 
@@ -69,6 +70,26 @@ def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handle
         got = result.table.query("component == 'pos_embed'").value.to_numpy()
         assert got == pytest.approx(by_hand.numpy(), abs=1e-9)
         assert (counts["pos_embed"] == 1).all() and float(by_hand.abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"mlp_only_layers": [], "norm_topk_prob": True},
+        {"mlp_only_layers": [], "decoder_sparse_step": 2, "norm_topk_prob": True},
+    ],
+    ids=["every_layer_moe", "decoder_sparse_step"],
+)
+def test_qwen3_moe_layouts_sum_to_the_model_logit(tmp_path, handles, layout):
+    """The layouts of released Qwen3-MoE models beside the family checkpoint's (a dense layer
+    0 by ``mlp_only_layers``, ``norm_topk_prob`` off): experts in every layer, or in every
+    second one (``decoder_sparse_step`` 2: layers 0 and 2 dense), chosen weights renormalised.
+    Each layer's MLP, mixture or dense, is one ``mlp`` part, and the parts sum to the logit."""
+    path = save_random_checkpoint(tmp_path, "qwen3_moe", n_layers=4, seed=3, config=layout)
+    handle = handle_for(handles, path)
+    moe = [type(handle.mlp(i)).__name__.endswith("SparseMoeBlock") for i in range(4)]
+    assert moe == ([True] * 4 if "decoder_sparse_step" not in layout else [False, True] * 2)
+    test_frozen_norm_components_sum_to_the_model_logit(path, handles, -1)
 
 
 def test_logit_difference_sums_to_the_difference(family_checkpoint, handles):
