@@ -67,6 +67,17 @@ FAMILIES = (
     "gpt_neox",
     "gpt2",
 )
+# the layouts of released Qwen3-MoE models, beside the family checkpoint's (a dense layer 0 by
+# mlp_only_layers, norm_topk_prob off): experts in every layer, or in every second one
+# (decoder_sparse_step 2: layers 0 and 2 of 4 dense), the chosen experts' weights renormalised
+QWEN3_MOE_LAYOUTS = {
+    "every_layer_moe": {"mlp_only_layers": [], "norm_topk_prob": True},
+    "decoder_sparse_step": {
+        "mlp_only_layers": [],
+        "decoder_sparse_step": 2,
+        "norm_topk_prob": True,
+    },
+}
 # families whose random checkpoints compute different functions: mistral's (window off, see its
 # row) is llama's computation under another name, so the slower per-family tests skip it
 DISTINCT_FAMILIES = tuple(f for f in FAMILIES if f != "mistral")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import rms_norm_terms
+from conftest import QWEN3_MOE_LAYOUTS, rms_norm_terms
 
 from interp_seal.analysis.logit_attribution import (
     logit_attribution,
@@ -72,19 +72,10 @@ def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handle
         assert (counts["pos_embed"] == 1).all() and float(by_hand.abs().max()) > 1e-2
 
 
-@pytest.mark.parametrize(
-    "layout",
-    [
-        {"mlp_only_layers": [], "norm_topk_prob": True},
-        {"mlp_only_layers": [], "decoder_sparse_step": 2, "norm_topk_prob": True},
-    ],
-    ids=["every_layer_moe", "decoder_sparse_step"],
-)
+@pytest.mark.parametrize("layout", QWEN3_MOE_LAYOUTS.values(), ids=QWEN3_MOE_LAYOUTS)
 def test_qwen3_moe_layouts_sum_to_the_model_logit(tmp_path, handles, layout):
-    """The layouts of released Qwen3-MoE models beside the family checkpoint's (a dense layer
-    0 by ``mlp_only_layers``, ``norm_topk_prob`` off): experts in every layer, or in every
-    second one (``decoder_sparse_step`` 2: layers 0 and 2 dense), chosen weights renormalised.
-    Each layer's MLP, mixture or dense, is one ``mlp`` part, and the parts sum to the logit."""
+    """On the released Qwen3-MoE layouts (``QWEN3_MOE_LAYOUTS``) each layer's MLP, mixture or
+    dense, is one ``mlp`` part, and the parts sum to the logit."""
     path = save_random_checkpoint(tmp_path, "qwen3_moe", n_layers=4, seed=3, config=layout)
     handle = handle_for(handles, path)
     moe = [type(handle.mlp(i)).__name__.endswith("SparseMoeBlock") for i in range(4)]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DISTINCT_FAMILIES, build_checkpoint
+from conftest import DISTINCT_FAMILIES, QWEN3_MOE_LAYOUTS, build_checkpoint
 from plotly.offline import get_plotlyjs
 
 from interp_seal.analysis.quadrants import head_quadrants, quadrant_of, quadrant_scale_table
@@ -150,6 +150,14 @@ def test_forward_from_layer_matches_hf_logits(handle):
     for s, enc in enumerate(batch_samples):  # the clean run's own answer logits
         ref = hf_logits(handle, enc.input_ids[None])[0, enc.answer_start - 1 : -1]
         torch.testing.assert_close(clean.logits[s, : len(ref)], ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", QWEN3_MOE_LAYOUTS.values(), ids=QWEN3_MOE_LAYOUTS)
+def test_forward_from_layer_on_qwen3_moe_layouts(tmp_path, layout):
+    """The same on the released Qwen3-MoE layouts (``QWEN3_MOE_LAYOUTS``): restarts from dense
+    and from mixture layers, edits crossing both."""
+    handle = load_model(build_checkpoint(tmp_path, "qwen3_moe", n_layers=4, seed=1, config=layout))
+    test_forward_from_layer_matches_hf_logits(handle)
 
 
 def test_answer_batch_scores_by_hand():
