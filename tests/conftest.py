@@ -67,9 +67,10 @@ FAMILIES = (
     "gpt_neox",
     "gpt2",
 )
-# the layouts of released Qwen3-MoE models, beside the family checkpoint's (a dense layer 0 by
-# mlp_only_layers, norm_topk_prob off): experts in every layer, or in every second one
-# (decoder_sparse_step 2: layers 0 and 2 of 4 dense), the chosen experts' weights renormalised
+# the other layouts a Qwen3-MoE config can declare, beside the family checkpoint's (a dense
+# layer 0 by mlp_only_layers, norm_topk_prob off): experts in every layer with the chosen
+# experts' weights renormalised (the released models), and experts in every second layer
+# (decoder_sparse_step 2: layers 0 and 2 of 4 dense)
 QWEN3_MOE_LAYOUTS = {
     "every_layer_moe": {"mlp_only_layers": [], "norm_topk_prob": True},
     "decoder_sparse_step": {

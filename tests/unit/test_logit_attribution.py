@@ -74,7 +74,7 @@ def test_frozen_norm_components_sum_to_the_model_logit(family_checkpoint, handle
 
 @pytest.mark.parametrize("layout", QWEN3_MOE_LAYOUTS.values(), ids=QWEN3_MOE_LAYOUTS)
 def test_qwen3_moe_layouts_sum_to_the_model_logit(tmp_path, handles, layout):
-    """On the released Qwen3-MoE layouts (``QWEN3_MOE_LAYOUTS``) each layer's MLP, mixture or
+    """On the other Qwen3-MoE layouts (``QWEN3_MOE_LAYOUTS``) each layer's MLP, mixture or
     dense, is one ``mlp`` part, and the parts sum to the logit."""
     path = save_random_checkpoint(tmp_path, "qwen3_moe", n_layers=4, seed=3, config=layout)
     handle = handle_for(handles, path)

@@ -154,7 +154,7 @@ def test_forward_from_layer_matches_hf_logits(handle):
 
 @pytest.mark.parametrize("layout", QWEN3_MOE_LAYOUTS.values(), ids=QWEN3_MOE_LAYOUTS)
 def test_forward_from_layer_on_qwen3_moe_layouts(tmp_path, layout):
-    """The same on the released Qwen3-MoE layouts (``QWEN3_MOE_LAYOUTS``): restarts from dense
+    """The same on the other Qwen3-MoE layouts (``QWEN3_MOE_LAYOUTS``): restarts from dense
     and from mixture layers, edits crossing both."""
     handle = load_model(build_checkpoint(tmp_path, "qwen3_moe", n_layers=4, seed=1, config=layout))
     test_forward_from_layer_matches_hf_logits(handle)
