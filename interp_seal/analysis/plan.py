@@ -114,9 +114,11 @@ import torch
 import transformers
 
 from interp_seal.defaults import PLANNED_ANALYSES
+from interp_seal.models.capped_attention import ATTENTION_NAME as CAPPED_ATTENTION
+from interp_seal.models.capped_attention import block_bytes
 from interp_seal.models.gguf import gguf_target
 from interp_seal.models.load import load_config
-from interp_seal.models.spec import ModelSpec, family_for
+from interp_seal.models.spec import Family, ModelSpec, family_for
 from interp_seal.models.streaming_heads import StreamingHeads, kv_budget_bytes
 
 ANALYSES = PLANNED_ANALYSES
@@ -170,11 +172,20 @@ def kv_cache_bytes(spec: ModelSpec, tokens: int, itemsize: int, rows: int = 1) -
 
 @dataclass(frozen=True, kw_only=True)
 class Geometry:
-    """What the arithmetic needs of a model: its spec, MLP width and dtype size."""
+    """What the arithmetic needs of a model: its spec, its family's row, MLP width and dtype size."""
 
     spec: ModelSpec
+    family: Family
     d_mlp: int
     itemsize: int
+
+    @classmethod
+    def of(cls, config: transformers.PretrainedConfig, spec: ModelSpec, itemsize: int) -> Geometry:
+        """The geometry of ``config``: the MLP width from the config field its family's row names
+        (``Family.mlp_width``; None there: ``4 d``, GPT-2's default)."""
+        family = family_for(config)
+        width = getattr(config, family.mlp_width, None) or 4 * spec.d_model
+        return cls(spec=spec, family=family, d_mlp=width, itemsize=itemsize)
 
     @property
     def q(self) -> int:
@@ -184,20 +195,60 @@ class Geometry:
     def k(self) -> int:
         return self.spec.n_kv_heads * self.spec.d_head
 
-    def layer(self) -> int:
-        """Elements per token and row one decoder layer holds at its peak (no gradients)."""
-        d, q, k = self.spec.d_model, self.q, self.k
-        return max(2 * d + 4 * q + 2 * k, 3 * d + 3 * self.d_mlp)
+    def attention_step(self) -> int:
+        """Elements per token and row at a layer's attention: its input, its norm (where the
+        family has one before attention), q, k, v and the rotary embedding's temporaries."""
+        d = self.spec.d_model
+        return d + (d if self.family.pre_attn_norm else 0) + 4 * self.q + 2 * self.k
 
-    def forward(self, rows: int, tokens: int, answers: int, held: int = 0) -> int:
+    def mlp_step(self) -> int:
+        """Elements per token and row at a layer's MLP: the layer's input, the mid-layer stream
+        (GPT-NeoX: the attention output), the norm before the MLP where the family has one, and
+        the MLP's own ``Family.mlp_peak`` tensors of its width."""
+        d = self.spec.d_model
+        norm = d if self.family.pre_mlp_norm else 0
+        return 2 * d + norm + self.family.mlp_peak * self.d_mlp
+
+    def blocks(self, rows: int, tokens: int, *, backward: bool = False) -> int:
+        """Bytes of one block of soft-capped attention (``Family.attn_implementation``, Gemma
+        2: ``capped_attention.block_bytes``), which stop growing with the length once a block
+        is full; 0 for other attention."""
+        if self.family.attn_implementation != CAPPED_ATTENTION:
+            return 0
+        return block_bytes(rows, self.spec.n_heads, tokens, tokens, backward=backward)
+
+    def layer(self, rows: int, tokens: int, *, attention: bool = True) -> int:
+        """Bytes one decoder layer holds at its peak (no gradients) for ``rows`` rows of
+        ``tokens`` tokens: the larger of its attention step (with a capped attention block)
+        and its MLP step; the MLP step alone where a run has no whole layer (``attention``
+        False)."""
+        per_element = rows * tokens * self.itemsize
+        mlp = per_element * self.mlp_step()
+        if not attention:
+            return mlp
+        return max(per_element * self.attention_step() + self.blocks(rows, tokens), mlp)
+
+    def embeddings(self, rows: int, tokens: int) -> int:
+        """Bytes the model's forward keeps besides the residual stream to its end: with learned
+        positions (``Family.pos_embed``, GPT-2) the token embeddings of every row and the
+        position embeddings (one row), which it adds into the stream's first tensor."""
+        if self.family.pos_embed is None:
+            return 0
+        return (rows + 1) * tokens * self.spec.d_model * self.itemsize
+
+    def forward(
+        self, rows: int, tokens: int, answers: int, held: int = 0, *, attention: bool = True
+    ) -> int:
         """Bytes at the peak of an engine forward of ``rows`` rows (no gradients, answer logits
         only): a decoder layer's step, or the logits at the end (float32 copy and log-softmax
-        included) beside the last residual stream; ``held`` elements per token stay alive."""
+        included) beside the last residual stream; ``held`` elements per token stay alive;
+        ``attention``: whether the run has a whole layer (``layer``)."""
         per_element = rows * tokens * self.itemsize
         upcast = 4 if self.itemsize != 4 else 0
         logits = rows * answers * self.spec.vocab_size * (self.itemsize + 4 + upcast)
         return max(
-            per_element * (held + self.layer()), per_element * (held + self.spec.d_model) + logits
+            per_element * held + self.layer(rows, tokens, attention=attention),
+            per_element * (held + self.spec.d_model) + logits,
         )
 
     def kv(self, tokens: int, rows: int = 1) -> int:
@@ -371,7 +422,7 @@ def _sweep_units(g: Geometry, analysis: str, n_units: int | None) -> SweepUnits:
 def _teacher_forcing(g: Geometry, w: Workload, batch: int) -> list[Phase]:
     rows = min(batch, w.records or batch)
     act = g.forward(rows, w.length, w.answer_tokens, held=g.spec.d_model)  # + embeddings
-    return [Phase(activations=act)]
+    return [Phase(activations=act + g.embeddings(rows, w.length))]
 
 
 def _sweep(g: Geometry, w: Workload, batch: int, units: SweepUnits) -> list[Phase]:
@@ -380,9 +431,11 @@ def _sweep(g: Geometry, w: Workload, batch: int, units: SweepUnits) -> list[Phas
     chunk = min(batch, w.records or batch)
     starts = min(units.starts, L - 1)  # z and v are cached below the last layer only
     buffers = chunk * T * b * (L * d + starts * (g.q + g.k))
-    clean = g.forward(chunk, T, w.answer_tokens)
+    clean = g.forward(chunk, T, w.answer_tokens) + g.embeddings(chunk, T)
     rows = chunk * min(max(1, w.batch_rows // chunk), units.most)
-    edited = g.forward(rows, T, w.answer_tokens, held=g.q + d)
+    # an edited run from layer s: s's o_proj and MLP, whole layers s + 1 .. L - 2, the last
+    # layer's answer rows: whole layers (their attention) only in a model of 3 layers or more
+    edited = g.forward(rows, T, w.answer_tokens, held=g.q + d, attention=L > 2)
     return [Phase(activations=clean, buffers=buffers), Phase(activations=edited, buffers=buffers)]
 
 
@@ -399,8 +452,9 @@ def _screen(g: Geometry, w: Workload, batch: int, units: SweepUnits) -> list[Pha
     """The backward pass of one record (every layer's input and head outputs, the gradients
     so far, one layer recomputed), then the exact sweep."""
     L, d, T, b = g.spec.n_layers, g.spec.d_model, w.length, g.itemsize
-    layer = 8 * d + b * (2 * g.q + 6 * g.d_mlp) + 4 * g.spec.n_heads  # recomputed, per token
-    act = T * (b * (L * (g.q + max(d, g.q) + d) + d) + layer)
+    mlp = 2 * g.family.mlp_peak * g.d_mlp  # the MLP's tensors and their gradients
+    layer = 8 * d + b * (2 * g.q + mlp) + 4 * g.spec.n_heads  # recomputed, per token
+    act = T * (b * (L * (g.q + max(d, g.q) + d) + d) + layer) + g.blocks(1, T, backward=True)
     return [Phase(activations=act), *_sweep(g, w, batch, units)]
 
 
@@ -408,9 +462,9 @@ def _row_capture(g: Geometry, w: Workload) -> int:
     """Activations of a forward with the row-capture hooks (one record): the embeddings, and a
     layer's step or the hook's (after attention: the layer's input, its norm and output, the
     kept ``q`` and ``k``, the rotary embedding's temporaries again, ``k`` in float32)."""
-    d, b = g.spec.d_model, g.itemsize
-    hook = b * (3 * d + 4 * g.q + g.k) + (4 * g.k if b != 4 else 0)
-    return w.length * (b * d + max(b * g.layer(), hook))
+    d, b, T = g.spec.d_model, g.itemsize, w.length
+    hook = T * (b * (3 * d + 4 * g.q + g.k) + (4 * g.k if b != 4 else 0))
+    return T * b * d + g.embeddings(1, T) + max(g.layer(1, T), hook)
 
 
 def _rows(g: Geometry, tokens: int) -> int:
@@ -439,7 +493,7 @@ def _patching(g: Geometry, w: Workload, batch: int) -> list[Phase]:
     rows = min(batch, max(_patch_units(g, w)))
     attention = 2 * g.q if g.spec.group_size > 1 else g.k  # repeated k, v; or the cache's cat
     return [
-        Phase(kv=g.kv(T), activations=T * b * (g.spec.d_model + g.layer())),
+        Phase(kv=g.kv(T), activations=T * b * g.spec.d_model + g.embeddings(1, T) + g.layer(1, T)),
         Phase(kv=g.kv(T, 1 + rows), activations=rows * T * b * attention),
     ]
 
@@ -450,7 +504,7 @@ def _dla(g: Geometry, w: Workload, batch: int) -> list[Phase]:
     components = (s.n_layers * s.n_heads + 2 * s.n_layers + 1) * s.d_model
     float64 = 8 * (s.vocab_size * s.d_model + s.d_model * g.q + components)
     return [
-        Phase(kv=g.kv(T), activations=T * b * (s.d_model + g.layer())),
+        Phase(kv=g.kv(T), activations=T * b * s.d_model + g.embeddings(1, T) + g.layer(1, T)),
         Phase(buffers=float64),  # after the forward: its cache is gone
     ]
 
@@ -573,7 +627,7 @@ def plan(
         raise ValueError(
             f"length {length} is past the model's context window ({spec.max_positions} positions)"
         )
-    g = Geometry(spec=spec, d_mlp=config.intermediate_size, itemsize=dtype.itemsize)
+    g = Geometry.of(config, spec, dtype.itemsize)
     w = Workload(
         length=length,
         n_units=n_units,
@@ -620,16 +674,16 @@ def plan_decode(
     dtype, config, spec = _model_geometry(model, dtype)
     if streaming_heads is not None:
         streaming_heads.check_model(spec, str(model))
-    g = Geometry(spec=spec, d_mlp=config.intermediate_size, itemsize=dtype.itemsize)
+    g = Geometry.of(config, spec, dtype.itemsize)
     kv = kv_budget_bytes(streaming_heads, spec, length + answer_tokens - 1, itemsize=dtype.itemsize)
-    d, q, k = spec.d_model, g.q, g.k
-    attention = length * g.itemsize * (2 * d + 4 * q + 2 * k)
+    layer = g.layer(1, length)
     last = spec.n_layers - 1
     if streaming_heads is not None and streaming_heads.streaming(last, spec.n_kv_heads):
         cfg = streaming_heads  # a block's additive mask and the kernel's scores, float32
+        attention = length * g.itemsize * g.attention_step()
         attention += 2 * 4 * cfg.block_size * (cfg.block_size + cfg.window - 1)
-    mlp = length * g.itemsize * (3 * d + 3 * g.d_mlp)
-    activations = length * g.itemsize * d + max(attention, mlp)
+        layer = max(layer, attention)
+    activations = length * g.itemsize * spec.d_model + g.embeddings(1, length) + layer
     weights = parameter_count(config) * g.itemsize
     peak = weights + kv + activations
     return Plan(

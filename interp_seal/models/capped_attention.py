@@ -61,6 +61,17 @@ ATTENTION_NAME = "interp_seal_capped"
 SCORES_PER_BLOCK = 1 << 22
 
 
+def block_bytes(batch: int, heads: int, queries: int, keys: int, *, backward: bool = False) -> int:
+    """Bytes one block of ``capped_attention`` holds beyond its inputs and output, for
+    ``queries`` query rows of ``batch x heads`` against ``keys`` keys (a global layer's: every
+    key), float32: without gradients its scores, soft-capped in place, and their softmax; in
+    the backward pass (``backward``) the recomputed block's ``tanh`` and softmax, which autograd
+    keeps, and two gradients of their size. The memory planner (``analysis.plan``) counts this
+    on top of a layer's per-token step."""
+    rows = max(1, min(queries, SCORES_PER_BLOCK // (batch * heads * keys)))
+    return (4 if backward else 2) * 4 * batch * heads * rows * keys
+
+
 def register() -> None:
     """Register ``capped_attention`` and its mask function under ``ATTENTION_NAME``."""
     AttentionInterface.register(ATTENTION_NAME, capped_attention)

@@ -164,6 +164,15 @@ class Family:
         random_config: config overrides for random test checkpoints, given to the config
             class (e.g. no sliding window, so that every family computes the same kind of
             attention in parity tests; a few small experts); sequences as tuples.
+        mlp_width: the config field holding the MLP's width ``I`` (its hidden units per token);
+            where it is None, ``4 * hidden_size`` (GPT-2's ``n_inner``). Read by the memory
+            planner (``analysis.plan``) only, as is ``mlp_peak``.
+        mlp_peak: per token, how many ``I``-wide tensors the MLP module holds at once at its
+            peak (no gradients): 3 for a gated MLP with separate projections (``act(gate)``,
+            ``up``, their product), 4 with a fused ``gate_up_proj`` (Phi-3: the fused output
+            stays alive beside ``act(gate)`` and the product), 2 for ``fc -> act -> proj`` with
+            a one-kernel activation (GPT-NeoX's exact GELU), 4 for GPT-2's ``gelu_new`` (``c_fc``'s
+            output and three temporaries of its tanh formula).
 
     Attention applies the family's q / k norms and ``rope_function`` (looked up in the
     attention module's modeling file) to q and k, and GQA query head ``i`` reads KV head
@@ -205,6 +214,8 @@ class Family:
     gguf_architecture: str | None = None
     gguf_config: tuple[tuple[str, str], ...] = ()
     random_config: tuple[tuple[str, Any], ...] = ()
+    mlp_width: str = "intermediate_size"
+    mlp_peak: int = 3
 
     def projection(self, which: str, spec: ModelSpec) -> tuple[str, slice | torch.Tensor | None]:
         """Where ``which`` (``"q"``, ``"k"`` or ``"v"``) is computed: the module's path inside
@@ -324,6 +335,7 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(
         name="phi3",
         qkv_proj="qkv_proj",  # and a fused gate_up_proj, inside the MLP module
+        mlp_peak=4,  # the fused gate_up_proj's output, act(gate) and the product
         sliding_window="config.sliding_window",
         gguf_architecture="phi3",
         # transformers' GGUF loader maps nothing from rope.dimension_count (rotated channels
@@ -344,6 +356,7 @@ FAMILIES: dict[str, Family] = {
         parallel_residual="config.use_parallel_residual",
         layer_norm=True,
         layer_cache="layer_past",
+        mlp_peak=2,  # dense_h_to_4h's output and its GELU (one kernel)
         final_norm="gpt_neox.final_layer_norm",
         embed="gpt_neox.embed_in",
         norm_eps="eps",
@@ -373,6 +386,9 @@ FAMILIES: dict[str, Family] = {
         pos_embed="transformer.wpe",
         rope_function=None,
         norm_eps="eps",
+        # c_fc's width is n_inner (None: 4 d); gelu_new's tanh formula keeps three temporaries
+        mlp_width="n_inner",
+        mlp_peak=4,
         gguf_architecture="gpt2",
         # transformers' GGUF loader reads llama.cpp's context length into n_ctx, which GPT-2's
         # config no longer reads: the position table's size is n_positions
