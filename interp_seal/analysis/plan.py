@@ -157,11 +157,16 @@ def model_config(model) -> transformers.PretrainedConfig:
     return load_config(gguf_target(model))[1]
 
 
-def parameter_count(config: transformers.PretrainedConfig) -> int:
-    """Parameters of the model ``config`` describes, built on ``meta`` (no memory, no weights);
-    tied embeddings count once, as in ``model.parameters()``."""
+def meta_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
+    """The model ``config`` describes, built on ``meta``: no memory, no weights."""
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def parameter_count(config: transformers.PretrainedConfig | torch.nn.Module) -> int:
+    """Parameters of the model ``config`` describes (or of a model built from it, such as
+    ``meta_model``'s); tied embeddings count once, as in ``model.parameters()``."""
+    model = config if isinstance(config, torch.nn.Module) else meta_model(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -178,14 +183,37 @@ class Geometry:
     family: Family
     d_mlp: int
     itemsize: int
+    experts_per_token: int = 0
+    d_expert: int = 0
+    sparse: tuple[bool, ...] = ()
 
     @classmethod
-    def of(cls, config: transformers.PretrainedConfig, spec: ModelSpec, itemsize: int) -> Geometry:
-        """The geometry of ``config``: the MLP width from the config field its family's row names
-        (``Family.mlp_width``; None there: ``4 d``, GPT-2's default)."""
+    def of(
+        cls,
+        config: transformers.PretrainedConfig,
+        spec: ModelSpec,
+        itemsize: int,
+        model: torch.nn.Module,
+    ) -> Geometry:
+        """The geometry of ``config`` and ``model`` (built from it on ``meta``): the MLP width
+        from the config field its family's row names (``Family.mlp_width``; None there: ``4 d``,
+        GPT-2's default); with experts, the experts per token and their width
+        (``Family.experts_per_token``, ``expert_width``) and which layers route to experts
+        (``sparse``: the layers whose MLP module holds stacked, 3-D, expert weights)."""
         family = family_for(config)
         width = getattr(config, family.mlp_width, None) or 4 * spec.d_model
-        return cls(spec=spec, family=family, d_mlp=width, itemsize=itemsize)
+        experts = {}
+        if family.experts_per_token is not None:
+            layers = model.get_submodule(family.layers)
+            experts = dict(
+                experts_per_token=getattr(config, family.experts_per_token),
+                d_expert=getattr(config, family.expert_width),
+                sparse=tuple(
+                    any(p.dim() == 3 for p in layer.get_submodule(family.mlp).parameters())
+                    for layer in layers
+                ),
+            )
+        return cls(spec=spec, family=family, d_mlp=width, itemsize=itemsize, **experts)
 
     @property
     def q(self) -> int:
@@ -201,13 +229,39 @@ class Geometry:
         d = self.spec.d_model
         return d + (d if self.family.pre_attn_norm else 0) + 4 * self.q + 2 * self.k
 
-    def mlp_step(self) -> int:
+    def _mlps(self, dense: int, routed: int, last: bool) -> int:
+        """The larger of ``dense`` and ``routed`` over the layers a run takes at full length
+        (``last``: the last layer too), ``routed`` where a layer routes to experts."""
+        layers = range(self.spec.n_layers if last else self.spec.n_layers - 1)
+        sparse = self.sparse or (False,) * self.spec.n_layers
+        return max((routed if sparse[layer] else dense for layer in layers), default=0)
+
+    def mlp_tensors(self, *, last: bool = True) -> int:
+        """Elements per token the MLP module holds at its peak: ``Family.mlp_peak`` tensors of
+        its width; with experts (transformers' grouped experts), per token and routed expert, a
+        copy of the token beside the fused ``gate_up`` output, ``act(gate)`` and the product,
+        or beside the expert's output, weighted, then put back in token order. The largest
+        over the layers a run takes at full length (``last``: the last layer too; the engine's
+        runs take it at the answer positions only)."""
+        d = self.spec.d_model
+        routed = self.experts_per_token * (d + max(4 * self.d_expert, 3 * d))
+        return self._mlps(self.family.mlp_peak * self.d_mlp, routed, last)
+
+    def mlp_backward(self) -> int:
+        """Elements per token of a recomputed MLP's backward pass: its tensors and their
+        gradients; with experts, the routed tensors and the gradient of the fused ``gate_up``
+        output (measured on the CPU, ``screen``: the other gradients come after it is freed)."""
+        d, width = self.spec.d_model, self.d_expert
+        routed = self.experts_per_token * (d + max(4 * width, 3 * d) + 2 * width)
+        return self._mlps(2 * self.family.mlp_peak * self.d_mlp, routed, last=True)
+
+    def mlp_step(self, *, last: bool = True) -> int:
         """Elements per token and row at a layer's MLP: the layer's input, the mid-layer stream
         (GPT-NeoX: the attention output), the norm before the MLP where the family has one, and
-        the MLP's own ``Family.mlp_peak`` tensors of its width."""
+        the MLP's own tensors (``mlp_tensors``)."""
         d = self.spec.d_model
         norm = d if self.family.pre_mlp_norm else 0
-        return 2 * d + norm + self.family.mlp_peak * self.d_mlp
+        return 2 * d + norm + self.mlp_tensors(last=last)
 
     def blocks(self, rows: int, tokens: int, *, backward: bool = False) -> int:
         """Bytes of one block of soft-capped attention (``Family.attn_implementation``, Gemma
@@ -217,13 +271,13 @@ class Geometry:
             return 0
         return block_bytes(rows, self.spec.n_heads, tokens, tokens, backward=backward)
 
-    def layer(self, rows: int, tokens: int, *, attention: bool = True) -> int:
+    def layer(self, rows: int, tokens: int, *, attention: bool = True, last: bool = True) -> int:
         """Bytes one decoder layer holds at its peak (no gradients) for ``rows`` rows of
         ``tokens`` tokens: the larger of its attention step (with a capped attention block)
         and its MLP step; the MLP step alone where a run has no whole layer (``attention``
-        False)."""
+        False); ``last``: whether the run takes the last layer at full length."""
         per_element = rows * tokens * self.itemsize
-        mlp = per_element * self.mlp_step()
+        mlp = per_element * self.mlp_step(last=last)
         if not attention:
             return mlp
         return max(per_element * self.attention_step() + self.blocks(rows, tokens), mlp)
@@ -240,14 +294,15 @@ class Geometry:
         self, rows: int, tokens: int, answers: int, held: int = 0, *, attention: bool = True
     ) -> int:
         """Bytes at the peak of an engine forward of ``rows`` rows (no gradients, answer logits
-        only): a decoder layer's step, or the logits at the end (float32 copy and log-softmax
-        included) beside the last residual stream; ``held`` elements per token stay alive;
-        ``attention``: whether the run has a whole layer (``layer``)."""
+        only, the last layer at the answer positions): a decoder layer's step, or the logits at
+        the end (float32 copy and log-softmax included) beside the last residual stream;
+        ``held`` elements per token stay alive; ``attention``: whether the run has a whole
+        layer (``layer``)."""
         per_element = rows * tokens * self.itemsize
         upcast = 4 if self.itemsize != 4 else 0
         logits = rows * answers * self.spec.vocab_size * (self.itemsize + 4 + upcast)
         return max(
-            per_element * held + self.layer(rows, tokens, attention=attention),
+            per_element * held + self.layer(rows, tokens, attention=attention, last=False),
             per_element * (held + self.spec.d_model) + logits,
         )
 
@@ -452,19 +507,20 @@ def _screen(g: Geometry, w: Workload, batch: int, units: SweepUnits) -> list[Pha
     """The backward pass of one record (every layer's input and head outputs, the gradients
     so far, one layer recomputed), then the exact sweep."""
     L, d, T, b = g.spec.n_layers, g.spec.d_model, w.length, g.itemsize
-    mlp = 2 * g.family.mlp_peak * g.d_mlp  # the MLP's tensors and their gradients
-    layer = 8 * d + b * (2 * g.q + mlp) + 4 * g.spec.n_heads  # recomputed, per token
+    layer = 8 * d + b * (2 * g.q + g.mlp_backward()) + 4 * g.spec.n_heads  # recomputed, per token
     act = T * (b * (L * (g.q + max(d, g.q) + d) + d) + layer) + g.blocks(1, T, backward=True)
     return [Phase(activations=act), *_sweep(g, w, batch, units)]
 
 
 def _row_capture(g: Geometry, w: Workload) -> int:
     """Activations of a forward with the row-capture hooks (one record): the embeddings, and a
-    layer's step or the hook's (after attention: the layer's input, its norm and output, the
-    kept ``q`` and ``k``, the rotary embedding's temporaries again, ``k`` in float32)."""
+    layer's step, with the ``q`` and ``k`` projections the hooks keep during its attention, or
+    the hook's (after attention: the layer's input, its norm and output, the kept ``q`` and
+    ``k``, the rotary embedding's temporaries again, ``k`` in float32)."""
     d, b, T = g.spec.d_model, g.itemsize, w.length
     hook = T * (b * (3 * d + 4 * g.q + g.k) + (4 * g.k if b != 4 else 0))
-    return T * b * d + g.embeddings(1, T) + max(g.layer(1, T), hook)
+    attention = T * b * (g.attention_step() + g.q + g.k) + g.blocks(1, T)
+    return T * b * d + g.embeddings(1, T) + max(g.layer(1, T), attention, hook)
 
 
 def _rows(g: Geometry, tokens: int) -> int:
@@ -627,7 +683,8 @@ def plan(
         raise ValueError(
             f"length {length} is past the model's context window ({spec.max_positions} positions)"
         )
-    g = Geometry.of(config, spec, dtype.itemsize)
+    meta = meta_model(config)
+    g = Geometry.of(config, spec, dtype.itemsize, meta)
     w = Workload(
         length=length,
         n_units=n_units,
@@ -635,7 +692,7 @@ def plan(
         batch_rows=batch_rows,
         answer_tokens=answer_tokens,
     )
-    parameters = parameter_count(config)
+    parameters = parameter_count(meta)
     weights = parameters * g.itemsize
     peak = _peak(g, w, analysis, batch)
     return Plan(
@@ -674,7 +731,8 @@ def plan_decode(
     dtype, config, spec = _model_geometry(model, dtype)
     if streaming_heads is not None:
         streaming_heads.check_model(spec, str(model))
-    g = Geometry.of(config, spec, dtype.itemsize)
+    meta = meta_model(config)
+    g = Geometry.of(config, spec, dtype.itemsize, meta)
     kv = kv_budget_bytes(streaming_heads, spec, length + answer_tokens - 1, itemsize=dtype.itemsize)
     layer = g.layer(1, length)
     last = spec.n_layers - 1
@@ -684,7 +742,7 @@ def plan_decode(
         attention += 2 * 4 * cfg.block_size * (cfg.block_size + cfg.window - 1)
         layer = max(layer, attention)
     activations = length * g.itemsize * spec.d_model + g.embeddings(1, length) + layer
-    weights = parameter_count(config) * g.itemsize
+    weights = parameter_count(meta) * g.itemsize
     peak = weights + kv + activations
     return Plan(
         model=config.model_type if isinstance(model, transformers.PretrainedConfig) else str(model),

@@ -173,6 +173,11 @@ class Family:
             stays alive beside ``act(gate)`` and the product), 2 for ``fc -> act -> proj`` with
             a one-kernel activation (GPT-NeoX's exact GELU), 4 for GPT-2's ``gelu_new`` (``c_fc``'s
             output and three temporaries of its tanh formula).
+        experts_per_token: the config field holding how many experts each token is routed to
+            (mixture-of-experts MLPs; None: a dense MLP), and ``expert_width`` the field
+            holding one expert's width; for the memory planner, which counts transformers'
+            grouped experts (``integrations.moe``): per token and expert, a copy of the token
+            and the experts' fused ``gate_up`` output, ``act(gate)`` and their product.
 
     Attention applies the family's q / k norms and ``rope_function`` (looked up in the
     attention module's modeling file) to q and k, and GQA query head ``i`` reads KV head
@@ -216,6 +221,8 @@ class Family:
     random_config: tuple[tuple[str, Any], ...] = ()
     mlp_width: str = "intermediate_size"
     mlp_peak: int = 3
+    experts_per_token: str | None = None
+    expert_width: str | None = None
 
     def projection(self, which: str, spec: ModelSpec) -> tuple[str, slice | torch.Tensor | None]:
         """Where ``which`` (``"q"``, ``"k"`` or ``"v"``) is computed: the module's path inside
@@ -408,6 +415,8 @@ FAMILIES: dict[str, Family] = {
         name="mixtral",
         sliding_window="config.sliding_window",
         random_config=(("sliding_window", None), ("num_local_experts", 4)),
+        experts_per_token="num_experts_per_tok",
+        expert_width="intermediate_size",
     ),
     "qwen3_moe": Family(
         name="qwen3_moe",
@@ -415,6 +424,8 @@ FAMILIES: dict[str, Family] = {
         q_norm="q_norm",
         k_norm="k_norm",
         gguf_architecture="qwen3moe",
+        experts_per_token="num_experts_per_tok",
+        expert_width="moe_intermediate_size",
         # transformers' GGUF loader maps nothing to the experts' width (its config class's
         # default would be built); llama.cpp writes it as expert_feed_forward_length. It sets
         # norm_topk_prob (renormalised expert weights) on, as llama.cpp's qwen3moe computes;
