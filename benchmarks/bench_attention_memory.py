@@ -9,7 +9,7 @@ Command (from the repository root; about two minutes on one CPU thread)::
 
 On a random Llama (or, with ``--family``, a random checkpoint of that family with its row's test
 particulars: Qwen3's q / k norms, Gemma 2's soft-caps and windows) with 4 layers, 8 query heads
-(2 KV heads), d_head 32 and a 16K-position window, at 2K, 4K, 8K and 16K tokens (``--lengths``),
+(2 KV heads; 8 for GPT-2 and GPT-NeoX, which have no GQA: ``model=`` says which), d_head 32 and a 16K-position window, at 2K, 4K, 8K and 16K tokens (``--lengths``),
 it measures
 
 - **rows**: ``capture_attention_rows(handle, ids, (-1,))``, the last token's attention row of
@@ -80,9 +80,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import Clock, add_device_arguments, add_family_argument, load, result_tags, timed
+from common import (
+    Clock,
+    add_device_arguments,
+    add_family_argument,
+    load,
+    model_tag,
+    result_tags,
+    timed,
+)
 
-from interp_seal.models.load import resolve_device
+from interp_seal.models import ModelSpec
+from interp_seal.models.load import load_config, resolve_device
 
 LENGTHS = (2048, 4096, 8192, 16384)
 N_LAYERS, N_HEADS, N_KV_HEADS, D_HEAD = 4, 8, 2, 32
@@ -243,6 +252,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model = build_checkpoint(Path(tmp) / family, family, positions=max(lengths))
+        tag = model_tag(family, ModelSpec.from_config(load_config(model)[1]))
         rows, tl = {}, {}
         print(f"{'tokens':>7} {'method':>6} {'memory (MB)':>12} {'time (s)':>9}")
         for length in lengths:
@@ -280,7 +290,7 @@ def main() -> None:
         + f"tl_mb_{k[at]}={tl_at:.0f} tl_{k[at]}={how} "
         f"rows_s_{k[at]}={rows[at]['seconds']:.2f}"
         + (f" tl_s_4k={tl[4096]['seconds']:.2f}" if 4096 in tl else "")
-        + f" model=random-{family}-{N_LAYERS}x{N_HEADS}-gqa-dhead{D_HEAD}"
+        + f" model={tag}"
         + f" {result_tags(args, Clock(rows[at]['device'], wall=True))}"
     )
 

@@ -32,7 +32,7 @@ import torch
 
 from interp_seal.cli.common import DTYPES
 from interp_seal.cli.common import add_device_arguments as cli_device_arguments
-from interp_seal.models import ModelHandle, load_model
+from interp_seal.models import ModelHandle, ModelSpec, load_model
 from interp_seal.models.load import ORGANISM_DIR
 from interp_seal.testing import save_random_checkpoint
 
@@ -70,7 +70,20 @@ def benchmark_model(
     path = save_random_checkpoint(
         Path(tmp) / "random", family, n_layers=4, n_heads=8, n_kv_heads=2, d_head=d_head
     )
-    return load(path, device=device, dtype=dtype), f"random-{family}-4x8-gqa-dhead{d_head}"
+    handle = load(path, device=device, dtype=dtype)
+    return handle, model_tag(family, handle.spec)
+
+
+def model_tag(family: str, spec: ModelSpec) -> str:
+    """``random-<family>-<layers>x<heads>-<attention>-dhead<d_head>``, the ``model=`` of a random
+    checkpoint's RESULT line, from its geometry: attention ``gqa`` (2 to ``heads - 1`` KV
+    heads), ``mqa`` (one) or ``mha`` (one per query head: GPT-2 and GPT-NeoX, whose rows drop
+    the KV-head count a benchmark asks for)."""
+    if spec.n_kv_heads == spec.n_heads:
+        attention = "mha"
+    else:
+        attention = "mqa" if spec.n_kv_heads == 1 else "gqa"
+    return f"random-{family}-{spec.n_layers}x{spec.n_heads}-{attention}-dhead{spec.d_head}"
 
 
 def add_family_argument(parser: argparse.ArgumentParser) -> None:
