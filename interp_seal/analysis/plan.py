@@ -3,10 +3,13 @@
 From a model's config alone (the model is built on the ``meta`` device: no weight is read or
 allocated), ``plan`` predicts the peak memory of one analysis at one context length and batch
 size, the largest batch that fits a memory budget, and the number of forward passes it runs.
-Nothing here measures: it is arithmetic on the geometry (``ModelSpec``, ``intermediate_size``)
-and on how this library's code runs each analysis. ``tests/integration/test_plan.py`` checks it against
-the peak of torch's allocations measured on the CPU (organism and SmolLM2, three lengths each:
-within 25%; the table is in ``docs/scale.md``, with the plans of LongChat-7B-32K at 31K tokens).
+Nothing here measures: it is arithmetic on the geometry (``ModelSpec``, the MLP width), on the
+family's row (``models.spec.Family``: its norms, MLP, experts, attention implementation and
+position embeddings) and on how this library's code runs each analysis.
+``tests/integration/test_plan.py`` checks it against the peak of torch's allocations measured
+on the CPU (organism and SmolLM2, three lengths each, and a random checkpoint of every
+supported family at 512 and 2,048 tokens: within 25%; the table is in ``docs/scale.md``, with
+the plans of LongChat-7B-32K at 31K tokens).
 
 **What is counted.** At any moment memory holds the weights, the key/value cache, activations
 and the analysis' own buffers. An analysis goes through phases (a clean forward, then edited
@@ -28,7 +31,28 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   keeps the embeddings (``d``) to its end. One layer is alive at a time: sdpa never builds
   ``T x T`` attention (rows only, where attention weights are read), and the engine unembeds
   answer positions only (``logits_to_keep``): ``rows x answer_tokens x V`` logits with their
-  float32 log-softmax, after the layers are done, never ``T x V``;
+  float32 log-softmax, after the layers are done, never ``T x V``. That is a Llama layer; the
+  family's row changes it where its layer keeps other tensors (``Geometry``):
+
+  - a norm is counted (``d``) only where the row has one before the sublayer (OLMo 2 has
+    none: its norms are on the sublayer outputs, computed after the MLP's tensors are freed);
+  - the MLP holds ``Family.mlp_peak`` tensors of its width, read from the config field the
+    row names (``Family.mlp_width``): 3 gated, 4 with a fused ``gate_up_proj`` (Phi-3), 2 for
+    GPT-NeoX's ``fc -> gelu -> proj``, 4 for GPT-2's (``c_fc`` of ``n_inner`` or ``4d`` and
+    ``gelu_new``'s three temporaries);
+  - a mixture-of-experts layer (``Family.experts_per_token``, ``expert_width``; the layers
+    whose MLP holds stacked expert weights) runs transformers' grouped experts: per token
+    and routed expert a copy of the token beside the fused ``gate_up`` output (``2I``),
+    ``act(gate)`` and the product, or beside three ``d``-sized tensors (the expert's output,
+    weighted, put back in token order): ``K (d + max(4I, 3d))`` for ``K`` experts per token;
+  - soft-capped attention (Gemma 2's ``attn_implementation``, ``models.capped_attention``)
+    adds one block of float32 scores and their softmax beside the attention step: up to
+    ``2 x SCORES_PER_BLOCK`` numbers (32 MiB), whatever the length;
+  - learned position embeddings (``Family.pos_embed``, GPT-2): the model's forward keeps the
+    token embeddings of every row and the position embeddings (one row) beside the stream.
+
+  The engine's runs take the last layer at the answer positions only: its MLP is left out of
+  their step (a 2-layer Qwen3-MoE test model routes in its last layer only);
 - **analysis buffers**: what an analysis keeps beyond a forward, listed below.
 
 **Per analysis** (``batch`` is what the analysis batches; the code followed in brackets):
@@ -42,10 +66,12 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   d + starts (q + k))``. Then edited forwards (``engine.run_from_layer``) of ``batch *
   min(max(1, batch_rows // batch), units at the start layer)`` rows; each row keeps its edited
   head outputs and (measured, not traced to a line) one more residual-stream tensor: ``q + d``
-  on top of a layer's step. Forwards per chunk: ``1 + sum over start layers of ceil(units /
-  max(1, batch_rows // batch))``, as ``sweeps._plan``. A head sweep's ``n_units`` heads fill layers in order (default: every
-  head). A channel sweep opens ``n_units`` heads (default 1) of ``D`` channels, the screen
-  confirms ``n_units`` heads (default 20: ``--screen 10``): where such heads sit is unknown, so
+  on top of a layer's step (an edited run takes the start layer's MLP, and whole layers,
+  attention included, only between it and the last: in a model of 3 layers or more).
+  Forwards per chunk: ``1 + sum over start layers of ceil(units / max(1, batch_rows //
+  batch))``, as ``sweeps._plan``. A head sweep's ``n_units`` heads fill layers in order
+  (default: every head). A channel sweep opens ``n_units`` heads (default 1) of ``D``
+  channels, the screen confirms ``n_units`` heads (default 20: ``--screen 10``): where such heads sit is unknown, so
   memory takes the worst of both (as many start layers as heads, and as many units at one
   layer as heads) and the count of forwards one head per layer.
 - ``screen`` (``analysis.screening``, ``head-sweep --screen K``): per record one forward and
@@ -56,7 +82,10 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   all; and, measured, not traced to a line, one more ``d`` per layer), with one layer's
   recomputed activations (the two norms' float32 inputs, ``8d``
   bytes; attention's ``q``, ``k``, ``v``, output and log-sum-exp, ``4H`` bytes; the MLP's
-  three ``I``-sized tensors) and its backward's three ``I``-sized gradients. Head outputs and
+  ``mlp_peak`` tensors of width ``I``) and its backward's as many gradients (experts: the
+  routed tensors and the gradient of the fused ``gate_up`` output, measured); soft-capped
+  attention adds one recomputed block: its ``tanh`` and softmax, kept by autograd, and two
+  gradients of their size. Head outputs and
   gradients then go to host memory (not counted). Then the exact sweep of the confirmed
   heads. This is the default screen; AtP*'s fixes (``analysis.atp_star``) are not planned:
   ``--grad-drop`` keeps every layer's activations for its ``L - 1`` partial backward passes
@@ -64,9 +93,11 @@ the MLP width, ``V`` the vocabulary, ``T`` the tokens of a record and ``L`` the 
   1,024 tokens) and ``--qk-fix`` adds each layer's values and batches of first-order query
   and key changes (6.5x), both measured with ``testing.allocated_peak``.
 - ``passage-scores`` (``retrieval_scores.passage_attention``): one record per forward. The
-  row-capture hooks keep each layer's ``q`` and ``k`` projections and re-apply the rotary
-  embedding after attention: ``3d + 4q + k`` (and ``k`` in float32 for other dtypes) when that
-  exceeds the layer's step. Buffer: one layer's float32 rows (``H x T``, scores and softmax).
+  row-capture hooks keep each layer's ``q`` and ``k`` projections (``q + k`` on top of the
+  attention step; copies where the projection is interleaved, GPT-NeoX) and re-apply the
+  rotary embedding after attention: ``3d + 4q + k`` (and ``k`` in float32 for other dtypes)
+  when that exceeds the layer's step. Buffer: one layer's float32 rows (``H x T``, scores and
+  softmax).
 - ``needle-scores`` (``retrieval_scores.copy_paste_score``): the same, with a cache of ``T +
   answer_tokens - 1`` positions by the last of ``answer_tokens`` greedy steps;
   ``1 + answer_tokens`` forwards per record.
@@ -99,7 +130,10 @@ step (``tests/unit/test_streaming_heads.py``) 0.95-0.98, 0.86-0.95 all streaming
 **Not modelled**: the float32 upcast inside a norm in half precision (below the MLP step),
 allocator fragmentation and caching (a CUDA allocator reserves more than it holds: leave ~10%
 of the budget), the CUDA context (~0.5 GiB), the ``T x T`` mask and repeated keys of layers
-with a sliding window (Mistral, Qwen2 with ``sliding_window`` set), padding masks, host memory.
+with a sliding window (Mistral, Qwen2 with ``sliding_window`` set), padding masks, host memory,
+the attention step's particulars beyond its norm (fused or interleaved projections, partial
+or no RoPE, q / k norms: in the families tested the MLP step is larger), and experts run
+another way than transformers' grouped experts (``set_experts_implementation``).
 """
 
 from __future__ import annotations
@@ -177,7 +211,7 @@ def kv_cache_bytes(spec: ModelSpec, tokens: int, itemsize: int, rows: int = 1) -
 
 @dataclass(frozen=True, kw_only=True)
 class Geometry:
-    """What the arithmetic needs of a model: its spec, its family's row, MLP width and dtype size."""
+    """What the arithmetic needs of a model: its spec, family row, MLP width and dtype size."""
 
     spec: ModelSpec
     family: Family
