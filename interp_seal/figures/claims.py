@@ -20,7 +20,9 @@ written before any data) at level ``ALPHA`` (0.05), never written by hand:
 A row made of several tests (e.g. "SEAL-H and SEAL-C raise accuracy", each of the tuning runs)
 is *supported* only if every test supports it (an intersection-union test: no multiplicity
 correction is needed for that) and *contradicted* if any contradicts it; the row shows the
-test that decides it. Across rows, Holm's step-down correction (``_corrected``).
+test that decides it. Across rows, Holm's step-down correction (``_corrected``) over every
+claim of the plan and its amendments (``CLAIMS``: ``PLAN_CLAIMS`` and those plan amendment 1
+added for issue 41's figures, ``AMENDMENT_1_CLAIMS``).
 
 Where claims are read: heads and records chosen on one set of records (the sweep's best
 head, the retrieval heads, MuDAF's targets) are tested on fresh records or questions
@@ -645,7 +647,126 @@ def niah_heads_differ(d: Data) -> Check:
     return replace(c, measured=text)
 
 
-CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
+# -- plan amendment 1 (issue 41): retrieval-head definitions and KV compression ---------------
+def masking_claim(definition: str) -> str:
+    """The claim's name for ``definition``'s masked top 5 %."""
+    return f"Masking the top 5 % of heads by {definition} hurts passage QA more than random heads"
+
+
+DUO_CLAIM = "Full KV for DuoAttention-gated heads beats random heads at the same KV budget"
+CAUSAL_CLAIM = "Causally chosen full-KV heads beat every score-chosen set at the same KV budget"
+
+
+def definition_masking(d: Data, definition: str) -> Check:
+    """Every random draw above ``definition``'s top 5 % of heads zeroed, question by question,
+    on the fresh questions (``figures.definitions``; the heads ranked on the detection
+    questions)."""
+    r = d["heads_definitions"]["records"]
+    r = r[r["mode"] == "zero"]
+    if definition not in set(r.strategy):
+        raise MissingData(f"heads_definitions has no {definition} arm")
+    seeds = sorted(r[r.strategy == "random"].seed.unique())
+    parts = [
+        paired_from(
+            r[r.seed.isin([seed, -1])],
+            "strategy",
+            "random",
+            definition,
+            f"draw {seed} - {definition}",
+        )
+        for seed in seeds
+    ]
+    rates = r.groupby(["strategy", "seed"]).exact_match.mean()
+    text = (
+        f"on {r.record.nunique()} fresh questions, QA exact match with the top 5 % by "
+        f"{definition} zeroed {rates[definition].mean():.2f} vs random heads "
+        f"{rates['random'].mean():.2f} (mean of {len(seeds)} draws)"
+    )
+    c = combine(parts, text)
+    return replace(c, test=c.test + f"; each of {len(seeds)} random draws must beat it")
+
+
+def copy_paste_masking(d: Data) -> Check:
+    return definition_masking(d, "copy_paste")
+
+
+def passage_masking(d: Data) -> Check:
+    return definition_masking(d, "passage")
+
+
+def qr_masking(d: Data) -> Check:
+    return definition_masking(d, "qr")
+
+
+def causal_masking(d: Data) -> Check:
+    return definition_masking(d, "causal")
+
+
+def duo_masking(d: Data) -> Check:
+    return definition_masking(d, "duo")
+
+
+def kv_population(d: Data) -> tuple[pd.DataFrame, int, int]:
+    """The compression claims' records (the plan's population): at the longest length and
+    the claims' budget, those whose queried line lies before the recent window (decided by
+    token position, ``figures.definitions.query_position``); with the budget and length."""
+    from interp_seal.figures.definitions import claim_budget
+
+    t = d["kv_budget"]
+    curve, pos, rec = t["curve"], t["positions"], t["records"]
+    budget = claim_budget(int(curve[curve.definition == "all full"].full_kv_heads.iloc[0]))
+    length = int(curve.length.max())
+    keep = set(pos[(pos.length == length) & pos.before_window.astype(bool)].record)
+    rec = rec[(rec.length == length) & (rec.full_kv_heads == budget) & rec.record.isin(keep)]
+    if rec.empty:
+        raise MissingData(f"no kv_budget records at {budget} full KV heads before the window")
+    return rec, budget, length
+
+
+def _kv_arm(rec: pd.DataFrame, definition: str, seed: int = -1) -> pd.Series:
+    return outcomes(rec[rec.random_seed == seed], "definition", definition)
+
+
+def _kv_check(rec: pd.DataFrame, a: tuple[str, int], b: tuple[str, int], label: str) -> Check:
+    x, y = _kv_arm(rec, *a), _kv_arm(rec, *b)
+    if not x.index.equals(y.index):
+        raise ValueError(f"{a} and {b} were scored on different records")
+    return paired(x.to_numpy(), y.to_numpy(), label)
+
+
+def duo_beats_random(d: Data) -> Check:
+    """DuoAttention's gated heads kept full above each random KV-head order at the same
+    budget, paired per record, on the plan's population."""
+    rec, budget, length = kv_population(d)
+    seeds = sorted(int(s) for s in rec[rec.definition == "random"].random_seed.unique())
+    parts = [_kv_check(rec, ("duo", -1), ("random", s), f"duo - random {s}") for s in seeds]
+    rate = rec.groupby("definition").exact_match.mean()
+    text = (
+        f"at {length} lines, {budget} KV heads full, on {rec.record.nunique()} records whose "
+        f"queried line lies before the window: duo {rate['duo']:.2f} vs random "
+        f"{rate['random']:.2f} (mean of {len(seeds)} orders)"
+    )
+    c = combine(parts, text)
+    return replace(c, test=c.test + f"; each of {len(seeds)} random orders must lose")
+
+
+def causal_beats_scores(d: Data) -> Check:
+    """The causal ranking's full-KV heads above each score-based definition's at the same
+    budget, paired per record, on the plan's population."""
+    rec, budget, length = kv_population(d)
+    others = ("copy_paste", "passage", "qr", "duo")
+    parts = [_kv_check(rec, ("causal", -1), (o, -1), f"causal - {o}") for o in others]
+    rate = rec.groupby("definition").exact_match.mean()
+    text = (
+        f"at {length} lines, {budget} KV heads full, on {rec.record.nunique()} records whose "
+        "queried line lies before the window: "
+        + ", ".join(f"{o} {rate[o]:.2f}" for o in ("causal", *others))
+    )
+    c = combine(parts, text)
+    return replace(c, test=c.test + "; all four must lose")
+
+
+PLAN_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
     ("Accuracy falls with context length", "SEAL Table 1", falls_with_length),
     (
         "Single-head pruning moves accuracy both ways, consistently across lengths",
@@ -688,6 +809,17 @@ CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
     ),
     ("MuDAF and MuDAF-weak beat Vanilla SFT on the task", "MuDAF Table 2", mudaf_task_score),
 )
+AMENDMENT_1_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
+    (masking_claim("copy_paste"), "Wu et al. 2024 (Retrieval Head)", copy_paste_masking),
+    (masking_claim("passage"), "MuDAF Sec. 3.1", passage_masking),
+    (masking_claim("qr"), "QRHead (Zhang et al. 2025)", qr_masking),
+    (masking_claim("causal"), "causal ablation", causal_masking),
+    (masking_claim("duo"), "DuoAttention (Xiao et al. 2024)", duo_masking),
+    (DUO_CLAIM, "DuoAttention (Xiao et al. 2024)", duo_beats_random),
+    (CAUSAL_CLAIM, "issue 41", causal_beats_scores),
+)
+# the gallery's claims: the plan's and its amendments' (``figures.plan``), one Holm family
+CLAIMS = PLAN_CLAIMS + AMENDMENT_1_CLAIMS
 
 
 def claims_table(data: Data) -> pd.DataFrame:

@@ -17,7 +17,10 @@ For each figure of ``interp_seal.figures.registry.FIGURES`` (or the ``only`` one
 A directory holds one model at one size under one plan: before any work, ``<out>/plan.json``
 pre-registers every claim's test, population, records and seeds (``figures.plan``), and
 ``<out>/run.json`` records the model, the sizes and the plan's hash; a run with other
-arguments or another plan is refused rather than mixing results. While the figures compute,
+arguments or another plan is refused rather than mixing results. The plan's amendments
+(``figures.plan.AMENDMENTS``: figures and claims added later) are written beside it as
+``<out>/plan_amendment_<N>.json`` before any figure computes; one that differs from the code's,
+changes the plan instead of adding to it, or comes after data of its own figures is refused. While the figures compute,
 no tuning set may share content with any evaluation (``figures.heldout``); each figure's JSON
 records its evaluation set and the tuning sets it used.
 """
@@ -34,7 +37,14 @@ from tqdm.auto import tqdm
 
 from interp_seal.figures.export import PngExporter
 from interp_seal.figures.gallery import write_gallery
-from interp_seal.figures.plan import PLAN, gallery_plan, plan_bytes, plan_hash
+from interp_seal.figures.plan import (
+    PLAN,
+    gallery_amendments,
+    gallery_plan,
+    plan_bytes,
+    plan_hash,
+    write_amendments,
+)
 from interp_seal.figures.registry import Drawing, FigureSpec, select
 from interp_seal.figures.run import FigureRun, RunTime
 from interp_seal.figures.sizes import preset_sizes
@@ -72,14 +82,17 @@ def regenerate(
     out = Path(out)
     plan = gallery_plan(model, sizes)
     identity = {"model": model, "sizes": sizes.as_dict(), "plan_sha256": plan_hash(plan)}
+    amendments = gallery_amendments(model, sizes)
     open_manifest(out / "run.json", identity, resume=True, what="gallery")
     if not (out / PLAN).exists():  # the same plan when run.json matched
         write_text(out / PLAN, plan_bytes(plan).decode())
+    write_amendments(out, plan, amendments)  # refused: another, a change, data before it
     (out / "data").mkdir(parents=True, exist_ok=True)
     run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
     result = GalleryResult(out=out)
     window = getattr(run.handle.model.config, "max_position_embeddings", None)
-    drawing = Drawing(model=model, sizes=sizes.as_dict(), window=window)
+    drawing_sizes = sizes.as_dict() | sizes.amendment_sizes()
+    drawing = Drawing(model=model, sizes=drawing_sizes, window=window)
     with PngExporter(enabled=png) as exporter:
         for spec in tqdm(specs, desc="figures", disable=not progress):
             tables = _data(spec, run, result)

@@ -1,17 +1,20 @@
 """The gallery page ``<out>/README.md``: every figure, its reading, the papers' numbers, claims.
 
-Written only from what is on disk (``run.json``, ``data/<name>.json``), so it can be rebuilt
-at any time and always matches the data beside it.
+Written only from what is on disk (``run.json``, ``data/<name>.json``, ``plan.json`` and its
+amendments ``plan_amendment_<N>.json``, each with its SHA-256), so it can be rebuilt at any time
+and always matches the data beside it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from interp_seal.figures.claims import claims_table
+from interp_seal.figures.plan import AMENDMENT, AMENDMENTS
 from interp_seal.figures.registry import FIGURES
 from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_table, write_text
@@ -109,6 +112,7 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
             "any evaluation (`interp_seal/figures/heldout.py`, checked as the run went).",
             "",
         ]
+        lines += _amendments(out)
     else:
         lines += [
             "**Made before the pre-registered design** (no `plan.json`): tunings and "
@@ -155,6 +159,27 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
     return write_text(out / "README.md", "\n".join(lines))
 
 
+def _amendments(out: Path) -> list[str]:
+    """One paragraph per plan amendment on disk (``figures.plan``): its date, reason, figures,
+    claims and the SHA-256 of its file, written before any of its figures' data."""
+    lines = []
+    for number in range(1, len(AMENDMENTS) + 1):
+        path = out / AMENDMENT.format(number)
+        if not path.exists():
+            continue
+        doc = json.loads(path.read_text())
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        lines += [
+            f"Plan amendment {number} ([{path.name}]({path.name}), {doc['date']}, written "
+            f"before any data of its figures; SHA-256 `{digest}`): {doc['reason']}. It adds "
+            f"the figures {', '.join(f'`{f}`' for f in doc['figures'])} and "
+            f"{len(doc['claims'])} claims in the plan's form (test, population, records, "
+            f"seeds); it changes nothing of the plan. {doc['correction']}.",
+            "",
+        ]
+    return lines
+
+
 def _claims_markdown(claims: pd.DataFrame) -> str:
     if claims.empty:
         return "(no claim has its figures in this directory)"
@@ -169,7 +194,8 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "*supported*: significant in the claimed direction; *contradicted*: significant the "
         "other way; *not shown*: neither, with the records a new plan would need (80 % power) "
         "in *n needed*. The claims are one family: each p is adjusted by Holm's step-down "
-        "procedure across all of the plan's claims, a claim not yet tested counting as p = 1 "
+        "procedure across all claims of the plan and its amendments, a claim not yet tested "
+        "counting as p = 1 "
         "(*Holm p*), and a verdict stands only where the adjusted p is below 0.05. A row's "
         "test, n, difference, interval and p are those of the test that decides it; a row of "
         "several tests (each tuning run, each method) is supported only if all are. SEAL "

@@ -1,5 +1,5 @@
 """The gallery's pre-registered plan: what will be tested, how, on how many records, before
-any data is computed.
+any data is computed; and its amendments, which add figures and claims later, in the open.
 
 A verdict read off data that could have been looked at first is not a test: extending a
 sample after a non-significant look, changing the analysis after a pilot, or picking the
@@ -10,16 +10,56 @@ the seeds, the level, the multiplicity correction and the margins with their jus
 Its SHA-256 goes into ``run.json``, the directory's identity, so a run with another plan
 (more records, another seed, another test) is refused in the same directory: extending a
 sample is a new plan in a new directory, on fresh seeds. The gallery page prints the hash.
+
+**Amendments.** A gallery that grows (a new figure with new claims) must not rewrite its plan:
+that would change the hash of a directory whose data was made under the old one. Instead
+``AMENDMENTS`` lists, in order, what was added after the plan, each dated, with its reason,
+its figures and their claims in the plan's form (test, population, records, seeds), and the
+multiplicity correction from then on (Holm across every claim of the plan and its
+amendments). ``regenerate`` writes each as ``<out>/plan_amendment_<N>.json`` before any of its
+figures computes (a fresh directory gets ``plan.json`` and every amendment at the start), and
+the page prints each file's SHA-256 beside the plan's; ``run.json`` keeps the plan's hash, so
+galleries made before an amendment stay valid. ``check_amendments`` refuses, before any work:
+
+- an amendment file on disk whose bytes differ from the code's (another amendment, like
+  another plan);
+- an amendment that does anything but add: a figure or claim of the plan (or of an earlier
+  amendment) declared again;
+- an amendment written where data of one of its figures (``data/<name>.json``) already
+  exists: that data was made before its plan.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from interp_seal.figures.sizes import FigureSizes
 
 PLAN = "plan.json"
+AMENDMENT = "plan_amendment_{}.json"
+# the figures of the plan itself (everything in the registry before amendment 1)
+PLAN_FIGURES = (
+    "seal_fig2b_quadrants",
+    "seal_fig2c_channels",
+    "seal_fig2d_scaling",
+    "seal_fig4_dla",
+    "seal_table1_methods",
+    "seal_fig5_needle",
+    "seal_table4_lr_samples",
+    "seal_table2_extension",
+    "seal_fig6_needle_extension",
+    "seal_table3_generalization",
+    "mudaf_fig3_scores",
+    "mudaf_fig4_masking",
+    "mudaf_fig5_targets",
+    "mudaf_fig9_diff",
+    "mudaf_fig7_num_heads",
+    "mudaf_table3_layers",
+    "mudaf_fig10_heatmaps",
+    "mudaf_table2_methods",
+)
 
 
 def gallery_plan(model: str, sizes: FigureSizes) -> dict:
@@ -100,7 +140,7 @@ def gallery_plan(model: str, sizes: FigureSizes) -> dict:
         ),
     }
     claims = []
-    for claim, paper, _ in C.CLAIMS:
+    for claim, paper, _ in C.PLAN_CLAIMS:
         test, population = decided[claim]
         claims.append({"claim": claim, "paper": paper, "test": test, "population": population})
     return {
@@ -136,3 +176,144 @@ def plan_bytes(plan: dict) -> bytes:
 def plan_hash(plan: dict) -> str:
     """SHA-256 of the plan's bytes as written."""
     return hashlib.sha256(plan_bytes(plan)).hexdigest()
+
+
+# -- amendments ---------------------------------------------------------------------------------
+def amendment_1(model: str, sizes: FigureSizes) -> dict:
+    """Issue 41: the five-definition comparison and the accuracy-vs-KV-budget figure."""
+    from interp_seal.figures import claims as C
+    from interp_seal.figures import definitions as D
+    from interp_seal.figures import mudaf as M
+    from interp_seal.figures import run as R
+
+    s = sizes
+    draws = len(s.mask_seeds)
+    fresh = (
+        f"{s.definition_questions} fresh passage questions of {s.retrieval_passages} passages "
+        f"(seed {M.FRESH_SEED}; the detection questions are seed {M.EVAL_SEED})"
+    )
+    detection = {
+        "copy_paste": "needle copy-paste scores on SEAL's needles (MuDAF Fig. 4's NIAH scores)",
+        "passage": f"MuDAF Fig. 3's passage scores on the {s.retrieval_n} detection questions",
+        "qr": f"QRHead scores on the same {s.retrieval_n} detection questions",
+        "causal": "each head zeroed alone on the first "
+        f"{s.causal_n or s.retrieval_n} detection questions, ranked by the answer's "
+        "log-probability lost",
+        "duo": f"DuoAttention gates trained on {s.tune_n} tuning line records of {s.duo_lines} "
+        f"lines (seed {R.DATA_SEED}), sink {s.kv_sink}, window {s.kv_window}",
+    }
+    kv_records = (
+        f"{s.kv_n} fresh line records per length at {list(s.kv_lengths)} lines (seed {D.KV_SEED})"
+    )
+    population = (
+        f"of the {kv_records}, those at {max(s.kv_lengths)} lines whose queried line lies "
+        f"entirely before the recent window: its tokens start after the {s.kv_sink} sinks and "
+        f"end at or before prompt tokens - {s.kv_window}, so no streaming head sees it at any "
+        "answer position; decided by token position, never by outcome"
+    )
+    budget = (
+        f"the budget of ceil({D.BUDGET_SHARE:.0%} of the KV heads) kept full, the rest sink "
+        f"{s.kv_sink} + window {s.kv_window}"
+    )
+    tests = {}
+    for d in D.DEFINITIONS:
+        tests[C.masking_claim(d)] = (
+            f"exact McNemar, each of {draws} random draws of the top 5 % count of heads "
+            f"(seeds {list(s.mask_seeds)}, outside passage's top set) > the top 5 % of heads "
+            f"by {d} ({detection[d]}), zeroed; all must hold",
+            fresh,
+        )
+    tests[C.DUO_CLAIM] = (
+        f"exact McNemar, duo's full-KV set > each of {draws} random KV-head orders' set "
+        f"(seeds {list(s.mask_seeds)}) at {budget}, at {max(s.kv_lengths)} lines; all must hold",
+        population,
+    )
+    tests[C.CAUSAL_CLAIM] = (
+        "exact McNemar, causal's full-KV set > the set of each of copy_paste, passage, qr and "
+        f"duo at {budget}, at {max(s.kv_lengths)} lines; all must hold",
+        population,
+    )
+    claims = []
+    for claim, paper, _ in C.AMENDMENT_1_CLAIMS:
+        test, pop = tests[claim]
+        claims.append({"claim": claim, "paper": paper, "test": test, "population": pop})
+    total = len(C.CLAIMS)
+    return {
+        "amendment": 1,
+        "date": "2026-11-28",
+        "reason": "issue 41 adds two figures: retrieval heads by five definitions "
+        "(heads_definitions) and accuracy vs KV budget with heads chosen by each "
+        "(kv_budget); their claims are declared here before any of their data",
+        "amends": plan_hash(gallery_plan(model, sizes)),
+        "figures": ["heads_definitions", "kv_budget"],
+        "sizes": s.amendment_sizes(),
+        "seeds": {
+            "detection questions": M.EVAL_SEED,
+            "fresh questions": M.FRESH_SEED,
+            "kv records": D.KV_SEED,
+            "duo tuning data": R.DATA_SEED,
+            "random heads": list(s.mask_seeds),
+        },
+        "held out": "the gates' tuning records are a tuning set of the held-out ledger: no "
+        "evaluation of the gallery may share a record with them",
+        "correction": f"Holm's step-down now runs across all {total} claims of the plan and "
+        "its amendments",
+        "claims": claims,
+    }
+
+
+AMENDMENTS = (amendment_1,)  # in order: amendment N is AMENDMENTS[N - 1]
+
+
+def gallery_amendments(model: str, sizes: FigureSizes) -> list[dict]:
+    """Every amendment of ``model``'s plan at ``sizes``, in order (module docstring), as its
+    file reads back (lists, not tuples)."""
+    return [json.loads(json.dumps(make(model, sizes))) for make in AMENDMENTS]
+
+
+def check_amendments(out: Path, plan: dict, amendments: list[dict]) -> list[bytes]:
+    """Refuse the amendments that cannot be written to (or kept in) ``out``: one that changes
+    the plan or an earlier amendment instead of adding, one whose file on disk differs, one
+    that would be written after data of its figures; returns each amendment's bytes."""
+    figures, claims = set(PLAN_FIGURES), {c["claim"] for c in plan["claims"]}
+    written = []
+    for number, doc in enumerate(amendments, 1):
+        if doc["amendment"] != number:
+            raise ValueError(f"amendment {doc['amendment']} is listed as number {number}")
+        again = sorted(set(doc["figures"]) & figures)
+        again += sorted({c["claim"] for c in doc["claims"]} & claims)
+        if again:
+            raise ValueError(
+                f"plan amendment {number} declares {again} again: an amendment may only add "
+                "figures and claims, never change those of the plan or an earlier amendment"
+            )
+        figures |= set(doc["figures"])
+        claims |= {c["claim"] for c in doc["claims"]}
+        data = plan_bytes(doc)
+        path = out / AMENDMENT.format(number)
+        if path.exists():
+            if path.read_bytes() != data:
+                raise ValueError(
+                    f"{path} differs from plan amendment {number} of this code: it is another "
+                    "amendment, refusing to mix results (use another output directory)"
+                )
+        else:
+            early = [f for f in doc["figures"] if (out / "data" / f"{f}.json").exists()]
+            if early:
+                raise ValueError(
+                    f"{out} already holds data of {early}, made before plan amendment "
+                    f"{number} that declares them: data before its plan is refused (delete "
+                    "that data or use another output directory)"
+                )
+        written.append(data)
+    return written
+
+
+def write_amendments(out: Path, plan: dict, amendments: list[dict]) -> None:
+    """``check_amendments``, then each amendment not on disk written."""
+    from interp_seal.outputs import write_text
+
+    for number, data in enumerate(check_amendments(out, plan, amendments), 1):
+        path = out / AMENDMENT.format(number)
+        if not path.exists():
+            write_text(path, data.decode())

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
+from interp_seal.figures import definitions as D
 from interp_seal.figures import generalization as G
 from interp_seal.figures import mudaf as M
 from interp_seal.figures import seal as S
@@ -421,6 +422,42 @@ FIGURES: tuple[FigureSpec, ...] = (
         read=M.table2_read,
         paper_numbers=MUDAF_T2,
         sample="{retrieval_n} questions per method",
+    ),
+    # plan amendment 1 (issue 41)
+    FigureSpec(
+        name="heads_definitions",
+        title="Retrieval heads by five definitions",
+        paper="Wu et al. / MuDAF / QRHead / causal ablation / DuoAttention",
+        compute=D.definitions_compute,
+        draw=D.definitions_draw,
+        read=D.definitions_read,
+        paper_numbers="Each paper defines retrieval heads its own way and compares at most two "
+        "definitions: Wu et al. 2024 (copy-paste scores on needles; masking the top retrieval "
+        "heads breaks needle retrieval, masking random heads does not), MuDAF Sec. 3.1 and "
+        "Fig. 4 (passage scores; masking its top heads hurts multi-document QA more than "
+        "random or NIAH heads), QRHead (query-focused scores, calibrated by a null query, as "
+        "a passage retriever), DuoAttention (learned gates; few heads need the full context), "
+        "causal ablation (SEAL Fig. 2b's per-head sweep). None puts all five side by side.",
+        sample=lambda s: (
+            f"rankings on {s['retrieval_n']} detection questions (causal sweep on "
+            f"{s['causal_n'] or s['retrieval_n']}) and SEAL's needles; masking on "
+            f"{s['definition_questions']} fresh questions; random heads: seeds {s['mask_seeds']}"
+        ),
+    ),
+    FigureSpec(
+        name="kv_budget",
+        title="Accuracy vs KV budget, heads chosen by each definition",
+        paper="DuoAttention / RazorAttention; issue 41",
+        compute=D.kv_compute,
+        draw=D.kv_draw,
+        read=D.kv_read,
+        paper_numbers="DuoAttention keeps a full KV cache only for its gated retrieval heads "
+        "and gives the other heads attention sinks + a recent window, reporting 1.7-2.5x less "
+        "KV memory at close to full-attention accuracy on long-context tasks; "
+        "RazorAttention chooses the full heads by retrieval scores. Neither checks its choice "
+        "causally, and no paper compares the five definitions at the same budget.",
+        sample="{kv_n} fresh line records per length (seed 4); sink {kv_sink}, window "
+        "{kv_window} tokens; random orders: seeds {mask_seeds}",
     ),
 )
 

@@ -98,6 +98,26 @@ class FigureSizes:
             the paper reports one run each; a claim here holds only if it holds for every run.
         extension_tune_n: needle-format tuning samples (default ``tune_n``) of the extensions'
             SEAL-C (Table 2) and of every method of the needle grid (Fig. 5).
+
+    Sizes of the figures plan amendment 1 added (issue 41, ``figures.definitions``); like
+    ``more_questions`` they are not part of the run's identity (``as_dict``), so the galleries
+    made before them stay valid: the amendment (``plan_amendment_1.json``) pre-registers them.
+
+        definition_questions: fresh passage questions (``figures.mudaf.FRESH_SEED``, a prefix
+            of MuDAF's fresh questions; never the detection questions) on which the top 5 % of
+            heads by each definition are zeroed.
+        causal_n: detection questions (the first of ``retrieval_n``) in the causal definition's
+            head sweep; None: all of them. Exact sweeps cost one forward per head and question.
+        duo_lines: line count of the DuoAttention gates' tuning records (``tune_n`` records of
+            the tuning seed 0, ``FigureRun.tuning_samples``): long enough that the streaming
+            window drops most of the record, so the gates learn which heads need it.
+        kv_lengths: line counts of the accuracy-vs-KV-budget figure (fresh records, seed
+            ``figures.definitions.KV_SEED``); the compression claims read the longest.
+        kv_n: records per length there.
+        kv_sink, kv_window: a streaming head's attention sinks and recent window (tokens); the
+            gates are trained with the same two.
+        kv_full_counts: numbers of full KV heads on the curve; the claims' budget, a quarter of
+            the KV heads rounded up (``figures.definitions.BUDGET_SHARE``), is added.
     """
 
     n: int = RECORDS_PER_LENGTH
@@ -136,6 +156,24 @@ class FigureSizes:
     extension_tune_n: int | None = None
     tuning_seeds: int = 3
     more_questions: int = 0
+    # plan amendment 1 (issue 41). Organism: records of 40-200 lines are 0.6K-2.7K tokens
+    # (measured), inside its 4,096-token window; a 64-token window (4 sinks) keeps the question
+    # and the answer's lead-in but drops 90-98 % of the record, so a streaming head must do
+    # without the queried line; 8 KV heads: 1, 2 (the claims' quarter), 4 and 6 kept full; the
+    # gates train on records of the longest length. SmolLM2 (presets/smollm2.json): it
+    # retrieves lines only in its 3-7-line regime, so 5 and 10 lines (~265 and ~360 tokens in
+    # its chat template, far inside its 8K window) with the same 64-token window, which drops
+    # ~75-80 % of the record and keeps the question; 90 KV heads: 9, 23 (the quarter) and 45
+    # full; its causal sweep runs on 10 of the 40 detection questions (270 heads, one forward
+    # per head and question on one CPU thread); gates on 10-line tuning records.
+    definition_questions: int = 440
+    causal_n: int | None = None
+    duo_lines: int = 200
+    kv_lengths: tuple[int, ...] = (40, 120, 200)
+    kv_n: int = 100
+    kv_sink: int = 4
+    kv_window: int = 64
+    kv_full_counts: tuple[int, ...] = (1, 2, 4, 6)
 
     def __post_init__(self):
         counts = (self.n, self.sweep_n, self.confirm_n, self.replicate_n, self.tune_n)
@@ -172,6 +210,14 @@ class FigureSizes:
                 f"fresh questions to confirm_questions={self.confirm_questions}: both must be "
                 f"multiples of {QUESTION_CHUNK} (a partial chunk would change under its index)"
             )
+        if min(self.kv_n, self.kv_sink, self.kv_window, self.definition_questions) < 1 or not (
+            self.kv_lengths
+        ):
+            raise ValueError(
+                "the KV budget figure needs lengths, records, a sink and a window (kv_lengths="
+                f"{self.kv_lengths}, kv_n={self.kv_n}, kv_sink={self.kv_sink}, "
+                f"kv_window={self.kv_window}); definition_questions={self.definition_questions}"
+            )
         if self.extension_task not in EXTENSION_TASKS:
             raise ValueError(
                 f"extension_task must be one of {EXTENSION_TASKS}, got {self.extension_task!r}"
@@ -186,10 +232,14 @@ class FigureSizes:
         stay valid. ``mudaf_lr`` records the learning rate MuDAF and SFT train at, the method's
         one default (``interp_seal.tuning.methods``), not a size of the gallery's own.
         """
-        d = {k: v for k, v in asdict(self).items() if k != "more_questions"}
+        d = {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
         defaults = {f.name: f.default for f in fields(self)}
         d = {k: v for k, v in d.items() if k not in LATER_FIELDS or v != defaults[k]}
         return d | {"mudaf_lr": METHODS["mudaf"].lr}
+
+    def amendment_sizes(self) -> dict:
+        """The sizes plan amendment 1 pre-registers (``AMENDMENT_FIELDS``)."""
+        return {k: getattr(self, k) for k in AMENDMENT_FIELDS}
 
     @property
     def fresh_questions(self) -> int:
@@ -198,6 +248,17 @@ class FigureSizes:
 
 
 EXTENSION_TASKS = ("line_retrieval", "needle")
+AMENDMENT_FIELDS = (  # plan amendment 1's sizes: in its file, not in run.json
+    "definition_questions",
+    "causal_n",
+    "duo_lines",
+    "kv_lengths",
+    "kv_n",
+    "kv_sink",
+    "kv_window",
+    "kv_full_counts",
+)
+NOT_IDENTITY = ("more_questions", *AMENDMENT_FIELDS)
 QUESTION_CHUNK = 40  # fresh questions per stored result: a killed run loses at most one chunk
 LATER_FIELDS = (
     "preset",
@@ -241,6 +302,12 @@ QUICK = FigureSizes(
     mask_seeds=(0,),
     heatmap_passages=3,
     tuning_seeds=1,
+    definition_questions=3,
+    duo_lines=24,
+    kv_lengths=(24,),
+    kv_n=3,
+    kv_window=16,  # 24 lines are ~430 tokens: the window drops 96 % of them
+    kv_full_counts=(1, 2, 4),
 )
 
 

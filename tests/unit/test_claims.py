@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+import pytest
+
 from interp_seal.figures import claims as C
 
 
@@ -62,3 +65,106 @@ def test_any_other_error_in_a_claim_is_raised(monkeypatch):
         assert not isinstance(err, C.MissingData)
     else:
         raise AssertionError("a bug inside a claim became a 'no data' row")
+
+
+# -- plan amendment 1 (issue 41): hand-made tables, each claim supported / not shown / contradicted
+def definition_records(random: list[int], named: dict[str, list[int]], seeds=(0, 1)):
+    """``heads_definitions``' records table: no heads masked, each random draw, each named set."""
+    rows = [("none", "none", -1, v) for v in [1] * len(random)]
+    rows += [("random", "zero", s, v) for s in seeds for v in random]
+    rows += [(d, "zero", -1, v) for d, values in named.items() for v in values]
+    n = len(random)
+    return pd.DataFrame(
+        [
+            {"strategy": a, "mode": m, "seed": s, "record": i % n, "exact_match": v}
+            for i, (a, m, s, v) in enumerate(rows)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("random", "masked", "verdict"),
+    [([1] * 20, [0] * 20, "supported"), ([1] * 20, [1] * 20, "not shown")]
+    + [([0] * 20, [1] * 20, "contradicted")],
+)
+@pytest.mark.parametrize("definition", ["copy_paste", "passage", "qr", "causal", "duo"])
+def test_masking_by_each_definition_must_beat_every_random_draw(
+    random, masked, verdict, definition
+):
+    fn = {c: f for c, _, f in C.AMENDMENT_1_CLAIMS}[C.masking_claim(definition)]
+    others = {d: [1] * 20 for d in ("copy_paste", "passage", "qr", "causal", "duo")}
+    data = {
+        "heads_definitions": {"records": definition_records(random, others | {definition: masked})}
+    }
+    row = fn(data)
+    assert row.verdict == verdict and row.n == 20
+    assert "each of 2 random draws must beat it" in row.test
+    # one draw that does not beat the set leaves the row not shown
+    if verdict == "supported":
+        r = data["heads_definitions"]["records"]
+        r.loc[(r.strategy == "random") & (r.seed == 1), "exact_match"] = 0
+        assert fn(data).verdict == "not shown"
+
+
+def kv_tables(arms: dict[tuple[str, int], list[int]], *, outside: dict | None = None):
+    """``kv_budget``'s tables at 200 lines, 8 KV heads (budget 2): 20 records whose queried
+    line lies before the window (``arms``' outcomes) and 10 whose line is inside it
+    (``outside``'s outcomes, default 0), which no claim may read."""
+    outside = outside or {}
+    curve = pd.DataFrame(
+        [
+            {"definition": d, "random_seed": s, "full_kv_heads": m, "length": 200}
+            for d, s, m in [("all full", -1, 8), ("all streaming", -1, 0)]
+            + [(d, s, 2) for d, s in arms]
+        ]
+    )
+    positions = pd.DataFrame(
+        [{"length": 200, "record": i, "before_window": i < 20} for i in range(30)]
+    )
+    records = pd.DataFrame(
+        [
+            {
+                "definition": d,
+                "random_seed": s,
+                "full_kv_heads": 2,
+                "length": 200,
+                "record": i,
+                "exact_match": values[i] if i < 20 else outside.get((d, s), 0),
+            }
+            for (d, s), values in arms.items()
+            for i in range(30)
+        ]
+    )
+    return {"kv_budget": {"curve": curve, "positions": positions, "records": records}}
+
+
+SCORED = ("copy_paste", "passage", "qr", "duo")
+
+
+@pytest.mark.parametrize(
+    ("duo", "random", "verdict"),
+    [([1] * 20, [0] * 20, "supported"), ([0] * 20, [0] * 20, "not shown")]
+    + [([0] * 20, [1] * 20, "contradicted")],
+)
+def test_duo_full_kv_beats_every_random_order_on_records_before_the_window(duo, random, verdict):
+    arms = {("duo", -1): duo, ("random", 0): random, ("random", 1): random}
+    # the records whose line the window still sees favour duo: never read
+    data = kv_tables(arms, outside={("duo", -1): 1})
+    row = C.duo_beats_random(data)
+    assert row.verdict == verdict and row.n == 20
+    assert "20 records whose queried line lies before the window" in row.measured
+
+
+@pytest.mark.parametrize(
+    ("causal", "scored", "verdict"),
+    [([1] * 20, [0] * 20, "supported"), ([1] * 20, [1] * 20, "not shown")]
+    + [([0] * 20, [1] * 20, "contradicted")],
+)
+def test_causal_full_kv_must_beat_every_score_chosen_set(causal, scored, verdict):
+    arms = {("causal", -1): causal} | {(d, -1): scored for d in SCORED}
+    arms[("random", 0)] = [0] * 20
+    row = C.causal_beats_scores(kv_tables(arms, outside={("causal", -1): 1}))
+    assert row.verdict == verdict and row.n == 20
+    if verdict == "supported":  # one score-chosen set as good as causal: not shown
+        arms[("qr", -1)] = [1] * 20
+        assert C.causal_beats_scores(kv_tables(arms)).verdict == "not shown"
