@@ -20,9 +20,13 @@ written before any data) at level ``ALPHA`` (0.05), never written by hand:
 A row made of several tests (e.g. "SEAL-H and SEAL-C raise accuracy", each of the tuning runs)
 is *supported* only if every test supports it (an intersection-union test: no multiplicity
 correction is needed for that) and *contradicted* if any contradicts it; the row shows the
-test that decides it. Across rows, Holm's step-down correction (``_corrected``) over every
-claim of the plan and its amendments (``CLAIMS``: ``PLAN_CLAIMS`` and those plan amendment 1
-added for issue 41's figures, ``AMENDMENT_1_CLAIMS``).
+test that decides it. Across rows, Holm's step-down correction (``_corrected``) within each
+family of claims as it was registered: the plan's (``PLAN_CLAIMS``, corrected together as
+``plan.json`` says) and each amendment's (``AMENDMENT_1_CLAIMS``, added for issue 41's
+figures). An amendment adds a family rather than joining the plan's: enlarging the plan's
+family afterwards would change the correction the plan registered for its claims, and with it
+verdicts already read (``FAMILIES``). Each family holds its error rate at ``ALPHA``; the
+gallery as a whole at most ``ALPHA`` times the number of families (Bonferroni over them).
 
 Where claims are read: heads and records chosen on one set of records (the sweep's best
 head, the retrieval heads, MuDAF's targets) are tested on fresh records or questions
@@ -85,6 +89,7 @@ SEAL_ARMS = ("base", "seal-h", "seal-c")
 COLUMNS = [
     "claim",
     "paper",
+    "family",
     "measured",
     "test",
     "n",
@@ -818,8 +823,12 @@ AMENDMENT_1_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
     (DUO_CLAIM, "DuoAttention (Xiao et al. 2024)", duo_beats_random),
     (CAUSAL_CLAIM, "issue 41", causal_beats_scores),
 )
-# the gallery's claims: the plan's and its amendments' (``figures.plan``), one Holm family
-CLAIMS = PLAN_CLAIMS + AMENDMENT_1_CLAIMS
+# the gallery's claims by Holm family: the plan's, then each amendment's (``figures.plan``)
+FAMILIES: tuple[tuple[str, tuple[tuple[str, str, Callable[[Data], Check]], ...]], ...] = (
+    ("plan", PLAN_CLAIMS),
+    ("amendment 1", AMENDMENT_1_CLAIMS),
+)
+CLAIMS = tuple(claim for _, claims in FAMILIES for claim in claims)
 
 
 def claims_table(data: Data) -> pd.DataFrame:
@@ -827,7 +836,7 @@ def claims_table(data: Data) -> pd.DataFrame:
     n a power calculation says would decide a *not shown* verdict, and the verdict. A claim
     whose figures are not in ``data`` gets a row saying so; any other error is raised."""
     rows, data = [], Data(data)
-    for claim, source, fn in CLAIMS:
+    for family, claim, source, fn in ((f, *c) for f, claims in FAMILIES for c in claims):
         try:
             c = fn(data)
         except MissingData as err:  # a figure (or an arm's records) was not generated
@@ -852,14 +861,18 @@ def claims_table(data: Data) -> pd.DataFrame:
                 "n_needed": c.n_needed,
                 "verdict": c.verdict,
                 "raw_p": c.p_value,
+                "family": family,
             }
         )
     table = pd.DataFrame(rows)
-    return _corrected(table)[COLUMNS]
+    corrected = [
+        _corrected(group.reset_index(drop=True)) for _, group in table.groupby("family", sort=False)
+    ]
+    return pd.concat(corrected, ignore_index=True)[COLUMNS]
 
 
 def _corrected(table: pd.DataFrame) -> pd.DataFrame:
-    """Holm's correction across the gallery's claims, all of them as the plan lists them: a
+    """Holm's correction across one family's claims, all of them as registered: a
     claim without a test yet (its figure not computed) enters with p = 1, which gives every
     tested claim the largest multiplier it could get, so a verdict read from a partial gallery
     cannot be overturned by the claims still to come. A verdict stands only where its adjusted
@@ -876,7 +889,7 @@ def _corrected(table: pd.DataFrame) -> pd.DataFrame:
             table.at[i, "verdict"] = "not shown"
             table.at[i, "n_needed"] = (
                 f"{was} at p {table.at[i, 'p_value']:.3g} alone; not after Holm's correction "
-                f"across {m} claims (p {p:.3g})"
+                f"across the {m} claims of the {table.at[i, 'family']} (p {p:.3g})"
             )
     return table
 

@@ -193,10 +193,11 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "arms above the baseline; outcomes on different records use Fisher's exact test. "
         "*supported*: significant in the claimed direction; *contradicted*: significant the "
         "other way; *not shown*: neither, with the records a new plan would need (80 % power) "
-        "in *n needed*. The claims are one family: each p is adjusted by Holm's step-down "
-        "procedure across all claims of the plan and its amendments, a claim not yet tested "
-        "counting as p = 1 "
-        "(*Holm p*), and a verdict stands only where the adjusted p is below 0.05. A row's "
+        "in *n needed*. Each p is adjusted by Holm's step-down procedure within its family "
+        "(*Holm p*): the plan's claims form one family, as `plan.json` registered them, and "
+        "each amendment's claims another (*family*), a claim not yet tested counting as "
+        "p = 1; a verdict stands only where the adjusted p is below 0.05 (so the gallery "
+        "as a whole at most 0.05 per family). A row's "
         "test, n, difference, interval and p are those of the test that decides it; a row of "
         "several tests (each tuning run, each method) is supported only if all are. SEAL "
         "Table 1's claims are read on `confirm_n` fresh records per length (seed 2) whose "
@@ -205,9 +206,9 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         "scaling on a replication of its own seed (3); MuDAF's masking and target claims on "
         "fresh questions (seed 2), their heads chosen on the pilot's.",
         "",
-        "| claim | paper | measured | test | n | difference [95 % interval] | p | Holm p "
-        "| n needed | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| claim | paper | family | measured | test | n | difference [95 % interval] | p "
+        "| Holm p | n needed | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in claims.itertuples():
         interval = f" [{r.low:+.2f}, {r.high:+.2f}]" if r.low == r.low else ""
@@ -216,7 +217,8 @@ def _claims_markdown(claims: pd.DataFrame) -> str:
         adjusted = f"{r.p_holm:.3g}" if r.p_holm == r.p_holm else "-"
         needed = r.n_needed if isinstance(r.n_needed, str) and r.n_needed else "-"
         rows.append(
-            f"| {r.claim} | {r.paper} | {r.measured} | {r.test} | {r.n} | {diff} | {p} "
+            f"| {r.claim} | {r.paper} | {r.family} | {r.measured} | {r.test} | {r.n} | {diff} "
+            f"| {p} "
             f"| {adjusted} | {needed} | **{r.verdict}** |"
         )
     return "\n".join(rows)

@@ -14,9 +14,11 @@ sample is a new plan in a new directory, on fresh seeds. The gallery page prints
 **Amendments.** A gallery that grows (a new figure with new claims) must not rewrite its plan:
 that would change the hash of a directory whose data was made under the old one. Instead
 ``AMENDMENTS`` lists, in order, what was added after the plan, each dated, with its reason,
-its figures and their claims in the plan's form (test, population, records, seeds), and the
-multiplicity correction from then on (Holm across every claim of the plan and its
-amendments). ``regenerate`` writes each as ``<out>/plan_amendment_<N>.json`` before any of its
+its figures and their claims in the plan's form (test, population, records, seeds), and their
+multiplicity correction: Holm within the amendment's claims, a family of its own. Folding them
+into the plan's family would change the correction the plan registered for its own claims,
+and with it verdicts already read; each family holds its error rate at the level, the gallery
+at most the level times the number of families. ``regenerate`` writes each as ``<out>/plan_amendment_<N>.json`` before any of its
 figures computes (a fresh directory gets ``plan.json`` and every amendment at the start), and
 the page prints each file's SHA-256 beside the plan's; ``run.json`` keeps the plan's hash, so
 galleries made before an amendment stay valid. ``check_amendments`` refuses, before any work:
@@ -237,7 +239,6 @@ def amendment_1(model: str, sizes: FigureSizes) -> dict:
     for claim, paper, _ in C.AMENDMENT_1_CLAIMS:
         test, pop = tests[claim]
         claims.append({"claim": claim, "paper": paper, "test": test, "population": pop})
-    total = len(C.CLAIMS)
     return {
         "amendment": 1,
         "date": "2026-11-28",
@@ -256,8 +257,9 @@ def amendment_1(model: str, sizes: FigureSizes) -> dict:
         },
         "held out": "the gates' tuning records are a tuning set of the held-out ledger: no "
         "evaluation of the gallery may share a record with them",
-        "correction": f"Holm's step-down now runs across all {total} claims of the plan and "
-        "its amendments",
+        "correction": f"Holm's step-down across this amendment's {len(claims)} claims, one "
+        "family; the plan's claims keep the plan's correction, so adding this family changes "
+        "no verdict of the plan",
         "claims": claims,
     }
 

@@ -44,7 +44,8 @@ def test_a_fresh_directory_gets_the_plan_and_every_amendment_before_data(started
     names = [c["claim"] for c in doc["claims"]]
     assert names == [c for c, _, _ in C.AMENDMENT_1_CLAIMS] and len(names) == 7
     assert all(c["test"] and c["population"] for c in doc["claims"])
-    assert "all 20 claims" in doc["correction"] and len(C.CLAIMS) == 20
+    assert "this amendment's 7 claims, one family" in doc["correction"]
+    assert len(C.CLAIMS) == 20 and [f for f, _ in C.FAMILIES] == ["plan", "amendment 1"]
     assert doc["sizes"]["kv_lengths"] == list(QUICK.kv_lengths)
 
 

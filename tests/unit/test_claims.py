@@ -34,7 +34,7 @@ def test_verdicts_stand_only_after_holms_correction(monkeypatch):
     fake = [(name, "paper", lambda d, p=p, v=v: check(v, p, 0.1)) for name, p, v in rows] + [
         ("none", "paper", lambda d: (_ for _ in ()).throw(C.MissingData("fig")))
     ]
-    monkeypatch.setattr(C, "CLAIMS", fake)
+    monkeypatch.setattr(C, "FAMILIES", [("plan", fake)])
     table = C.claims_table({}).set_index("claim")
     # m = 4 claims, the untested one entering with p = 1 (the plan's family, not the tested
     # part of it): 0.001 x 4 = 0.004, max(0.004, 0.01 x 3) = 0.03, 0.5 x 2 -> 1
@@ -42,23 +42,46 @@ def test_verdicts_stand_only_after_holms_correction(monkeypatch):
     assert table.loc["two", "verdict"] == "supported"
     monkeypatch.setattr(
         C,
-        "CLAIMS",
-        [*fake[:1], ("two", "paper", lambda d: check("supported", 0.03, 0.1)), *fake[2:]],
+        "FAMILIES",
+        [
+            (
+                "plan",
+                [*fake[:1], ("two", "paper", lambda d: check("supported", 0.03, 0.1)), *fake[2:]],
+            )
+        ],
     )
     table = C.claims_table({}).set_index("claim")
     assert table.loc["two", "verdict"] == "not shown"  # 0.03 alone, 0.09 after Holm
     assert (
-        "supported at p 0.03 alone; not after Holm's correction across 4 claims"
+        "supported at p 0.03 alone; not after Holm's correction across the 4 claims of the plan"
         in (table.loc["two", "n_needed"])
     )
     assert table.loc["none", "verdict"] == "not shown" and math.isnan(table.loc["none", "p_holm"])
+
+
+def test_an_amendment_is_its_own_holm_family(monkeypatch):
+    """Claims an amendment adds are corrected among themselves: the plan's verdicts keep the
+    correction the plan registered, however many claims come later."""
+    plan = [
+        ("one", "paper", lambda d: check("supported", 0.02, 0.1)),
+        ("two", "paper", lambda d: check("not shown", 1.0, 0.0)),
+    ]
+    later = [(f"new {i}", "paper", lambda d: check("not shown", 0.9, 0.0)) for i in range(5)]
+    monkeypatch.setattr(C, "FAMILIES", [("plan", plan), ("amendment 1", later)])
+    table = C.claims_table({}).set_index("claim")
+    # within the plan: 0.02 x 2 = 0.04 < 0.05; across all seven claims it would be 0.14
+    assert table.loc["one", "p_holm"] == 0.04 and table.loc["one", "verdict"] == "supported"
+    assert table.family.tolist() == ["plan"] * 2 + ["amendment 1"] * 5
+    assert table.loc["new 0", "p_holm"] == 1.0
+    monkeypatch.setattr(C, "FAMILIES", [("plan", plan + later)])  # one family: not shown
+    assert C.claims_table({}).set_index("claim").loc["one", "verdict"] == "not shown"
 
 
 def test_any_other_error_in_a_claim_is_raised(monkeypatch):
     def broken(d):
         return {}["no such table"]
 
-    monkeypatch.setattr(C, "CLAIMS", [("broken", "paper", broken)])
+    monkeypatch.setattr(C, "FAMILIES", [("plan", [("broken", "paper", broken)])])
     try:
         C.claims_table({})
     except KeyError as err:
