@@ -62,7 +62,17 @@ and the growth too, for one reason: capped attention holds one block of float32 
 ``SCORES_PER_BLOCK`` = 4M numbers, 16 MiB) and its softmax whatever the length, about 27 MB
 more than sdpa's small fused tiles; a constant, so it shows at short lengths (56 against 29 MB at
 2K) and fades at 16K (177 against 175). The time is that of unfused tensor algebra, block by
-block, against sdpa's fused kernel. Final line (``8k`` / ``16k_over_8k``: the lengths the
+block, against sdpa's fused kernel.
+
+Run again once each, the same machine shared with two other jobs (load 3 to 5), with the
+multi-head families beside them: Llama ``mem_ratio_8k=115.1 growth_16k_over_8k=1.90``, Qwen3
+115.2 / 1.90, Gemma 2 108.7 / 1.76 (times not comparable: 20 s at 8K under that load), GPT-NeoX
+97.9 / 1.89 (rows 109 / 207 MB at 8K / 16K) and GPT-2 62.3 / 2.03 (rows 171 / 347 MB). Both keep
+the linear growth. GPT-2's rows cost twice Llama's for its MLP, 4 d wide (``n_inner`` unset;
+the other random checkpoints' MLPs are 2 d), with ``gelu_new``'s temporaries of that width;
+GPT-NeoX's 17 MB more at 8K, about what its fused ``query_key_value`` output for 8 KV heads
+(Llama's: 2) adds.
+Final line (``8k`` / ``16k_over_8k``: the lengths the
 keys are taken at)::
 
     RESULT attention_memory mem_ratio_8k=<TL / ours at 8K> growth_16k_over_8k=<ours 16K / 8K> ...
