@@ -831,6 +831,118 @@ FAMILIES: tuple[tuple[str, tuple[tuple[str, str, Callable[[Data], Check]], ...]]
 CLAIMS = tuple(claim for _, claims in FAMILIES for claim in claims)
 
 
+# -- the n each claim is read at, against the registered plan ----------------------------------
+def _count(d: Data, figure: str, table: str, **where) -> int:
+    """Records (one per ``(length, record)``) of ``figure``'s ``table`` with ``where``."""
+    rows = d[figure][table]
+    for k, v in where.items():
+        rows = rows[rows[k] == v]
+    keys = [k for k in ("length", "record") if k in rows]
+    return len(rows.drop_duplicates(keys)) if keys else len(rows)
+
+
+def _table1(methods: tuple[str, ...]) -> Callable:
+    """SEAL Table 1's population: ``confirm_n`` fresh records per length for the base model
+    and for each of ``tuning_seeds`` runs of every tuned method (before the position filter,
+    which is fixed by the seed, not by outcomes)."""
+
+    def planned(d: Data, s) -> list[tuple[str, int, int]]:
+        c, per = _confirm(d), s.confirm_n * len(s.lengths)
+        rows = [("base records", _count(d, "seal_table1_methods", "confirm", method="base"), per)]
+        for m in methods:
+            rows.append((f"{m} tuning runs", len(_runs(c, m)), s.tuning_seeds))
+            rows += [
+                (f"{m} run {k} records", int(((c.method == m) & (c.tuning_seed == k)).sum()), per)
+                for k in _runs(c, m)
+            ]
+        return rows
+
+    return planned
+
+
+def _extension(d: Data, s) -> list[tuple[str, int, int]]:
+    per_length = len(s.needle_depths) * s.needle_n if s.extension_task == "needle" else s.n
+    got = _count(d, "seal_table2_extension", "records", method="NTK + SEAL-C")
+    return [("records per method", got, per_length * len(s.extension_lengths))]
+
+
+def _fresh_masking(figure: str, column: str, value: str, planned: str) -> Callable:
+    def count(d: Data, s) -> list[tuple[str, int, int]]:
+        got = _count(
+            d, figure, "records" if figure == "heads_definitions" else "confirm", **{column: value}
+        )
+        return [("fresh questions", got, getattr(s, planned))]
+
+    return count
+
+
+def _dla(d: Data, s) -> list[tuple[str, int, int]]:
+    from interp_seal.figures.seal import DLA_RECORDS
+
+    return [("fresh records", _count(d, "seal_fig4_dla", "records", method="base"), DLA_RECORDS)]
+
+
+def _kv(d: Data, s) -> list[tuple[str, int, int]]:
+    pos = d["kv_budget"]["positions"]
+    return [("records at the longest length", int((pos.length == max(s.kv_lengths)).sum()), s.kv_n)]
+
+
+# claim function -> (what, records on disk, records the registered plan names) per population
+PLANNED_N: dict[Callable, Callable] = {
+    falls_with_length: _table1(()),
+    pruning_both_ways: lambda d, s: [
+        (
+            "fresh records",
+            _count(d, "seal_fig2b_quadrants", "confirm", unit="baseline"),
+            s.confirm_n,
+        )
+    ],
+    scaling_beats_baseline: lambda d, s: [
+        (
+            "replication records",
+            _count(d, "seal_fig2d_scaling", "replicate", unit="baseline"),
+            s.replicate_n,
+        )
+    ],
+    seal_raises: _table1(("seal-h", "seal-c")),
+    seal_c_beats_h: _table1(("seal-h", "seal-c")),
+    seal_h_parameters: _table1(("seal-h", "seal-l")),
+    extension_recovers: _extension,
+    dla_flips: _dla,
+    needle_recovered: lambda d, s: [
+        (
+            "needles",
+            _count(d, "seal_fig5_needle", "records", method="base"),
+            len(s.needle_lengths) * len(s.needle_depths) * s.needle_n,
+        )
+    ],
+    mudaf_targets: _fresh_masking("mudaf_fig5_targets", "method", "mudaf", "fresh_questions"),
+    masking_hurts: _fresh_masking("mudaf_fig4_masking", "strategy", "retrieval", "fresh_questions"),
+    niah_heads_differ: _fresh_masking("mudaf_fig4_masking", "strategy", "niah", "fresh_questions"),
+    mudaf_task_score: lambda d, s: [
+        ("questions", _count(d, "mudaf_table2_methods", "records", method="sft"), s.retrieval_n)
+    ],
+    **{
+        fn: _fresh_masking("heads_definitions", "strategy", "none", "definition_questions")
+        for _, _, fn in AMENDMENT_1_CLAIMS[:5]
+    },
+    duo_beats_random: _kv,
+    causal_beats_scores: _kv,
+}
+
+
+def off_plan(d: Data, fn: Callable) -> str:
+    """Where ``fn``'s records on disk differ in number from what the registered plan named
+    (``data["_planned"]``: ``figures.plan.registered_sizes``), in words; "" where they agree.
+    A verdict is read only at the planned n: a figure computed on more or fewer records (an
+    extended sample, a changed generator) is not this plan's test."""
+    s = d.get("_planned")
+    if s is None:  # hand-made tables without a plan (the claims' own unit tests)
+        return ""
+    off = [f"{what} {got} (plan: {want})" for what, got, want in PLANNED_N[fn](d, s) if got != want]
+    return "; ".join(off)
+
+
 def claims_table(data: Data) -> pd.DataFrame:
     """One row per claim: measured numbers, the test, n, difference with its interval, p, the
     n a power calculation says would decide a *not shown* verdict, and the verdict. A claim
@@ -839,6 +951,14 @@ def claims_table(data: Data) -> pd.DataFrame:
     for family, claim, source, fn in ((f, *c) for f, claims in FAMILIES for c in claims):
         try:
             c = fn(data)
+            if off := off_plan(data, fn):
+                c = Check(
+                    measured=f"off plan: {off}",
+                    test="none (not the registered test)",
+                    n=0,
+                    difference=math.nan,
+                    n_needed="regenerate the figure at the plan's sizes",
+                )
         except MissingData as err:  # a figure (or an arm's records) was not generated
             c = Check(
                 measured=f"no data: {str(err).strip(chr(39))}",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from interp_seal.figures.claims import claims_table
-from interp_seal.figures.plan import AMENDMENT, AMENDMENTS
+from interp_seal.figures.plan import AMENDMENT, AMENDMENTS, registered_sizes
 from interp_seal.figures.registry import FIGURES
 from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_table, write_text
@@ -65,7 +65,7 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
     """Write ``README.md`` and ``claims.csv`` in ``out`` from its data files."""
     out = Path(out)
     run = json.loads((out / "run.json").read_text())
-    data, docs = {"_sizes": run["sizes"]}, {}
+    data, docs = {"_sizes": run["sizes"], "_planned": registered_sizes(out)}, {}
     for spec in FIGURES:
         path = out / "data" / f"{spec.name}.json"
         if path.exists():

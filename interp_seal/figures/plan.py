@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import fields
 from pathlib import Path
 
 from interp_seal.figures.sizes import FigureSizes
@@ -319,3 +320,19 @@ def write_amendments(out: Path, plan: dict, amendments: list[dict]) -> None:
         path = out / AMENDMENT.format(number)
         if not path.exists():
             write_text(path, data.decode())
+
+
+def registered_sizes(out: Path) -> FigureSizes:
+    """The sizes ``out``'s registered plan and amendments name (``plan.json``, then each
+    ``plan_amendment_<N>.json`` on disk): the n every claim must be read at. ``plan.json``
+    holds ``FigureSizes.as_dict()``, which leaves the later fields out where they are at their
+    defaults, so a field it lacks is at its default."""
+    found = json.loads((out / PLAN).read_text())["sizes"]
+    for number in range(1, len(AMENDMENTS) + 1):
+        path = out / AMENDMENT.format(number)
+        if path.exists():
+            found |= json.loads(path.read_text())["sizes"]
+    names = {f.name for f in fields(FigureSizes)}
+    return FigureSizes(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in found.items() if k in names}
+    )

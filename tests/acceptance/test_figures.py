@@ -737,6 +737,8 @@ def test_claims_are_computed_from_the_data(gallery, organism):
     out, _ = gallery
     claims = pd.read_csv(out / "claims.csv", keep_default_na=False, na_values=[""])
     assert list(claims.claim) == [c for c, _, _ in C.CLAIMS]
+    # every claim is read at the n its registered plan names (quick sizes included)
+    assert not claims.measured.str.startswith("off plan").any(), claims.measured.tolist()
     # the length claim: the base model on the fresh records whose queried line is not the
     # last, shortest vs longest length, Fisher's exact test
     t = tables(out, "seal_table1_methods")

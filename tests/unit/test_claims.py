@@ -191,3 +191,35 @@ def test_causal_full_kv_must_beat_every_score_chosen_set(causal, scored, verdict
     if verdict == "supported":  # one score-chosen set as good as causal: not shown
         arms[("qr", -1)] = [1] * 20
         assert C.causal_beats_scores(kv_tables(arms)).verdict == "not shown"
+
+
+def test_a_claim_is_read_only_at_the_registered_n():
+    """MuDAF Table 2's claim on the plan's ``retrieval_n`` questions is decided; the same
+    table with 10 questions more (an extended sample) or fewer is not this plan's test."""
+    from interp_seal.figures.sizes import FigureSizes
+
+    def table2(n: int) -> dict:
+        rows = [
+            {"method": m, "record": i, "exact_match": int(m != "sft" or i % 4 == 0)}
+            for m in ("base", "sft", "mudaf", "mudaf-weak")
+            for i in range(n)
+        ]
+        methods = ("base", "sft", "mudaf", "mudaf-weak")
+        accuracy = pd.DataFrame([{"method": m, "n": n} for m in methods])
+        return {"records": pd.DataFrame(rows), "accuracy": accuracy}
+
+    planned = FigureSizes(retrieval_n=50)
+    for n, verdict in ((50, "supported"), (60, "not shown"), (40, "not shown")):
+        data = {"_planned": planned, "mudaf_table2_methods": table2(n)}
+        row = C.claims_table(data).set_index("claim").loc[C.PLAN_CLAIMS[-1][0]]
+        assert row.verdict == verdict, (n, row.measured)
+        if n != 50:
+            assert row.measured == f"off plan: questions {n} (plan: 50)" and row.n == 0
+            assert math.isnan(row.p_holm)
+    # without a registered plan (hand-made tables) the n is not checked
+    data = {"mudaf_table2_methods": table2(60)}
+    assert C.claims_table(data).set_index("claim").loc[C.PLAN_CLAIMS[-1][0]].verdict == "supported"
+
+
+def test_every_claim_names_its_planned_population():
+    assert set(C.PLANNED_N) == {fn for _, _, fn in C.CLAIMS}
