@@ -36,6 +36,10 @@ of all records whatever it retrieves), each tuned method in every one of its tun
 Fig. 2d's claimed scaling on a replication of its own seed. No tuning set shares content with
 any evaluation (``figures.heldout``).
 
+A verdict is read only at the n the registered plan names (``PLANNED_N``, ``off_plan``): a
+figure whose records on disk differ in number from the sizes of ``plan.json`` and its
+amendments (an extended sample, a changed generator) gives an *off plan* row, untested.
+
 When the verdict is *not shown*, ``n_needed`` says how many records the test would need to
 decide it with 80 % power: Connor's (1987) McNemar sample size at the observed difference and
 discordant rate (``mcnemar_sample_size``), the equivalence sample size for TOST, or Fleiss'
