@@ -350,6 +350,18 @@ def logits(handle, text=TEXT):
         return ids, handle.model(ids).logits
 
 
+def assert_same_model(loaded, ref):
+    """Every weight of ``loaded`` equals ``ref``'s exactly, and the logits on ``ref``'s ids
+    agree to 1e-5 (tokens are compared where a test says so)."""
+    reference = ref.model.state_dict()
+    for name, param in loaded.model.state_dict().items():
+        assert torch.equal(param, reference[name]), name
+    ids, want = logits(ref)
+    with torch.no_grad():
+        got = loaded.model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
 def test_f32_gguf_gives_the_safetensors_logits_and_tokens(tiny):
     ckpt, f32, _ = tiny
     ref, loaded = load_model(ckpt), load_model(f32)
@@ -573,13 +585,7 @@ def test_qwen3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypat
     loaded = load_model(write_llama_gguf(st, tmp_path / "tiny-qwen3.gguf", architecture="qwen3"))
     assert loaded.family.name == "qwen3" and loaded.spec == ref.spec
     assert loaded.model.config.head_dim == ref.model.config.head_dim == 16
-    reference = ref.model.state_dict()
-    for name, param in loaded.model.state_dict().items():
-        assert torch.equal(param, reference[name]), name
-    ids, want = logits(ref)
-    with torch.no_grad():
-        got = loaded.model(ids).logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert_same_model(loaded, ref)
 
 
 def test_qwen2_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
@@ -598,12 +604,7 @@ def test_qwen2_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypat
     reference = ref.model.state_dict()
     assert loaded.model.state_dict().keys() == reference.keys()
     assert reference["model.layers.0.self_attn.k_proj.bias"].abs().min() > 0
-    for name, param in loaded.model.state_dict().items():
-        assert torch.equal(param, reference[name]), name
-    ids, want = logits(ref)
-    with torch.no_grad():
-        got = loaded.model(ids).logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert_same_model(loaded, ref)
 
 
 def test_mistral_gguf_loads_as_a_llama_with_the_safetensors_weights_logits_and_tokens(
@@ -629,10 +630,7 @@ def test_mistral_gguf_loads_as_a_llama_with_the_safetensors_weights_logits_and_t
     assert loaded.tokenizer(TEXT)["input_ids"] == ref.tokenizer(TEXT)["input_ids"]
     reference = ref.model.state_dict()
     assert loaded.model.state_dict().keys() == reference.keys()
-    for name, param in loaded.model.state_dict().items():
-        assert torch.equal(param, reference[name]), name
-    (_, want), (_, got) = logits(ref), logits(loaded)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert_same_model(loaded, ref)
 
 
 def test_phi3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatch):
@@ -648,13 +646,7 @@ def test_phi3_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monkeypatc
     loaded = load_model(write_phi3_gguf(st, tmp_path / "tiny-phi3.gguf"))
     assert loaded.family.name == "phi3" and loaded.spec == ref.spec
     assert loaded.model.config.rope_parameters == ref.model.config.rope_parameters
-    reference = ref.model.state_dict()
-    for name, param in loaded.model.state_dict().items():
-        assert torch.equal(param, reference[name]), name
-    ids, want = logits(ref)
-    with torch.no_grad():
-        got = loaded.model(ids).logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert_same_model(loaded, ref)
 
 
 def qwen3_moe_checkpoint(path, **config) -> str:
@@ -684,12 +676,7 @@ def test_qwen3_moe_gguf_gives_the_safetensors_weights_and_logits(tmp_path, monke
         assert getattr(loaded.model.config, field) == getattr(ref.model.config, field), field
     reference = ref.model.state_dict()
     assert loaded.model.state_dict().keys() == reference.keys()
-    for name, param in loaded.model.state_dict().items():
-        assert torch.equal(param, reference[name]), name
-    ids, want = logits(ref)
-    with torch.no_grad():
-        got = loaded.model(ids).logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert_same_model(loaded, ref)
 
 
 def test_qwen3_moe_gguf_without_norm_topk_prob(tmp_path, monkeypatch):
