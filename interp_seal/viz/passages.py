@@ -317,6 +317,7 @@ def definition_comparison(
             y=float(effects["random_exact_match"].iloc[0]),
             line_dash="dash",
             annotation_text="random heads",
+            annotation_position="bottom right",  # below its line; "no heads masked" above
             row=1,
             col=3,
         )
@@ -326,7 +327,7 @@ def definition_comparison(
                 y=unmasked,
                 line_dash="dot",
                 annotation_text="no heads masked",
-                annotation_position="bottom right",
+                annotation_position="top right",
                 row=1,
                 col=3,
             )
