@@ -161,9 +161,11 @@ class FigureSizes:
     # and the answer's lead-in but drops 90-98 % of the record, so a streaming head must do
     # without the queried line; 8 KV heads: 1, 2 (the claims' quarter), 4 and 6 kept full; the
     # gates train on records of the longest length. SmolLM2 (presets/smollm2.json): it
-    # retrieves lines only in its 3-7-line regime, so 5 and 10 lines (~265 and ~360 tokens in
-    # its chat template, far inside its 8K window) with the same 64-token window, which drops
-    # ~75-80 % of the record and keeps the question; 90 KV heads: 9, 23 (the quarter) and 45
+    # retrieves lines only in its 3-7-line regime, so 5 and 7 lines (~264 and ~301 tokens in
+    # its chat template, far inside its 8K window; 7, the gallery's long length, is where its
+    # base model retrieves a non-last line best, 0.22 in SEAL Table 1's fresh records against
+    # 0.15 at 5 and 10, so the compression claims read there; chosen before any KV data) with
+    # the same 64-token window, which drops ~75-80 % of the record and keeps the question; 90 KV heads: 9, 23 (the quarter) and 45
     # full; its causal sweep runs on 10 of the 40 detection questions (270 heads, one forward
     # per head and question on one CPU thread); gates on 10-line tuning records.
     definition_questions: int = 440
