@@ -19,11 +19,20 @@ Five definitions of a retrieval head are computed by this toolkit, each from its
 Each paper compares at most two of these. ``compare_rankings`` puts any number side by side on
 the same heads:
 
-- **Spearman's rank correlation** between every two rankings, over all heads;
+- **Spearman's rank correlation** between every two rankings, over all heads, on each
+  definition's own ``score`` where the table has one: heads of equal score share their average
+  rank, as in scipy's ``spearmanr``. A ``rank`` column alone breaks ties by head index (the
+  query heads of one KV head under DuoAttention's gates, the many heads a copy-paste or passage
+  score leaves at 0), and two rankings that both fall back on index order correlate by that
+  order alone: on the organism that inflated copy_paste vs duo from +0.28 to +0.56;
 - **top-k overlap**: the share of the top ``k`` heads two rankings have in common, at the
   paper-typical ``k`` of 5 % of the heads (Wu et al. and MuDAF's Fig. 4 take about 5 %: 50 of
   Llama-3.1-8B's 1,024), with the hypergeometric p of an overlap at least this large between
-  two random sets of ``k`` (``statistics.overlap_test``).
+  two random sets of ``k`` (``statistics.overlap_test``);
+- **ties at the cut** (``tie_at_cut``): where the ``k``-th and the ``k + 1``-th heads score the
+  same, the top set is index order, not the definition (DuoAttention's gates tie the query
+  heads of a KV head: its top 2 of 32 heads are 2 of 4 equals). ``RankingComparison.cut``
+  names such rankings; what their top set does is not evidence about the definition.
 
 ``mask_rankings`` asks what each set is *for*: the top ``k`` heads of every ranking are zeroed
 on the same records (``masking.masking_experiment``: one baseline, one condition per
@@ -38,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +98,8 @@ class RankingComparison:
         spearman: rankings x rankings, Spearman's rho over all heads.
         overlap: rankings x rankings, shared top-``k`` heads / ``k``.
         overlap_p: rankings x rankings, the overlap's hypergeometric p (one-sided).
+        cut: rankings whose top ``k`` is cut from a tie of scores (``tie_at_cut``): name ->
+            (heads of the tie inside the top set, heads tied); the set is index order there.
     """
 
     k: int
@@ -96,6 +107,7 @@ class RankingComparison:
     spearman: pd.DataFrame
     overlap: pd.DataFrame
     overlap_p: pd.DataFrame
+    cut: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def pairs(self) -> pd.DataFrame:
         """One row per two rankings (each pair once): rho, shared heads, overlap and its p."""
@@ -117,8 +129,22 @@ class RankingComparison:
         )
 
 
-def _ranks(rankings: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Heads x rankings, each ranking's rank of each head (checked: the same heads, once each)."""
+def tie_at_cut(ranking: pd.DataFrame, k: int, score: str = "score") -> tuple[int, int]:
+    """Is ``ranking``'s top ``k`` fixed by its ``score``? ``(inside, tied)``: of the heads
+    scoring exactly what the ``k``-th best head scores, how many are in the top ``k`` and how
+    many there are. The set is the definition's iff ``inside == tied``; ``(0, 0)`` when the
+    table has no ``score`` column (its ``rank`` is taken as given)."""
+    if score not in ranking.columns or k >= len(ranking):
+        return (0, 0)
+    ordered = ranking.sort_values("rank")[score].to_numpy(dtype=float)
+    tied = ordered == ordered[k - 1]
+    return (int(tied[:k].sum()), int(tied.sum()))
+
+
+def _ranks(rankings: Mapping[str, pd.DataFrame], score: str = "score") -> pd.DataFrame:
+    """Heads x rankings, each ranking's rank of each head (checked: the same heads, once each):
+    from its ``score`` (higher first, ties sharing their average rank) where the table has one,
+    else its ``rank``."""
     if len(rankings) < 2:
         raise ValueError(f"compare at least two rankings, got {len(rankings)}")
     columns, heads = {}, None
@@ -134,17 +160,23 @@ def _ranks(rankings: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         if heads is not None and set(index) != heads:
             raise ValueError(f"ranking {name!r} does not rank the same heads as the others")
         heads = set(index)
-        columns[name] = pd.Series(table["rank"].to_numpy(dtype=float), index=index)
+        if score in table.columns:
+            values = (-table[score].astype(float)).rank(method="average").to_numpy()
+        else:
+            values = table["rank"].to_numpy(dtype=float)
+        columns[name] = pd.Series(values, index=index)
     return pd.DataFrame(columns).sort_index()
 
 
 def compare_rankings(
-    rankings: Mapping[str, pd.DataFrame], *, share: float = TOP_SHARE
+    rankings: Mapping[str, pd.DataFrame], *, share: float = TOP_SHARE, score: str = "score"
 ) -> RankingComparison:
     """Spearman's rho and top-``k`` overlaps between every two of ``rankings`` (name -> a
     ranked head table with ``layer``, ``head`` and ``rank``, as every score of the toolkit
-    writes; all of the same heads), ``k`` being the top ``share`` of the heads."""
-    ranks = _ranks(rankings)
+    writes; all of the same heads), ``k`` being the top ``share`` of the heads. A table's
+    ``score`` column (higher first), where it has one, gives Spearman's ranks with ties
+    averaged and marks a top set cut from a tie (``cut``)."""
+    ranks = _ranks(rankings, score)
     names, total = list(ranks.columns), len(ranks)
     k = top_k(total, share)
     sets = {name: top_ranked(rankings[name], k) for name in names}
@@ -159,6 +191,11 @@ def compare_rankings(
         spearman=spearman.loc[names, names],
         overlap=frame(shared / k),
         overlap_p=frame(p),
+        cut={
+            name: tie
+            for name in names
+            if (tie := tie_at_cut(rankings[name], k, score))[0] != tie[1]
+        },
     )
 
 

@@ -669,8 +669,14 @@ CAUSAL_CLAIM = "Causally chosen full-KV heads beat every score-chosen set at the
 def definition_masking(d: Data, definition: str) -> Check:
     """Every random draw above ``definition``'s top 5 % of heads zeroed, question by question,
     on the fresh questions (``figures.definitions``; the heads ranked on the detection
-    questions)."""
-    r = d["heads_definitions"]["records"]
+    questions). Where that top set is cut from a tie of the definition's scores
+    (``definitions.cut_ties``: DuoAttention's gates tie the query heads of a KV head) the set
+    is head-index order, not the definition's, and the row is *not shown* whatever the test
+    says, with no p to correct (a claim without a test)."""
+    from interp_seal.figures.definitions import cut_ties
+
+    tables = d["heads_definitions"]
+    r = tables["records"]
     r = r[r["mode"] == "zero"]
     if definition not in set(r.strategy):
         raise MissingData(f"heads_definitions has no {definition} arm")
@@ -692,7 +698,19 @@ def definition_masking(d: Data, definition: str) -> Check:
         f"{rates['random'].mean():.2f} (mean of {len(seeds)} draws)"
     )
     c = combine(parts, text)
-    return replace(c, test=c.test + f"; each of {len(seeds)} random draws must beat it")
+    c = replace(c, test=c.test + f"; each of {len(seeds)} random draws must beat it")
+    cut = cut_ties(tables).get(definition) if "rankings" in tables else None  # hand-made: none
+    if cut is None:
+        return c
+    inside, tied = cut
+    return replace(
+        c,
+        measured=f"{text}; but its top set is {inside} of {tied} heads tied at one score, "
+        f"taken in head-index order (McNemar p {c.p_value:.3g} for that set)",
+        p_value=math.nan,
+        verdict="not shown",
+        n_needed="none: the top set is not fixed by the definition's scores",
+    )
 
 
 def copy_paste_masking(d: Data) -> Check:

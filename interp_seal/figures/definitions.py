@@ -44,6 +44,8 @@ from interp_seal.analysis.head_definitions import (
     mask_rankings,
     masking_effects,
     sweep_ranking,
+    tie_at_cut,
+    top_k,
 )
 from interp_seal.analysis.kv_compression import compression_curve
 from interp_seal.analysis.qrhead import qr_scores
@@ -131,6 +133,19 @@ def _split(t: Tables) -> dict[str, pd.DataFrame]:
     return {d: r[r.definition == d].drop(columns="definition") for d in dict.fromkeys(names)}
 
 
+def cut_ties(t: Tables) -> dict[str, tuple[int, int]]:
+    """The definitions whose top 5 % is cut from a tie of their scores (``tie_at_cut``):
+    name -> (heads of the tie in the top set, heads tied). DuoAttention's gates give every
+    query head of a KV head the same score, so a top set smaller than the tie is index order,
+    and what zeroing it does says nothing about the definition."""
+    out = {}
+    for name, ranking in _split(t).items():
+        inside, tied = tie_at_cut(ranking, top_k(len(ranking)))
+        if inside != tied:
+            out[name] = (inside, tied)
+    return out
+
+
 # -- heads_definitions ------------------------------------------------------------------------
 def definitions_compute(run: FigureRun) -> Tables:
     s = run.sizes
@@ -168,7 +183,10 @@ def definitions_draw(t: Tables):
 
 
 def definitions_read(t: Tables) -> str:
-    pairs, effects = t["pairs"], t["effects"].set_index("definition")
+    # from the rankings, as ``definitions_draw`` does: a ``pairs`` table stored before tied
+    # scores shared their rank would keep rho from head-index order
+    pairs = compare_rankings(_split(t)).pairs()
+    effects = t["effects"].set_index("definition")
     k = int(pairs.k.iloc[0])
     sets = {
         d: " ".join(f"L{int(r.layer)}H{int(r['head'])}" for _, r in g.head(k).iterrows())
@@ -183,6 +201,11 @@ def definitions_read(t: Tables) -> str:
         + ", ".join(f"{d} {r.exact_match:.2f}" for d, r in effects.iterrows())
         + f" (random sets {effects.random_exact_match.iloc[0]:.2f}, none zeroed "
         f"{effects.unmasked_exact_match.iloc[0]:.2f})."
+        + "".join(
+            f" {d}'s top {k} are {a} of {b} heads tied at one score, taken in head-index "
+            "order: not the definition's set."
+            for d, (a, b) in cut_ties(t).items()
+        )
     )
 
 

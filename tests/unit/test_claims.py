@@ -129,6 +129,39 @@ def test_masking_by_each_definition_must_beat_every_random_draw(
         assert fn(data).verdict == "not shown"
 
 
+def test_a_masked_set_cut_from_a_tie_of_scores_is_not_read():
+    # DuoAttention's gates tie the 4 query heads of a KV head: with 32 heads the top 5 % (2)
+    # of duo is 2 of 4 equals, taken by head index; on the organism that pair held L0H1 (0.01)
+    # where the pairs without it score 0.73. Such a set is not the definition's
+    heads = [(layer, head) for layer in range(4) for head in range(8)]
+    gate = {h: 1.0 - 0.1 * h[0] - 0.01 * (h[1] // 4) for h in heads}
+    rankings = []
+    for name in ("copy_paste", "duo"):
+        score = gate if name == "duo" else {h: float(32 - i) for i, h in enumerate(heads)}
+        table = pd.DataFrame([{"layer": a, "head": b, "score": score[a, b]} for a, b in heads])
+        table = table.sort_values(["score", "layer", "head"], ascending=[False, True, True])
+        rankings.append(table.assign(rank=range(1, 33), definition=name))
+    others = {d: [1] * 20 for d in ("copy_paste", "passage", "qr", "causal")}
+    data = {
+        "heads_definitions": {
+            "records": definition_records([1] * 20, others | {"duo": [0] * 20}),
+            "rankings": pd.concat(rankings, ignore_index=True),
+        }
+    }
+    row = C.duo_masking(data)
+    assert row.verdict == "not shown" and math.isnan(row.p_value)
+    assert "2 of 4 heads tied at one score" in row.measured
+    # copy_paste's scores fix its top set: read as before
+    data["heads_definitions"]["records"] = definition_records(
+        [1] * 20, {**others, "copy_paste": [0] * 20, "duo": [0] * 20}
+    )
+    assert C.copy_paste_masking(data).verdict == "supported"
+    # the untested row enters Holm's correction with p = 1 and stays not shown
+    table = C.claims_table(data)
+    duo = table[table.claim == C.masking_claim("duo")].iloc[0]
+    assert duo.verdict == "not shown" and math.isnan(duo.p_holm)
+
+
 def kv_tables(arms: dict[tuple[str, int], list[int]], *, outside: dict | None = None):
     """``kv_budget``'s tables at 200 lines, 8 KV heads (budget 2): 20 records whose queried
     line lies before the window (``arms``' outcomes) and 10 whose line is inside it

@@ -15,6 +15,7 @@ from interp_seal.analysis.head_definitions import (
     mask_rankings,
     masking_effects,
     sweep_ranking,
+    tie_at_cut,
     top_k,
 )
 from interp_seal.analysis.statistics import holm
@@ -66,6 +67,42 @@ def test_compare_rankings_against_scipy_and_counting():
             assert result.overlap_p.loc[x, y] == pytest.approx(brute_overlap_p(shared, 2, 8))
     assert result.spearman.loc["a", "reversed"] == pytest.approx(-1.0)
     assert result.overlap.loc["a", "a_again"] == 1.0 and result.overlap.loc["a", "reversed"] == 0
+
+
+def scored(scores: dict[tuple[int, int], float]) -> pd.DataFrame:
+    """A ranked head table as ``rank_heads`` writes it: ``score`` descending, ties broken by
+    head index."""
+    table = pd.DataFrame(
+        [{"layer": h[0], "head": h[1], "score": v} for h, v in scores.items()]
+    ).sort_values(["score", "layer", "head"], ascending=[False, True, True])
+    return table.assign(rank=range(1, len(table) + 1)).reset_index(drop=True)
+
+
+def test_spearman_gives_tied_scores_their_average_rank_not_index_order():
+    # two definitions that both leave most heads at one score (DuoAttention's gates tie the
+    # query heads of a KV head; copy-paste scores are 0 for most heads): their rank columns
+    # break those ties by head index alike, which alone correlates them
+    a = scored({h: 1.0 if h == (1, 3) else 0.0 for h in HEADS})
+    b = scored({h: 0.9 if h[0] == 0 else 0.1 for h in HEADS})
+    result = compare_rankings({"a": a, "b": b}, share=0.25)
+    expected = spearmanr([-1.0 * (h == (1, 3)) for h in HEADS], [-0.9 + 0.8 * h[0] for h in HEADS])
+    assert result.spearman.loc["a", "b"] == pytest.approx(expected.statistic, abs=1e-12)
+    assert result.spearman.loc["a", "b"] < 0  # the rank columns alone gave +0.33
+    # without a score column the ranks are taken as given
+    plain = compare_rankings({"a": a.drop(columns="score"), "b": b.drop(columns="score")})
+    ranks = [[t.set_index(["layer", "head"])["rank"][h] for h in HEADS] for t in (a, b)]
+    assert plain.spearman.loc["a", "b"] == pytest.approx(spearmanr(*ranks).statistic)
+
+
+def test_a_top_set_cut_from_a_tie_is_named():
+    gates = scored({h: [0.99, 0.5][h[0]] for h in HEADS})  # one KV head per layer, 4 queries
+    clear = scored({h: 8 - i for i, h in enumerate(HEADS)})
+    assert tie_at_cut(gates, 2) == (2, 4) and tie_at_cut(clear, 2) == (1, 1)
+    assert tie_at_cut(gates, 4) == (4, 4)  # the whole tie inside: fixed by the scores
+    assert tie_at_cut(gates.drop(columns="score"), 2) == (0, 0)
+    result = compare_rankings({"gates": gates, "clear": clear}, share=0.25)
+    assert result.k == 2 and result.cut == {"gates": (2, 4)}
+    assert compare_rankings({"gates": gates, "clear": clear}, share=0.5).cut == {}
 
 
 def test_compare_rankings_refuses_rankings_of_other_heads():
