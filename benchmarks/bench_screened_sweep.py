@@ -201,7 +201,7 @@ from interp_seal.interventions import ablate
 from interp_seal.records import read_records
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
-REFERENCES = [DATA / "smollm2_head_sweep", DATA / "smollm2_head_sweep_seed1"]
+REFERENCES = [DATA / f"smollm2_head_sweep{tag}" for tag in ("", "_seed1", "_seed2")]
 
 
 def reference_deltas(records: list[dict], lengths: list[int], n: int) -> np.ndarray:
@@ -462,7 +462,8 @@ def main() -> None:
         f"screened_s={screened_s:.0f} candidates={args.candidates} "
         f"confirm_records={args.confirm_records} top_k={args.top_k} n={n} "
         f"lengths={'/'.join(map(str, lengths))} "
-        f"reference_cpu_s={sum(run['cpu_s'] for run in runs):.0f} "
+        f"reference_cpu_s={sum(run['cpu_s'] or 0 for run in runs):.0f} "
+        f"reference_cpu_s_runs={sum(run['cpu_s'] is not None for run in runs)}/{len(runs)} "
         f"split_half={halves.mean():.2f} qk_fix={args.qk_fix} grad_drop={args.grad_drop} "
         f"{result_tags(args, clock)}"
     )
