@@ -88,6 +88,40 @@ def sweep_ranking(sweep: pd.DataFrame, metric: str = "answer_logprob") -> pd.Dat
     return rank_heads(heads, ["score"])
 
 
+SCORE_COLUMNS = {  # the column each definition's own table is ranked by (``rank_heads``)
+    "copy_paste": "score",
+    "passage": "f1",
+    "qr": "qr_score",
+    "causal": "score",
+    "duo": "gate",
+}
+
+
+def scored(rankings: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The five definitions' own tables (``needle_retrieval_scores(...).heads``,
+    ``passage_retrieval_scores(...).heads``, ``qr_scores(...).heads``, ``sweep_ranking``,
+    ``gate_ranking``, under the names of ``SCORE_COLUMNS``) as ``layer``, ``head``, ``score``,
+    ``rank``, best first, ``score`` being the column the definition ranks by: what
+    ``compare_rankings`` needs to average the ranks of tied heads and to name a top set cut
+    from a tie. A table under another name is kept as it is (with a ``score`` column of its
+    own, or compared by its ``rank``, ties then broken by head index)."""
+    out = {}
+    for name, table in rankings.items():
+        column = SCORE_COLUMNS.get(name)
+        if column is None:
+            out[name] = table
+            continue
+        out[name] = pd.DataFrame(
+            {
+                "layer": table["layer"].astype(int),
+                "head": table["head"].astype(int),
+                "score": table[column].astype(float),
+                "rank": table["rank"].astype(int),
+            }
+        ).sort_values("rank", ignore_index=True)
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class RankingComparison:
     """Rankings of the same heads compared (module docstring).

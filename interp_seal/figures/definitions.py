@@ -43,6 +43,7 @@ from interp_seal.analysis.head_definitions import (
     compare_rankings,
     mask_rankings,
     masking_effects,
+    scored,
     sweep_ranking,
     tie_at_cut,
     top_k,
@@ -57,7 +58,6 @@ from interp_seal.viz.passages import compression_curves, definition_comparison
 
 Tables = dict[str, pd.DataFrame]
 DEFINITIONS = ("copy_paste", "passage", "qr", "causal", "duo")
-SCORE_COLUMN = {"copy_paste": "score", "passage": "f1", "qr": "qr_score", "causal": "score"}
 KV_SEED = 4  # the KV figure's fresh line records (seeds 0-3 are the SEAL figures')
 BUDGET_SHARE = 0.25  # the compression claims' budget: this share of the KV heads kept full
 
@@ -112,18 +112,7 @@ def rankings(run: FigureRun) -> dict[str, pd.DataFrame]:
         "causal": sweep_ranking(sweep),
         "duo": gate_ranking(duo_gates(run), run.handle.spec.n_heads),
     }
-    out = {}
-    for name, table in found.items():
-        score = table[SCORE_COLUMN.get(name, "gate")].astype(float)
-        out[name] = pd.DataFrame(
-            {
-                "layer": table["layer"].astype(int),
-                "head": table["head"].astype(int),
-                "score": score,
-                "rank": table["rank"].astype(int),
-            }
-        ).sort_values("rank", ignore_index=True)
-    return out
+    return scored(found)
 
 
 def _split(t: Tables) -> dict[str, pd.DataFrame]:
