@@ -733,6 +733,33 @@ def duo_masking(d: Data) -> Check:
     return definition_masking(d, "duo")
 
 
+def kv_unfixed(d: Data, c: Check, names: list[str]) -> Check:
+    """``c``, or *not shown* where one of ``names`` keeps a full-KV set at the claims' budget
+    that its scores do not fix (``definitions.kv_cut_ties``: the budget cuts a tie of KV-head
+    scores, so the set is layer / head order and what it does says nothing about the
+    definition; as ``definition_masking`` reads a tie-cut top set). Without stored rankings
+    (hand-made tables) ``c`` stands."""
+    from interp_seal.figures.definitions import claim_budget, kv_cut_ties
+
+    if "heads_definitions" not in d or "rankings" not in d["heads_definitions"]:
+        return c
+    curve = d["kv_budget"]["curve"]
+    total = int(curve[curve.definition == "all full"].full_kv_heads.iloc[0])
+    budget = claim_budget(total)
+    cut = kv_cut_ties(d["heads_definitions"], total, budget)
+    said = [f"{n} keeps {cut[n][0]} of {cut[n][1]} tied KV heads" for n in names if n in cut]
+    if not said:
+        return c
+    return replace(
+        c,
+        measured=f"{c.measured}; but at {budget} full KV heads {', '.join(said)}, "
+        f"taken in layer / head order (McNemar p {c.p_value:.3g} for those sets)",
+        p_value=math.nan,
+        verdict="not shown",
+        n_needed="none: a full-KV set is not fixed by the definition's scores",
+    )
+
+
 def kv_population(d: Data) -> tuple[pd.DataFrame, int, int]:
     """The compression claims' records (the plan's population): at the longest length and
     the claims' budget, those whose queried line lies before the recent window (decided by
@@ -774,7 +801,8 @@ def duo_beats_random(d: Data) -> Check:
         f"{rate['random']:.2f} (mean of {len(seeds)} orders)"
     )
     c = combine(parts, text)
-    return replace(c, test=c.test + f"; each of {len(seeds)} random orders must lose")
+    c = replace(c, test=c.test + f"; each of {len(seeds)} random orders must lose")
+    return kv_unfixed(d, c, ["duo"])
 
 
 def causal_beats_scores(d: Data) -> Check:
@@ -790,7 +818,8 @@ def causal_beats_scores(d: Data) -> Check:
         + ", ".join(f"{o} {rate[o]:.2f}" for o in ("causal", *others))
     )
     c = combine(parts, text)
-    return replace(c, test=c.test + "; all four must lose")
+    c = replace(c, test=c.test + "; all four must lose")
+    return kv_unfixed(d, c, ["causal", *others])
 
 
 PLAN_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (

@@ -48,7 +48,7 @@ from interp_seal.analysis.head_definitions import (
     tie_at_cut,
     top_k,
 )
-from interp_seal.analysis.kv_compression import compression_curve
+from interp_seal.analysis.kv_compression import compression_curve, kv_tie_at_cut
 from interp_seal.analysis.qrhead import qr_scores
 from interp_seal.analysis.sweeps import SweepOptions, head_sweep
 from interp_seal.figures import mudaf as M
@@ -130,6 +130,19 @@ def cut_ties(t: Tables) -> dict[str, tuple[int, int]]:
     out = {}
     for name, ranking in _split(t).items():
         inside, tied = tie_at_cut(ranking, top_k(len(ranking)))
+        if inside != tied:
+            out[name] = (inside, tied)
+    return out
+
+
+def kv_cut_ties(t: Tables, kv_heads: int, budget: int) -> dict[str, tuple[int, int]]:
+    """The definitions whose ``budget`` full KV heads (of ``kv_heads``) are cut from a tie of
+    their scores (``kv_compression.kv_tie_at_cut``; the rankings are ``heads_definitions``'s,
+    the ones ``kv_budget`` ranks by): name -> (KV heads of the tie kept full, KV heads tied)."""
+    out = {}
+    for name, ranking in _split(t).items():
+        group = len(ranking) // kv_heads  # query heads per KV head
+        inside, tied = kv_tie_at_cut(ranking, group, budget)
         if inside != tied:
             out[name] = (inside, tied)
     return out

@@ -256,3 +256,41 @@ def test_a_claim_is_read_only_at_the_registered_n():
 
 def test_every_claim_names_its_planned_population():
     assert set(C.PLANNED_N) == {fn for _, _, fn in C.CLAIMS}
+
+
+def test_a_full_kv_set_cut_from_a_tie_of_scores_is_not_read():
+    # the KV claims keep 2 of 8 KV heads full; a KV head scores what its best reader scores.
+    # Where the 2nd and 3rd KV heads score the same, the full set is layer / head order
+    heads = [(layer, head) for layer in range(4) for head in range(8)]  # 4 readers per KV head
+    kv_score = {(0, 0): 0.9, (0, 1): 0.8, (1, 0): 0.8}  # the rest 0.1 - 0.01 * layer
+
+    def rankings(tied: bool) -> pd.DataFrame:
+        tables = []
+        for name in ("causal", *SCORED):
+            score = {}
+            for a, b in heads:
+                kv = (a, b // 4)
+                value = kv_score.get(kv, 0.1 - 0.01 * a)
+                if name == "duo" and not tied and kv == (1, 0):
+                    value = 0.7
+                score[a, b] = value - (0 if name == "duo" else 0.001 * (b % 4))
+            table = pd.DataFrame([{"layer": a, "head": b, "score": score[a, b]} for a, b in heads])
+            table = table.sort_values(["score", "layer", "head"], ascending=[False, True, True])
+            tables.append(table.assign(rank=range(1, 33), definition=name))
+        return pd.concat(tables, ignore_index=True)
+
+    arms = {("duo", -1): [1] * 20, ("random", 0): [0] * 20, ("random", 1): [0] * 20}
+    data = kv_tables(arms)
+    data["heads_definitions"] = {"rankings": rankings(tied=True)}
+    row = C.duo_beats_random(data)
+    assert row.verdict == "not shown" and math.isnan(row.p_value) and row.n == 20
+    assert "duo keeps 1 of 2 tied KV heads" in row.measured
+    data["heads_definitions"] = {"rankings": rankings(tied=False)}
+    assert C.duo_beats_random(data).verdict == "supported"
+    # causal against the score-chosen sets: any one of them cut from a tie is not read
+    arms = {("causal", -1): [1] * 20} | {(d, -1): [0] * 20 for d in SCORED}
+    data = kv_tables(arms | {("random", 0): [0] * 20})
+    data["heads_definitions"] = {"rankings": rankings(tied=True)}
+    assert C.causal_beats_scores(data).verdict == "not shown"
+    data["heads_definitions"] = {"rankings": rankings(tied=False)}
+    assert C.causal_beats_scores(data).verdict == "not shown"  # the other three still tie

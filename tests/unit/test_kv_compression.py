@@ -10,6 +10,7 @@ import pytest
 from interp_seal.analysis.kv_compression import (
     compression_curve,
     kv_head_order,
+    kv_tie_at_cut,
     random_order,
     streaming_config,
 )
@@ -40,6 +41,19 @@ def test_a_kv_head_ranks_by_its_best_reader(handle):
     assert random_order(spec, 3) == random_order(spec, 3)
     with pytest.raises(ValueError, match="outside the model"):
         kv_head_order(ranking([(2, 0)]), spec)
+
+
+def test_a_full_kv_set_is_fixed_only_where_the_budget_cuts_no_tie():
+    # 2 layers x 4 query heads, 2 per KV head: KV heads score 0.9, 0.5, 0.5, 0.1 (best reader)
+    score = {(0, 0): 0.9, (0, 1): 0.2, (0, 2): 0.5, (0, 3): 0.4}
+    score |= {(1, 0): 0.1, (1, 1): 0.5, (1, 2): 0.1, (1, 3): 0.0}
+    table = pd.DataFrame([{"layer": a, "head": b, "score": v} for (a, b), v in score.items()])
+    table = table.sort_values("score", ascending=False).assign(rank=range(1, 9))
+    assert kv_tie_at_cut(table, 2, 1) == (1, 1)  # (0, 0) alone
+    assert kv_tie_at_cut(table, 2, 2) == (1, 2)  # one of (0, 1) and (1, 0), equal at 0.5
+    assert kv_tie_at_cut(table, 2, 3) == (2, 2)
+    assert kv_tie_at_cut(table, 2, 4) == (0, 0)  # every KV head: nothing is cut
+    assert kv_tie_at_cut(table.drop(columns="score"), 2, 2) == (0, 0)  # a rank alone
 
 
 def test_curve_equals_direct_streaming_runs(handle, tmp_path):
