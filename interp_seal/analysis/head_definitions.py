@@ -88,27 +88,20 @@ def sweep_ranking(sweep: pd.DataFrame, metric: str = "answer_logprob") -> pd.Dat
     return rank_heads(heads, ["score"])
 
 
-SCORE_COLUMNS = {  # the column each definition's own table is ranked by (``rank_heads``)
-    "copy_paste": "score",
-    "passage": "f1",
-    "qr": "qr_score",
-    "causal": "score",
-    "duo": "gate",
-}
+RANKED_BY = ("score", "qr_score", "f1", "gate")  # the column each toolkit table ranks by
 
 
 def scored(rankings: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """The five definitions' own tables (``needle_retrieval_scores(...).heads``,
-    ``passage_retrieval_scores(...).heads``, ``qr_scores(...).heads``, ``sweep_ranking``,
-    ``gate_ranking``, under the names of ``SCORE_COLUMNS``) as ``layer``, ``head``, ``score``,
-    ``rank``, best first, ``score`` being the column the definition ranks by: what
-    ``compare_rankings`` needs to average the ranks of tied heads and to name a top set cut
-    from a tie. A table under another name is kept as it is (with a ``score`` column of its
-    own, or compared by its ``rank``, ties then broken by head index)."""
+    """Each ranked head table as ``layer``, ``head``, ``score``, ``rank``, best first, ``score``
+    being the column the table was ranked by: the first of ``RANKED_BY`` it has (copy-paste and
+    causal ``score``, QRHead ``qr_score``, passage ``f1``, DuoAttention ``gate``; a table
+    written by the CLI keeps its columns). ``compare_rankings`` reads it to average the ranks of
+    tied heads and to name a top set cut from a tie. A table with none of them is kept as it is
+    and compared by its ``rank`` (ties then broken by head index)."""
     out = {}
     for name, table in rankings.items():
-        column = SCORE_COLUMNS.get(name)
-        if column is None:
+        column = next((c for c in RANKED_BY if c in table.columns), None)
+        if column is None or not {"layer", "head", "rank"} <= set(table.columns):
             out[name] = table
             continue
         out[name] = pd.DataFrame(
@@ -203,14 +196,15 @@ def _ranks(rankings: Mapping[str, pd.DataFrame], score: str = "score") -> pd.Dat
 
 
 def compare_rankings(
-    rankings: Mapping[str, pd.DataFrame], *, share: float = TOP_SHARE, score: str = "score"
+    rankings: Mapping[str, pd.DataFrame], *, share: float = TOP_SHARE
 ) -> RankingComparison:
     """Spearman's rho and top-``k`` overlaps between every two of ``rankings`` (name -> a
     ranked head table with ``layer``, ``head`` and ``rank``, as every score of the toolkit
-    writes; all of the same heads), ``k`` being the top ``share`` of the heads. A table's
-    ``score`` column (higher first), where it has one, gives Spearman's ranks with ties
-    averaged and marks a top set cut from a tie (``cut``)."""
-    ranks = _ranks(rankings, score)
+    writes; all of the same heads), ``k`` being the top ``share`` of the heads. The column a
+    table was ranked by (``scored``; higher first), where it has one, gives Spearman's ranks
+    with ties averaged and marks a top set cut from a tie (``cut``)."""
+    rankings = scored(rankings)
+    ranks = _ranks(rankings)
     names, total = list(ranks.columns), len(ranks)
     k = top_k(total, share)
     sets = {name: top_ranked(rankings[name], k) for name in names}
@@ -225,11 +219,7 @@ def compare_rankings(
         spearman=spearman.loc[names, names],
         overlap=frame(shared / k),
         overlap_p=frame(p),
-        cut={
-            name: tie
-            for name in names
-            if (tie := tie_at_cut(rankings[name], k, score))[0] != tie[1]
-        },
+        cut={name: tie for name in names if (tie := tie_at_cut(rankings[name], k))[0] != tie[1]},
     )
 
 

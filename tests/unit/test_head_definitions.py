@@ -270,3 +270,29 @@ def test_compare_command_refuses_bad_rankings(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_tables_are_compared_on_the_column_they_were_ranked_by():
+    # the toolkit's tables as written (the CLI reads them back so): passage ranks by f1 (many
+    # heads at 0), DuoAttention by gate (a KV head's readers tie), QRHead by qr_score; scipy's
+    # spearmanr on those columns averages the ties, and so must the comparison
+    from scipy.stats import spearmanr
+
+    from interp_seal.analysis.retrieval_scores import rank_heads
+
+    heads = pd.DataFrame({"layer": [h[0] for h in HEADS], "head": [h[1] for h in HEADS]})
+    columns = {
+        "passage": ("f1", [0.5, 0.0, 0.0, 0.2, 0.0, 0.0, 0.9, 0.0]),
+        "duo": ("gate", [0.9, 0.9, 0.4, 0.4, 0.7, 0.7, 0.1, 0.1]),
+        "qr": ("qr_score", [0.3, -0.1, 0.8, 0.05, 0.6, 0.2, 0.7, -0.4]),
+    }
+    tables = {n: rank_heads(heads.assign(**{c: v}), [c]) for n, (c, v) in columns.items()}
+    pairs = compare_rankings(tables, share=0.25).pairs().set_index(["a", "b"])
+    value = {
+        n: t.set_index(["layer", "head"])[columns[n][0]].reindex(HEADS) for n, t in tables.items()
+    }
+    for (a, b), row in pairs.iterrows():
+        assert row.spearman == pytest.approx(spearmanr(value[a], value[b])[0], abs=1e-12)
+    # by their index-broken ranks the same tables would correlate otherwise
+    broken = {n: t.drop(columns=columns[n][0]) for n, t in tables.items()}
+    assert compare_rankings(broken, share=0.25).pairs().spearman.tolist() != pairs.spearman.tolist()
