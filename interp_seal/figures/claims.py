@@ -703,13 +703,23 @@ def definition_masking(d: Data, definition: str) -> Check:
     if cut is None:
         return c
     inside, tied = cut
+    return unread(
+        c,
+        f"its top set is {inside} of {tied} heads tied at one score, taken in head-index order",
+        "the top set",
+    )
+
+
+def unread(c: Check, why: str, what: str) -> Check:
+    """``c`` not read: ``what`` (a head set) is not fixed by its definition's scores, ``why``
+    says how, so the row is *not shown* with no p (Holm counts it as p = 1) whatever its
+    test gave, which ``measured`` keeps for the record."""
     return replace(
         c,
-        measured=f"{text}; but its top set is {inside} of {tied} heads tied at one score, "
-        f"taken in head-index order (McNemar p {c.p_value:.3g} for that set)",
+        measured=f"{c.measured}; but {why} (McNemar p {c.p_value:.3g} for that set)",
         p_value=math.nan,
         verdict="not shown",
-        n_needed="none: the top set is not fixed by the definition's scores",
+        n_needed=f"none: {what} is not fixed by the definition's scores",
     )
 
 
@@ -750,14 +760,8 @@ def kv_unfixed(d: Data, c: Check, names: list[str]) -> Check:
     said = [f"{n} keeps {cut[n][0]} of {cut[n][1]} tied KV heads" for n in names if n in cut]
     if not said:
         return c
-    return replace(
-        c,
-        measured=f"{c.measured}; but at {budget} full KV heads {', '.join(said)}, "
-        f"taken in layer / head order (McNemar p {c.p_value:.3g} for those sets)",
-        p_value=math.nan,
-        verdict="not shown",
-        n_needed="none: a full-KV set is not fixed by the definition's scores",
-    )
+    why = f"at {budget} full KV heads {', '.join(said)}, taken in layer / head order"
+    return unread(c, why, "a full-KV set")
 
 
 def kv_population(d: Data) -> tuple[pd.DataFrame, int, int]:
