@@ -156,19 +156,19 @@ class RankingComparison:
         )
 
 
-def tie_at_cut(ranking: pd.DataFrame, k: int, score: str = "score") -> tuple[int, int]:
+def tie_at_cut(ranking: pd.DataFrame, k: int) -> tuple[int, int]:
     """Is ``ranking``'s top ``k`` fixed by its ``score``? ``(inside, tied)``: of the heads
     scoring exactly what the ``k``-th best head scores, how many are in the top ``k`` and how
     many there are. The set is the definition's iff ``inside == tied``; ``(0, 0)`` when the
     table has no ``score`` column (its ``rank`` is taken as given)."""
-    if score not in ranking.columns or k >= len(ranking):
+    if "score" not in ranking.columns or k >= len(ranking):
         return (0, 0)
-    ordered = ranking.sort_values("rank")[score].to_numpy(dtype=float)
+    ordered = ranking.sort_values("rank")["score"].to_numpy(dtype=float)
     tied = ordered == ordered[k - 1]
     return (int(tied[:k].sum()), int(tied.sum()))
 
 
-def _ranks(rankings: Mapping[str, pd.DataFrame], score: str = "score") -> pd.DataFrame:
+def _ranks(rankings: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Heads x rankings, each ranking's rank of each head (checked: the same heads, once each):
     from its ``score`` (higher first, ties sharing their average rank) where the table has one,
     else its ``rank``."""
@@ -187,8 +187,8 @@ def _ranks(rankings: Mapping[str, pd.DataFrame], score: str = "score") -> pd.Dat
         if heads is not None and set(index) != heads:
             raise ValueError(f"ranking {name!r} does not rank the same heads as the others")
         heads = set(index)
-        if score in table.columns:
-            values = (-table[score].astype(float)).rank(method="average").to_numpy()
+        if "score" in table.columns:
+            values = (-table["score"].astype(float)).rank(method="average").to_numpy()
         else:
             values = table["rank"].to_numpy(dtype=float)
         columns[name] = pd.Series(values, index=index)

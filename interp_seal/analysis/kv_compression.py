@@ -60,9 +60,7 @@ def kv_head_order(ranking: pd.DataFrame, spec: ModelSpec) -> list[KVHead]:
     return sorted(kv_heads(spec), key=lambda kv: (best.get(kv, np.inf), kv))
 
 
-def kv_tie_at_cut(
-    ranking: pd.DataFrame, group: int, full: int, score: str = "score"
-) -> tuple[int, int]:
+def kv_tie_at_cut(ranking: pd.DataFrame, group: int, full: int) -> tuple[int, int]:
     """``head_definitions.tie_at_cut`` for KV heads: is the choice of the best ``full`` KV heads
     (``kv_head_order``: a KV head scores what its best reader scores) fixed by the ranking's
     ``score``? ``(inside, tied)``: of the KV heads scoring what the ``full``-th scores, how many
@@ -70,9 +68,9 @@ def kv_tie_at_cut(
     ``inside < tied`` the full set is layer / head order, not the definition's."""
     from interp_seal.analysis.head_definitions import tie_at_cut
 
-    if score not in ranking.columns or full <= 0:
+    if "score" not in ranking.columns or full <= 0:
         return (0, 0)
-    best = ranking.assign(kv=ranking["head"] // group).groupby(["layer", "kv"])[score].max()
+    best = ranking.assign(kv=ranking["head"] // group).groupby(["layer", "kv"])["score"].max()
     order = pd.DataFrame({"score": best.to_numpy(), "rank": (-best).rank(method="first")})
     return tie_at_cut(order, full)
 

@@ -745,18 +745,18 @@ def duo_masking(d: Data) -> Check:
 
 def kv_unfixed(d: Data, c: Check, names: list[str]) -> Check:
     """``c``, or *not shown* where one of ``names`` keeps a full-KV set at the claims' budget
-    that its scores do not fix (``definitions.kv_cut_ties``: the budget cuts a tie of KV-head
+    that its scores do not fix (``definitions.cut_ties``: the budget cuts a tie of KV-head
     scores, so the set is layer / head order and what it does says nothing about the
     definition; as ``definition_masking`` reads a tie-cut top set). Without stored rankings
     (hand-made tables) ``c`` stands."""
-    from interp_seal.figures.definitions import claim_budget, kv_cut_ties
+    from interp_seal.figures.definitions import claim_budget, cut_ties
 
     if "heads_definitions" not in d or "rankings" not in d["heads_definitions"]:
         return c
     curve = d["kv_budget"]["curve"]
     total = int(curve[curve.definition == "all full"].full_kv_heads.iloc[0])
     budget = claim_budget(total)
-    cut = kv_cut_ties(d["heads_definitions"], total, budget)
+    cut = cut_ties(d["heads_definitions"], kv=(total, budget))
     said = [f"{n} keeps {cut[n][0]} of {cut[n][1]} tied KV heads" for n in names if n in cut]
     if not said:
         return c

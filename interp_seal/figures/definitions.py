@@ -122,27 +122,19 @@ def _split(t: Tables) -> dict[str, pd.DataFrame]:
     return {d: r[r.definition == d].drop(columns="definition") for d in dict.fromkeys(names)}
 
 
-def cut_ties(t: Tables) -> dict[str, tuple[int, int]]:
-    """The definitions whose top 5 % is cut from a tie of their scores (``tie_at_cut``):
-    name -> (heads of the tie in the top set, heads tied). DuoAttention's gates give every
-    query head of a KV head the same score, so a top set smaller than the tie is index order,
-    and what zeroing it does says nothing about the definition."""
+def cut_ties(t: Tables, kv: tuple[int, int] | None = None) -> dict[str, tuple[int, int]]:
+    """The definitions whose chosen set is cut from a tie of their scores: name -> (heads of
+    the tie in the set, heads tied). The set is each ranking's top 5 % of heads
+    (``tie_at_cut``), or with ``kv = (KV heads, budget)`` its ``budget`` full KV heads
+    (``kv_compression.kv_tie_at_cut``; ``kv_budget`` ranks by these rankings). DuoAttention's
+    gates give every query head of a KV head the same score, so a set smaller than the tie is
+    index order, and what it does says nothing about the definition."""
     out = {}
     for name, ranking in _split(t).items():
-        inside, tied = tie_at_cut(ranking, top_k(len(ranking)))
-        if inside != tied:
-            out[name] = (inside, tied)
-    return out
-
-
-def kv_cut_ties(t: Tables, kv_heads: int, budget: int) -> dict[str, tuple[int, int]]:
-    """The definitions whose ``budget`` full KV heads (of ``kv_heads``) are cut from a tie of
-    their scores (``kv_compression.kv_tie_at_cut``; the rankings are ``heads_definitions``'s,
-    the ones ``kv_budget`` ranks by): name -> (KV heads of the tie kept full, KV heads tied)."""
-    out = {}
-    for name, ranking in _split(t).items():
-        group = len(ranking) // kv_heads  # query heads per KV head
-        inside, tied = kv_tie_at_cut(ranking, group, budget)
+        if kv is None:
+            inside, tied = tie_at_cut(ranking, top_k(len(ranking)))
+        else:
+            inside, tied = kv_tie_at_cut(ranking, len(ranking) // kv[0], kv[1])
         if inside != tied:
             out[name] = (inside, tied)
     return out
