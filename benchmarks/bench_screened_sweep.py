@@ -53,14 +53,14 @@ Times are the ``Clock`` of ``benchmarks/common.py``: CPU seconds of this process
 synchronised wall seconds on a GPU.
 
 Measured against the 100-record reference (seeds 0, 1 and 2: 100 records per length;
-2026-11-28, one thread, with a second exact sweep running on the other core, so CPU seconds are
-somewhat inflated on both sides of the ratio), defaults (40 candidates confirmed on 4 records
-per length)::
+2026-11-28, one thread, nothing else running but the shell; a first run beside another exact
+sweep gave the same ratio, 30.5, at inflated times, full_s 16779 and screened_s 550), defaults
+(40 candidates confirmed on 4 records per length)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_screened_sweep.py
 
-    RESULT screened_sweep screen_speedup=30.5 screen_topk_overlap=0.85 spearman=0.85
-        full_s=16779 full_s_from=60_heads_on_10_records screened_s=550 candidates=40
+    RESULT screened_sweep screen_speedup=30.4 screen_topk_overlap=0.85 spearman=0.85
+        full_s=11475 full_s_from=60_heads_on_10_records screened_s=377 candidates=40
         confirm_records=4 top_k=10 n=100 lengths=3/7 reference_cpu_s=5907
         reference_cpu_s_runs=2/3 split_half=0.89
 
@@ -75,10 +75,10 @@ speed-up, from the same run:
 candidates  R  exact mean on R  difference estimator  speed-up
 ==========  =  ===============  ===================  ========
 30          4  0.80 / 0.77      0.85 / 0.79           31.9
-40          4  0.75 / 0.76      0.85 / 0.80           30.5
-60          6  0.75 / 0.79      0.85 / 0.84           24.9
+40          4  0.75 / 0.76      0.85 / 0.80           30.4
+60          6  0.75 / 0.79      0.85 / 0.84           24.8
 80          4  0.80 / 0.79      0.90 / 0.84           25.8
-80          8  0.80 / 0.82      0.90 / 0.87           19.8
+80          8  0.80 / 0.82      0.90 / 0.87           19.7
 ==========  =  ===============  ===================  ========
 
 The reference's own resolution, the issue's ">= 0.9 split half", is not quite reached: its two
