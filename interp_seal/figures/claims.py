@@ -22,8 +22,8 @@ is *supported* only if every test supports it (an intersection-union test: no mu
 correction is needed for that) and *contradicted* if any contradicts it; the row shows the
 test that decides it. Across rows, Holm's step-down correction (``_corrected``) within each
 family of claims as it was registered: the plan's (``PLAN_CLAIMS``, corrected together as
-``plan.json`` says) and each amendment's (``AMENDMENT_1_CLAIMS``, added for issue 41's
-figures). An amendment adds a family rather than joining the plan's: enlarging the plan's
+``plan.json`` says) and each amendment's (``AMENDMENT_1_CLAIMS`` and ``AMENDMENT_2_CLAIMS``,
+added for issue 41's figures). An amendment adds a family rather than joining the plan's: enlarging the plan's
 family afterwards would change the correction the plan registered for its claims, and with it
 verdicts already read (``FAMILIES``). Each family holds its error rate at ``ALPHA``; the
 gallery as a whole at most ``ALPHA`` times the number of families (Bonferroni over them).
@@ -666,20 +666,21 @@ DUO_CLAIM = "Full KV for DuoAttention-gated heads beats random heads at the same
 CAUSAL_CLAIM = "Causally chosen full-KV heads beat every score-chosen set at the same KV budget"
 
 
-def definition_masking(d: Data, definition: str) -> Check:
+def definition_masking(d: Data, definition: str, figure: str = "heads_definitions") -> Check:
     """Every random draw above ``definition``'s top 5 % of heads zeroed, question by question,
     on the fresh questions (``figures.definitions``; the heads ranked on the detection
     questions). Where that top set is cut from a tie of the definition's scores
     (``definitions.cut_ties``: DuoAttention's gates tie the query heads of a KV head) the set
     is head-index order, not the definition's, and the row is *not shown* whatever the test
-    says, with no p to correct (a claim without a test)."""
-    from interp_seal.figures.definitions import cut_ties
+    says, with no p to correct (a claim without a test). ``figure`` ``heads_duo_groups``: duo's
+    set of whole KV heads (plan amendment 2), read the same way."""
+    from interp_seal.figures.definitions import cut_ties, duo_groups_cut
 
-    tables = d["heads_definitions"]
+    tables = d[figure]
     r = tables["records"]
     r = r[r["mode"] == "zero"]
     if definition not in set(r.strategy):
-        raise MissingData(f"heads_definitions has no {definition} arm")
+        raise MissingData(f"{figure} has no {definition} arm")
     seeds = sorted(r[r.strategy == "random"].seed.unique())
     parts = [
         paired_from(
@@ -692,14 +693,20 @@ def definition_masking(d: Data, definition: str) -> Check:
         for seed in seeds
     ]
     rates = r.groupby(["strategy", "seed"]).exact_match.mean()
+    what = f"the top 5 % by {definition}"
+    if figure == "heads_duo_groups":
+        what = f"{definition}'s top KV heads (all their query heads)"
     text = (
-        f"on {r.record.nunique()} fresh questions, QA exact match with the top 5 % by "
-        f"{definition} zeroed {rates[definition].mean():.2f} vs random heads "
+        f"on {r.record.nunique()} fresh questions, QA exact match with {what} "
+        f"zeroed {rates[definition].mean():.2f} vs random heads "
         f"{rates['random'].mean():.2f} (mean of {len(seeds)} draws)"
     )
     c = combine(parts, text)
     c = replace(c, test=c.test + f"; each of {len(seeds)} random draws must beat it")
-    cut = cut_ties(tables).get(definition) if "rankings" in tables else None  # hand-made: none
+    if figure == "heads_duo_groups":
+        cut = duo_groups_cut(tables) if "ranking" in tables else None
+    else:
+        cut = cut_ties(tables).get(definition) if "rankings" in tables else None  # hand-made
     if cut is None:
         return c
     inside, tied = cut
@@ -741,6 +748,15 @@ def causal_masking(d: Data) -> Check:
 
 def duo_masking(d: Data) -> Check:
     return definition_masking(d, "duo")
+
+
+def duo_groups_masking(d: Data) -> Check:
+    return definition_masking(d, "duo", "heads_duo_groups")
+
+
+DUO_GROUPS_CLAIM = (
+    "Masking DuoAttention's top KV heads whole hurts passage QA more than as many random heads"
+)
 
 
 def kv_unfixed(d: Data, c: Check, names: list[str]) -> Check:
@@ -878,10 +894,14 @@ AMENDMENT_1_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
     (DUO_CLAIM, "DuoAttention (Xiao et al. 2024)", duo_beats_random),
     (CAUSAL_CLAIM, "issue 41", causal_beats_scores),
 )
+AMENDMENT_2_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
+    (DUO_GROUPS_CLAIM, "DuoAttention (Xiao et al. 2024)", duo_groups_masking),
+)
 # the gallery's claims by Holm family: the plan's, then each amendment's (``figures.plan``)
 FAMILIES: tuple[tuple[str, tuple[tuple[str, str, Callable[[Data], Check]], ...]], ...] = (
     ("plan", PLAN_CLAIMS),
     ("amendment 1", AMENDMENT_1_CLAIMS),
+    ("amendment 2", AMENDMENT_2_CLAIMS),
 )
 CLAIMS = tuple(claim for _, claims in FAMILIES for claim in claims)
 
@@ -922,10 +942,10 @@ def _extension(d: Data, s) -> list[tuple[str, int, int]]:
 
 
 def _fresh_masking(figure: str, column: str, value: str, planned: str) -> Callable:
+    table = "confirm" if figure.startswith("mudaf_") else "records"
+
     def count(d: Data, s) -> list[tuple[str, int, int]]:
-        got = _count(
-            d, figure, "records" if figure == "heads_definitions" else "confirm", **{column: value}
-        )
+        got = _count(d, figure, table, **{column: value})
         return [("fresh questions", got, getattr(s, planned))]
 
     return count
@@ -983,6 +1003,9 @@ PLANNED_N: dict[Callable, Callable] = {
     },
     duo_beats_random: _kv,
     causal_beats_scores: _kv,
+    duo_groups_masking: _fresh_masking(
+        "heads_duo_groups", "strategy", "none", "definition_questions"
+    ),
 }
 
 

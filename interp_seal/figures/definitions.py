@@ -30,6 +30,14 @@ mask seed), all streaming and all full, on ``kv_n`` fresh line records per lengt
 ``kv_lengths`` (seed ``KV_SEED``), with each record's queried-line token span: the compression
 claims are read on the records whose queried line lies entirely before the recent window at
 every answer position (a streaming head cannot see it), chosen by position, never by outcome.
+
+``heads_duo_groups`` (plan amendment 2) masks DuoAttention's heads as its gates choose them,
+whole KV heads: one gate per KV head ties its query heads, so a top 5 % that is not a multiple
+of the group size (14 of SmolLM2's 270 heads, 3 per KV head) always cuts a tie and
+``heads_definitions`` cannot read it. The set is the top 5 % rounded up to whole KV heads
+(``duo_groups_k``: 15 heads, 5 KV heads, on SmolLM2; 4 heads, one KV head, on the organism),
+zeroed on the same fresh questions beside ``mask_seeds`` random sets of as many heads drawn
+outside it (MuDAF Fig. 4's control, as in ``heads_definitions``).
 """
 
 from __future__ import annotations
@@ -200,6 +208,75 @@ def definitions_read(t: Tables) -> str:
             "order: not the definition's set."
             for d, (a, b) in cut_ties(t).items()
         )
+    )
+
+
+# -- heads_duo_groups (plan amendment 2) -------------------------------------------------------
+def duo_groups_k(n_heads: int, group: int) -> int:
+    """Heads in DuoAttention's masked set: the top 5 % of ``n_heads`` (``top_k``) rounded up
+    to whole KV heads of ``group`` query heads each."""
+    return group * math.ceil(top_k(n_heads) / group)
+
+
+def duo_groups_compute(run: FigureRun) -> Tables:
+    from interp_seal.tuning.duo_gates import gate_ranking
+
+    s, spec = run.sizes, run.handle.spec
+    duo = scored({"duo": gate_ranking(duo_gates(run), spec.n_heads)})["duo"]
+    k = duo_groups_k(len(duo), spec.n_heads // spec.n_kv_heads)
+    fresh = run.samples(
+        "passages", s.definition_questions, seed=M.FRESH_SEED, size=s.retrieval_passages
+    )
+    with run.timed("duo_groups_masking") as out:
+        frame = mask_rankings(
+            run.handle,
+            fresh,
+            {"duo": duo},
+            k=k,
+            seeds=s.mask_seeds,
+            results=out / "log.jsonl",
+            progress=run.progress,
+        )
+    effects = masking_effects(frame)
+    return {
+        "ranking": duo.assign(group=spec.n_heads // spec.n_kv_heads),
+        "masking": frame.drop(columns="correct"),
+        "records": M.masking_records(frame).assign(questions_seed=M.FRESH_SEED),
+        "effects": effects,
+    }
+
+
+def duo_groups_cut(t: Tables) -> tuple[int, int] | None:
+    """``(inside, tied)`` where the masked set still cuts a tie of gates (two KV heads with
+    one gate value across the cut), else None."""
+    ranking, k = t["ranking"], int(t["masking"].k.max())
+    inside, tied = tie_at_cut(ranking, k)
+    return None if inside == tied else (inside, tied)
+
+
+def duo_groups_draw(t: Tables):
+    from interp_seal.viz.passages import masking_bars
+
+    k, group = int(t["masking"].k.max()), int(t["ranking"].group.iloc[0])
+    return masking_bars(
+        t["masking"],
+        title=f"DuoAttention's top KV heads ({k // group}, {k} heads) zeroed vs {k} random heads",
+    )
+
+
+def duo_groups_read(t: Tables) -> str:
+    e = t["effects"].iloc[0]
+    k, group = int(t["masking"].k.max()), int(t["ranking"].group.iloc[0])
+    heads = " ".join(f"L{h.replace('.', 'H')}" for h in str(e.heads).split())
+    cut = duo_groups_cut(t)
+    kv = k // group
+    return (
+        f"DuoAttention's top {kv} KV head{'s' * (kv > 1)} ({k} heads: {heads}) zeroed on "
+        f"{int(e.n)} "
+        f"fresh questions: exact match {e.exact_match:.2f} vs {k} random heads "
+        f"{e.random_exact_match:.2f} (mean of {int(e.draws)} draws), none zeroed "
+        f"{e.unmasked_exact_match:.2f}."
+        + (f" The set still cuts a tie of gates ({cut[0]} of {cut[1]})." if cut else "")
     )
 
 

@@ -169,12 +169,13 @@ def _amendments(out: Path) -> list[str]:
             continue
         doc = json.loads(path.read_text())
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        figures, claims = doc["figures"], len(doc["claims"])
         lines += [
             f"Plan amendment {number} ([{path.name}]({path.name}), {doc['date']}, written "
             f"before any data of its figures; SHA-256 `{digest}`): {doc['reason']}. It adds "
-            f"the figures {', '.join(f'`{f}`' for f in doc['figures'])} and "
-            f"{len(doc['claims'])} claims in the plan's form (test, population, records, "
-            f"seeds); it changes nothing of the plan. {doc['correction']}.",
+            f"the figure{'s' * (len(figures) > 1)} {', '.join(f'`{f}`' for f in figures)} "
+            f"and {claims} claim{'s' * (claims > 1)} in the plan's form (test, population, "
+            f"records, seeds); it changes nothing of the plan. {doc['correction']}.",
             "",
         ]
     return lines

@@ -265,7 +265,56 @@ def amendment_1(model: str, sizes: FigureSizes) -> dict:
     }
 
 
-AMENDMENTS = (amendment_1,)  # in order: amendment N is AMENDMENTS[N - 1]
+def amendment_2(model: str, sizes: FigureSizes) -> dict:
+    """Issue 41: DuoAttention's masking arm at its own unit, whole KV heads (amendment 1's
+    top 5 % cuts a tie of gates wherever it is not a multiple of the group size)."""
+    from interp_seal.figures import claims as C
+    from interp_seal.figures import mudaf as M
+    from interp_seal.figures import run as R
+
+    s = sizes
+    test = (
+        f"exact McNemar, each of {len(s.mask_seeds)} random draws of as many heads (seeds "
+        f"{list(s.mask_seeds)}, outside duo's set) > duo's set zeroed: the query heads of its "
+        "top KV heads by gate, the top 5 % of heads rounded up to whole KV heads (gates "
+        f"trained as amendment 1 says: {s.tune_n} tuning line records of {s.duo_lines} lines, "
+        f"seed {R.DATA_SEED}, sink {s.kv_sink}, window {s.kv_window}); all must hold; a set "
+        "that still cuts a tie of gates is not read"
+    )
+    population = (
+        f"amendment 1's {s.definition_questions} fresh passage questions of "
+        f"{s.retrieval_passages} passages (seed {M.FRESH_SEED})"
+    )
+    claims = [
+        {"claim": claim, "paper": paper, "test": test, "population": population}
+        for claim, paper, _ in C.AMENDMENT_2_CLAIMS
+    ]
+    return {
+        "amendment": 2,
+        "date": "2026-11-28",
+        "reason": "amendment 1 masks the top 5 % of heads by each definition; DuoAttention's "
+        "gates give the query heads of a KV head one score, so where the top 5 % is not a "
+        "multiple of the group size (SmolLM2: 14 heads, 3 per KV head) duo's set is cut from "
+        "a tie and its claim reads not shown by construction. This figure masks duo's heads "
+        "as its gates choose them, whole KV heads; declared before any data of SmolLM2's "
+        "masking stage, and it changes no claim of amendment 1",
+        "amends": plan_hash(gallery_plan(model, sizes)),
+        "figures": ["heads_duo_groups"],
+        "sizes": {"definition_questions": s.definition_questions},
+        "seeds": {
+            "fresh questions": M.FRESH_SEED,
+            "duo tuning data": R.DATA_SEED,
+            "random heads": list(s.mask_seeds),
+        },
+        "held out": "as amendment 1: the gates' tuning records share none with the fresh "
+        "questions",
+        "correction": f"Holm's step-down across this amendment's {len(claims)} claim, one "
+        "family; the plan's and amendment 1's claims keep their correction",
+        "claims": claims,
+    }
+
+
+AMENDMENTS = (amendment_1, amendment_2)  # in order: amendment N is AMENDMENTS[N - 1]
 
 
 def gallery_amendments(model: str, sizes: FigureSizes) -> list[dict]:

@@ -459,6 +459,20 @@ FIGURES: tuple[FigureSpec, ...] = (
         sample="{kv_n} fresh line records per length (seed 4); sink {kv_sink}, window "
         "{kv_window} tokens; random orders: seeds {mask_seeds}",
     ),
+    # plan amendment 2 (issue 41)
+    FigureSpec(
+        name="heads_duo_groups",
+        title="DuoAttention's heads masked as whole KV heads",
+        paper="DuoAttention (Xiao et al. 2024); MuDAF Fig. 4's control",
+        compute=D.duo_groups_compute,
+        draw=D.duo_groups_draw,
+        read=D.duo_groups_read,
+        paper_numbers="DuoAttention learns one gate per KV head and keeps the full cache for "
+        "the KV heads whose gates stay high: its unit is the KV head, so its top 5 % of heads "
+        "is the top KV heads' query heads. The papers mask retrieval heads against random "
+        "heads of the same number (MuDAF Fig. 4; Wu et al. 2024).",
+        sample="{definition_questions} fresh questions; random heads: seeds {mask_seeds}",
+    ),
 )
 
 BY_NAME = {f.name: f for f in FIGURES}

@@ -202,7 +202,9 @@ MASKING_STRATEGIES = ("retrieval", "niah", "random")  # bar order and colour, in
 
 
 def _rank(strategy: str) -> int:
-    return MASKING_STRATEGIES.index(strategy)  # ``analysis.masking.conditions``' strategies
+    """Bar order and colour of ``analysis.masking.conditions``' strategies; a ranking masked
+    under its own name (``head_definitions.mask_rankings``) takes retrieval's place."""
+    return MASKING_STRATEGIES.index(strategy) if strategy in MASKING_STRATEGIES else 0
 
 
 def _masking_panel(fig: go.Figure, frame: pd.DataFrame, metric: str, col: int) -> bool:

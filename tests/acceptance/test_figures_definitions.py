@@ -18,10 +18,11 @@ from interp_seal.figures import QUICK, load_tables, regenerate
 from interp_seal.figures import claims as C
 from interp_seal.figures import definitions as D
 from interp_seal.figures import mudaf as M
+from interp_seal.interventions import ablate
 from interp_seal.models import StreamingHeads, compress_kv, load_model
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
 
-NAMES = ["heads_definitions", "kv_budget"]
+NAMES = ["heads_definitions", "kv_budget", "heads_duo_groups"]
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +129,42 @@ def test_gates_are_tuned_on_held_out_records_and_claims_are_read(gallery):
     tuned = [n for n in doc["heldout"]["tuning"] if n.startswith("duo_gates")]
     assert tuned and doc["heldout"]["overlap"] == 0
     claims = pd.read_csv(gallery / "claims.csv").set_index("claim")
-    assert len(claims) == len(C.CLAIMS) == 20
-    for claim, _, _ in C.AMENDMENT_1_CLAIMS:
+    assert len(claims) == len(C.CLAIMS) == 21
+    for claim, _, _ in C.AMENDMENT_1_CLAIMS + C.AMENDMENT_2_CLAIMS:
         assert not claims.loc[claim, "measured"].startswith("no data"), claim
     text = (gallery / "README.md").read_text()
     assert "Plan amendment 1 ([plan_amendment_1.json]" in text
     assert "## Retrieval heads by five definitions" in text
+
+
+def test_duo_is_masked_as_whole_kv_heads_and_each_set_equals_zeroing_it_directly(
+    gallery, organism
+):
+    t = tables(gallery, "heads_duo_groups")
+    gates = tables(gallery, "heads_definitions")["rankings"]
+    gates = gates[gates.definition == "duo"]
+    # the same gates as heads_definitions' duo ranking; top 5 % of 32 heads (2) rounded up to
+    # the organism's 4 query heads per KV head: its best KV head, whole
+    assert order(t["ranking"]) == order(gates)
+    assert D.duo_groups_k(32, 4) == 4 and D.duo_groups_k(270, 3) == 15
+    m = t["masking"].set_index("strategy")
+    best = t["ranking"].sort_values("rank").iloc[0]
+    duo = [(int(best.layer), (int(best["head"]) // 4) * 4 + j) for j in range(4)]
+    assert m.loc["duo", "heads"] == " ".join(f"{a}.{b}" for a, b in duo)
+    # read only where no other KV head has the chosen one's gate (quick gates may saturate)
+    tied = int((t["ranking"].score == best.score).sum())
+    assert D.duo_groups_cut(t) == (None if tied == 4 else (4, tied))
+    cfg = PassagesConfig(num_passages=QUICK.retrieval_passages)
+    fresh = passages.generate(cfg, QUICK.definition_questions, M.FRESH_SEED)
+    rec = t["records"]
+    random = m[m.index == "random"]
+    assert len(random) == len(QUICK.mask_seeds)
+    for strategy, row in [("duo", m.loc["duo"]), *(("random", r) for _, r in random.iterrows())]:
+        heads = [tuple(map(int, h.split("."))) for h in row.heads.split()]
+        assert len(heads) == 4 and (strategy == "duo" or not set(heads) & set(duo))
+        edit = ablate(organism.spec, heads, "zero")
+        direct = [int(s.exact_match) for s in teacher_force(organism, fresh, intervention=edit)]
+        got = rec[(rec.strategy == strategy) & (rec.seed == row.seed)].sort_values("record")
+        assert got.exact_match.tolist() == direct, (strategy, row.seed)
+    text = (gallery / "README.md").read_text()
+    assert "Plan amendment 2 ([plan_amendment_2.json]" in text

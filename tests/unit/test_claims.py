@@ -162,6 +162,37 @@ def test_a_masked_set_cut_from_a_tie_of_scores_is_not_read():
     assert duo.verdict == "not shown" and math.isnan(duo.p_holm)
 
 
+def duo_groups_tables(duo: list[int], gate: dict) -> dict:
+    """``heads_duo_groups``' tables: 32 heads, 4 per KV head, duo's top KV head (4 heads)
+    zeroed beside two random draws of 4 heads, with ``gate`` each KV head's gate."""
+    heads = [(layer, head) for layer in range(4) for head in range(8)]
+    ranking = pd.DataFrame(
+        [{"layer": a, "head": b, "score": gate[a, b // 4]} for a, b in heads]
+    ).sort_values(["score", "layer", "head"], ascending=[False, True, True])
+    ranking = ranking.assign(rank=range(1, 33), group=4)
+    records = definition_records([1] * 20, {"duo": duo})
+    masking = pd.DataFrame({"strategy": ["none", "duo", "random", "random"], "k": [0, 4, 4, 4]})
+    return {"heads_duo_groups": {"records": records, "ranking": ranking, "masking": masking}}
+
+
+def test_duo_masked_as_whole_kv_heads_is_read_unless_the_cut_ties_gates():
+    # amendment 2: duo's set is its top KV heads whole, so the query heads' tie is inside it
+    gate = {(layer, kv): 1.0 - 0.1 * layer - 0.01 * kv for layer in range(4) for kv in range(2)}
+    data = duo_groups_tables([0] * 20, gate)
+    row = C.duo_groups_masking(data)
+    assert row.verdict == "supported" and row.n == 20
+    assert "duo's top KV heads (all their query heads) zeroed 0.00 vs random heads 1.00" in row.measured
+    assert C.duo_groups_masking(duo_groups_tables([1] * 20, gate)).verdict == "not shown"
+    # two KV heads with one gate across the cut: the set is index order again, not read
+    data = duo_groups_tables([0] * 20, gate | {(0, 1): 1.0})
+    row = C.duo_groups_masking(data)
+    assert row.verdict == "not shown" and math.isnan(row.p_value)
+    assert "4 of 8 heads tied at one score" in row.measured
+    # its own Holm family: amendment 1's verdicts keep their correction
+    table = C.claims_table(duo_groups_tables([0] * 20, gate))
+    assert table[table.claim == C.DUO_GROUPS_CLAIM].family.tolist() == ["amendment 2"]
+
+
 def kv_tables(arms: dict[tuple[str, int], list[int]], *, outside: dict | None = None):
     """``kv_budget``'s tables at 200 lines, 8 KV heads (budget 2): 20 records whose queried
     line lies before the window (``arms``' outcomes) and 10 whose line is inside it
