@@ -306,8 +306,7 @@ def amendment_2(model: str, sizes: FigureSizes) -> dict:
             "duo tuning data": R.DATA_SEED,
             "random heads": list(s.mask_seeds),
         },
-        "held out": "as amendment 1: the gates' tuning records share none with the fresh "
-        "questions",
+        "held out": "as amendment 1: the gates' tuning records share none with the fresh questions",
         "correction": f"Holm's step-down across this amendment's {len(claims)} claim, one "
         "family; the plan's and amendment 1's claims keep their correction",
         "claims": claims,

@@ -137,9 +137,7 @@ def test_gates_are_tuned_on_held_out_records_and_claims_are_read(gallery):
     assert "## Retrieval heads by five definitions" in text
 
 
-def test_duo_is_masked_as_whole_kv_heads_and_each_set_equals_zeroing_it_directly(
-    gallery, organism
-):
+def test_duo_is_masked_as_whole_kv_heads_and_each_set_equals_zeroing_it_directly(gallery, organism):
     t = tables(gallery, "heads_duo_groups")
     gates = tables(gallery, "heads_definitions")["rankings"]
     gates = gates[gates.definition == "duo"]

@@ -181,7 +181,10 @@ def test_duo_masked_as_whole_kv_heads_is_read_unless_the_cut_ties_gates():
     data = duo_groups_tables([0] * 20, gate)
     row = C.duo_groups_masking(data)
     assert row.verdict == "supported" and row.n == 20
-    assert "duo's top KV heads (all their query heads) zeroed 0.00 vs random heads 1.00" in row.measured
+    assert (
+        "duo's top KV heads (all their query heads) zeroed 0.00 vs random heads 1.00"
+        in row.measured
+    )
     assert C.duo_groups_masking(duo_groups_tables([1] * 20, gate)).verdict == "not shown"
     # two KV heads with one gate across the cut: the set is index order again, not read
     data = duo_groups_tables([0] * 20, gate | {(0, 1): 1.0})
