@@ -87,10 +87,10 @@ def test_smollm2_backends_agree_on_a_chat_prompt(smollm2):
 REFERENCE = Path(__file__).parents[1] / "data" / "smollm2_head_sweep"
 
 
-def reference_samples(smollm2) -> tuple[dict, dict]:
+def reference_samples(smollm2, reference: Path = REFERENCE) -> tuple[dict, dict]:
     """The reference sweep's run description and its records, regenerated from the run's
     arguments (the same seed, index style and chat template)."""
-    run = json.loads((REFERENCE / "run.json").read_text())
+    run = json.loads((reference / "run.json").read_text())
     samples = line_retrieval_samples(
         smollm2.tokenizer,
         run["lengths"],
@@ -100,6 +100,28 @@ def reference_samples(smollm2) -> tuple[dict, dict]:
         chat_template=run["chat_template"],
     )
     return run, samples
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_each_added_reference_is_complete_on_the_records_its_run_names(smollm2, seed):
+    """``bench_screened_sweep.py`` pools the reference with sweeps of further seeds: each holds
+    every head and the baseline on every record its ``run.json`` regenerates, and no record
+    of another seed."""
+    reference = REFERENCE.with_name(f"{REFERENCE.name}_seed{seed}")
+    run, samples = reference_samples(smollm2, reference)
+    assert run["seed"] == seed and run["lengths"] == [3, 7]
+    encoded = {length: encode_samples(smollm2, batch) for length, batch in samples.items()}
+    manifest = json.loads((reference / "manifest.json").read_text())
+    assert sweep_manifest(smollm2, encoded, [], [], {})["samples"] == manifest["samples"]
+    keys = {
+        (r["length"], r["sample"], r["unit"]) for r in read_records(reference / "records.jsonl")
+    }
+    assert keys == {
+        (length, s, u)
+        for length in run["lengths"]
+        for s in range(run["n"])
+        for u in (BASELINE, *range(270))
+    }
 
 
 def test_smollm2_reference_sweep_is_what_the_library_computes(smollm2):
