@@ -22,10 +22,10 @@ is *supported* only if every test supports it (an intersection-union test: no mu
 correction is needed for that) and *contradicted* if any contradicts it; the row shows the
 test that decides it. Across rows, Holm's step-down correction (``_corrected``) within each
 family of claims as it was registered: the plan's (``PLAN_CLAIMS``, corrected together as
-``plan.json`` says) and each amendment's (``AMENDMENT_1_CLAIMS`` and ``AMENDMENT_2_CLAIMS``,
-added for issue 41's figures). An amendment adds a family rather than joining the plan's: enlarging the plan's
-family afterwards would change the correction the plan registered for its claims, and with it
-verdicts already read (``FAMILIES``). Each family holds its error rate at ``ALPHA``; the
+``plan.json`` says) and each amendment's (``AMENDMENT_1_CLAIMS`` to ``AMENDMENT_3_CLAIMS``,
+added for issue 41's figures). An amendment adds a family rather than joining the plan's:
+enlarging the plan's family afterwards would change the correction the plan registered for its
+claims, and with it verdicts already read (``FAMILIES``). Each family holds its error rate at ``ALPHA``; the
 gallery as a whole at most ``ALPHA`` times the number of families (Bonferroni over them).
 
 Where claims are read: heads and records chosen on one set of records (the sweep's best
@@ -672,8 +672,9 @@ def definition_masking(d: Data, definition: str, figure: str = "heads_definition
     questions). Where that top set is cut from a tie of the definition's scores
     (``definitions.cut_ties``: DuoAttention's gates tie the query heads of a KV head) the set
     is head-index order, not the definition's, and the row is *not shown* whatever the test
-    says, with no p to correct (a claim without a test). ``figure`` ``heads_duo_groups``: duo's
-    set of whole KV heads (plan amendment 2), read the same way."""
+    says, with no p to correct (a claim without a test). ``figure`` ``heads_duo_groups`` or
+    ``heads_duo_tied``: duo's set of whole KV heads (plan amendments 2 and 3), read the same
+    way."""
     from interp_seal.figures.definitions import cut_ties, duo_groups_cut
 
     tables = d[figure]
@@ -694,7 +695,7 @@ def definition_masking(d: Data, definition: str, figure: str = "heads_definition
     ]
     rates = r.groupby(["strategy", "seed"]).exact_match.mean()
     what = f"the top 5 % by {definition}"
-    if figure == "heads_duo_groups":
+    if figure != "heads_definitions":
         what = f"{definition}'s top KV heads (all their query heads)"
     text = (
         f"on {r.record.nunique()} fresh questions, QA exact match with {what} "
@@ -703,7 +704,7 @@ def definition_masking(d: Data, definition: str, figure: str = "heads_definition
     )
     c = combine(parts, text)
     c = replace(c, test=c.test + f"; each of {len(seeds)} random draws must beat it")
-    if figure == "heads_duo_groups":
+    if figure != "heads_definitions":
         cut = duo_groups_cut(tables) if "ranking" in tables else None
     else:
         cut = cut_ties(tables).get(definition) if "rankings" in tables else None  # hand-made
@@ -754,6 +755,14 @@ def duo_groups_masking(d: Data) -> Check:
     return definition_masking(d, "duo", "heads_duo_groups")
 
 
+def duo_tied_masking(d: Data) -> Check:
+    return definition_masking(d, "duo", "heads_duo_tied")
+
+
+DUO_TIED_CLAIM = (
+    "Masking DuoAttention's top KV heads whole, with every KV head tied with them, hurts passage "
+    "QA more than as many random heads"
+)
 DUO_GROUPS_CLAIM = (
     "Masking DuoAttention's top KV heads whole hurts passage QA more than as many random heads"
 )
@@ -897,11 +906,15 @@ AMENDMENT_1_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
 AMENDMENT_2_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
     (DUO_GROUPS_CLAIM, "DuoAttention (Xiao et al. 2024)", duo_groups_masking),
 )
+AMENDMENT_3_CLAIMS: tuple[tuple[str, str, Callable[[Data], Check]], ...] = (
+    (DUO_TIED_CLAIM, "DuoAttention (Xiao et al. 2024)", duo_tied_masking),
+)
 # the gallery's claims by Holm family: the plan's, then each amendment's (``figures.plan``)
 FAMILIES: tuple[tuple[str, tuple[tuple[str, str, Callable[[Data], Check]], ...]], ...] = (
     ("plan", PLAN_CLAIMS),
     ("amendment 1", AMENDMENT_1_CLAIMS),
     ("amendment 2", AMENDMENT_2_CLAIMS),
+    ("amendment 3", AMENDMENT_3_CLAIMS),
 )
 CLAIMS = tuple(claim for _, claims in FAMILIES for claim in claims)
 
@@ -1006,6 +1019,7 @@ PLANNED_N: dict[Callable, Callable] = {
     duo_groups_masking: _fresh_masking(
         "heads_duo_groups", "strategy", "none", "definition_questions"
     ),
+    duo_tied_masking: _fresh_masking("heads_duo_tied", "strategy", "none", "definition_questions"),
 }
 
 

@@ -37,7 +37,10 @@ of the group size (14 of SmolLM2's 270 heads, 3 per KV head) always cuts a tie a
 ``heads_definitions`` cannot read it. The set is the top 5 % rounded up to whole KV heads
 (``duo_groups_k``: 15 heads, 5 KV heads, on SmolLM2; 4 heads, one KV head, on the organism),
 zeroed on the same fresh questions beside ``mask_seeds`` random sets of as many heads drawn
-outside it (MuDAF Fig. 4's control, as in ``heads_definitions``).
+outside it (MuDAF Fig. 4's control, as in ``heads_definitions``). ``heads_duo_tied`` (plan
+amendment 3) does the same with that set extended to every KV head whose gate ties its last
+(``duo_tied_k``): the paper's clamped gates saturate at 1, and on SmolLM2 7 KV heads tie there,
+so amendment 2's 5 are again index order.
 """
 
 from __future__ import annotations
@@ -218,16 +221,38 @@ def duo_groups_k(n_heads: int, group: int) -> int:
     return group * math.ceil(top_k(n_heads) / group)
 
 
+def duo_tied_k(ranking: pd.DataFrame, group: int) -> int:
+    """Heads in DuoAttention's masked set of plan amendment 3: ``duo_groups_k``'s whole KV
+    heads and every KV head whose gate ties the last of them. Gates are clamped to ``[0, 1]``
+    at every step (the paper's training), so the KV heads that need the full context most
+    saturate at 1 together (SmolLM2: 7 of 90), and a top set smaller than that tie is index
+    order; the whole tie is the set the gates name."""
+    ordered = ranking.sort_values("rank")["score"].to_numpy(dtype=float)
+    cut = ordered[duo_groups_k(len(ranking), group) - 1]
+    return int((ordered >= cut).sum())
+
+
 def duo_groups_compute(run: FigureRun) -> Tables:
+    return _duo_masking(run, whole_tie=False)
+
+
+def duo_tied_compute(run: FigureRun) -> Tables:
+    return _duo_masking(run, whole_tie=True)
+
+
+def _duo_masking(run: FigureRun, *, whole_tie: bool) -> Tables:
+    """Duo's whole KV heads (amendment 2's set, or with ``whole_tie`` amendment 3's) and as
+    many random heads drawn outside them, zeroed on the fresh questions."""
     from interp_seal.tuning.duo_gates import gate_ranking
 
     s, spec = run.sizes, run.handle.spec
+    group = spec.n_heads // spec.n_kv_heads
     duo = scored({"duo": gate_ranking(duo_gates(run), spec.n_heads)})["duo"]
-    k = duo_groups_k(len(duo), spec.n_heads // spec.n_kv_heads)
+    k = duo_tied_k(duo, group) if whole_tie else duo_groups_k(len(duo), group)
     fresh = run.samples(
         "passages", s.definition_questions, seed=M.FRESH_SEED, size=s.retrieval_passages
     )
-    with run.timed("duo_groups_masking") as out:
+    with run.timed("duo_tied_masking" if whole_tie else "duo_groups_masking") as out:
         frame = mask_rankings(
             run.handle,
             fresh,
@@ -239,7 +264,7 @@ def duo_groups_compute(run: FigureRun) -> Tables:
         )
     effects = masking_effects(frame)
     return {
-        "ranking": duo.assign(group=spec.n_heads // spec.n_kv_heads),
+        "ranking": duo.assign(group=group),
         "masking": frame.drop(columns="correct"),
         "records": M.masking_records(frame).assign(questions_seed=M.FRESH_SEED),
         "effects": effects,

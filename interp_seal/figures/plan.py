@@ -313,7 +313,42 @@ def amendment_2(model: str, sizes: FigureSizes) -> dict:
     }
 
 
-AMENDMENTS = (amendment_1, amendment_2)  # in order: amendment N is AMENDMENTS[N - 1]
+def amendment_3(model: str, sizes: FigureSizes) -> dict:
+    """Issue 41: DuoAttention's masking arm as amendment 2's, its set extended to the whole
+    tie of gates at the cut (the clamped gates saturate together)."""
+    from interp_seal.figures import claims as C
+
+    doc = amendment_2(model, sizes)
+    test = (
+        doc["claims"][0]["test"]
+        .replace(
+            "the top 5 % of heads rounded up to whole KV heads",
+            "the top 5 % of heads rounded up to whole KV heads and extended to every KV head whose "
+            "gate ties the last of them",
+        )
+        .replace("; a set that still cuts a tie of gates is not read", "")
+    )
+    claims = [
+        {"claim": claim, "paper": paper, "test": test, "population": doc["claims"][0]["population"]}
+        for claim, paper, _ in C.AMENDMENT_3_CLAIMS
+    ]
+    return doc | {
+        "amendment": 3,
+        "reason": "amendment 2's set, duo's top 5 % rounded up to whole KV heads, cuts a tie "
+        "wherever more KV heads share the gate of its last one, and the paper's gates are "
+        "clamped to [0, 1] at every step, so the heads that need the whole context saturate "
+        "at 1 together: SmolLM2's trained gates (seen before any masking data of the gallery) "
+        "put 7 of 90 KV heads at 1.0, so amendment 2's 5 are index order and its claim reads "
+        "not shown by construction. This figure masks the whole tie; it changes no claim of "
+        "amendments 1 and 2",
+        "figures": ["heads_duo_tied"],
+        "correction": f"Holm's step-down across this amendment's {len(claims)} claim, one "
+        "family; the plan's and the earlier amendments' claims keep their correction",
+        "claims": claims,
+    }
+
+
+AMENDMENTS = (amendment_1, amendment_2, amendment_3)  # in order: amendment N is AMENDMENTS[N - 1]
 
 
 def gallery_amendments(model: str, sizes: FigureSizes) -> list[dict]:

@@ -473,6 +473,21 @@ FIGURES: tuple[FigureSpec, ...] = (
         "heads of the same number (MuDAF Fig. 4; Wu et al. 2024).",
         sample="{definition_questions} fresh questions; random heads: seeds {mask_seeds}",
     ),
+    # plan amendment 3 (issue 41)
+    FigureSpec(
+        name="heads_duo_tied",
+        title="DuoAttention's heads masked as whole KV heads, the whole tie of gates",
+        paper="DuoAttention (Xiao et al. 2024); MuDAF Fig. 4's control",
+        compute=D.duo_tied_compute,
+        draw=D.duo_groups_draw,
+        read=D.duo_groups_read,
+        paper_numbers="DuoAttention clamps its gates to [0, 1] at every step and keeps the "
+        "full cache for the KV heads whose gates stay high; the heads that need the whole "
+        "context saturate at 1 together, so its set is the tie, not an order within it. The "
+        "papers mask retrieval heads against random heads of the same number (MuDAF Fig. 4; "
+        "Wu et al. 2024).",
+        sample="{definition_questions} fresh questions; random heads: seeds {mask_seeds}",
+    ),
 )
 
 BY_NAME = {f.name: f for f in FIGURES}

@@ -22,7 +22,7 @@ from interp_seal.interventions import ablate
 from interp_seal.models import StreamingHeads, compress_kv, load_model
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
 
-NAMES = ["heads_definitions", "kv_budget", "heads_duo_groups"]
+NAMES = ["heads_definitions", "kv_budget", "heads_duo_groups", "heads_duo_tied"]
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +129,8 @@ def test_gates_are_tuned_on_held_out_records_and_claims_are_read(gallery):
     tuned = [n for n in doc["heldout"]["tuning"] if n.startswith("duo_gates")]
     assert tuned and doc["heldout"]["overlap"] == 0
     claims = pd.read_csv(gallery / "claims.csv").set_index("claim")
-    assert len(claims) == len(C.CLAIMS) == 21
-    for claim, _, _ in C.AMENDMENT_1_CLAIMS + C.AMENDMENT_2_CLAIMS:
+    assert len(claims) == len(C.CLAIMS) == 22
+    for claim, _, _ in C.AMENDMENT_1_CLAIMS + C.AMENDMENT_2_CLAIMS + C.AMENDMENT_3_CLAIMS:
         assert not claims.loc[claim, "measured"].startswith("no data"), claim
     text = (gallery / "README.md").read_text()
     assert "Plan amendment 1 ([plan_amendment_1.json]" in text
@@ -166,3 +166,15 @@ def test_duo_is_masked_as_whole_kv_heads_and_each_set_equals_zeroing_it_directly
         assert got.exact_match.tolist() == direct, (strategy, row.seed)
     text = (gallery / "README.md").read_text()
     assert "Plan amendment 2 ([plan_amendment_2.json]" in text
+    # amendment 3: the whole tie of gates at that cut, never cut itself
+    tied = tables(gallery, "heads_duo_tied")
+    k = int(tied["masking"].k.max())
+    r = t["ranking"]
+    gates = r.assign(kv=r["head"] // 4).groupby(["layer", "kv"]).score.first()
+    assert k == 4 * int((gates >= gates.max()).sum())  # the organism's cut is its best KV head
+    assert D.duo_tied_k(t["ranking"], 4) == k and D.duo_groups_cut(tied) is None
+    top = [
+        tuple(map(int, h.split(".")))
+        for h in tied["masking"].set_index("strategy").heads["duo"].split()
+    ]
+    assert sorted(top) == sorted(order(t["ranking"])[:k])

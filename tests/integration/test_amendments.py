@@ -33,9 +33,10 @@ def started(tmp_path, monkeypatch):
 
 
 def test_a_fresh_directory_gets_the_plan_and_every_amendment_before_data(started):
-    doc, second = P.gallery_amendments("organism", QUICK)
+    doc, second, third = P.gallery_amendments("organism", QUICK)
     assert (started / "plan_amendment_1.json").read_bytes() == P.plan_bytes(doc)
     assert (started / "plan_amendment_2.json").read_bytes() == P.plan_bytes(second)
+    assert (started / "plan_amendment_3.json").read_bytes() == P.plan_bytes(third)
     assert not (started / "data" / f"{NEW}.json").exists()
     plan = json.loads((started / "plan.json").read_text())
     # run.json's identity stays the plan's hash; the amendment names it and adds to it
@@ -46,13 +47,17 @@ def test_a_fresh_directory_gets_the_plan_and_every_amendment_before_data(started
     assert names == [c for c, _, _ in C.AMENDMENT_1_CLAIMS] and len(names) == 7
     assert all(c["test"] and c["population"] for c in doc["claims"])
     assert "this amendment's 7 claims, one family" in doc["correction"]
-    assert len(C.CLAIMS) == 21
-    assert [f for f, _ in C.FAMILIES] == ["plan", "amendment 1", "amendment 2"]
+    assert len(C.CLAIMS) == 22
+    assert [f for f, _ in C.FAMILIES] == ["plan", *(f"amendment {i}" for i in (1, 2, 3))]
     assert doc["sizes"]["kv_lengths"] == list(QUICK.kv_lengths)
     # amendment 2 adds duo's whole-KV-head masking on amendment 1's fresh questions
     assert second["figures"] == ["heads_duo_groups"] and second["amends"] == doc["amends"]
     assert [c["claim"] for c in second["claims"]] == [C.DUO_GROUPS_CLAIM]
     assert second["sizes"] == {"definition_questions": QUICK.definition_questions}
+    # amendment 3 the same arm with the whole tie of gates at the cut
+    assert third["figures"] == ["heads_duo_tied"] and third["amends"] == doc["amends"]
+    assert [c["claim"] for c in third["claims"]] == [C.DUO_TIED_CLAIM]
+    assert "every KV head whose gate ties the last of them" in third["claims"][0]["test"]
 
 
 def test_a_gallery_with_the_amendment_accepts_resume(started, monkeypatch):

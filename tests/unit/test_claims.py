@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from interp_seal.figures import claims as C
+from interp_seal.figures import definitions as D
 
 
 def check(verdict: str, p: float, difference: float, test: str = "t") -> C.Check:
@@ -194,6 +195,22 @@ def test_duo_masked_as_whole_kv_heads_is_read_unless_the_cut_ties_gates():
     # its own Holm family: amendment 1's verdicts keep their correction
     table = C.claims_table(duo_groups_tables([0] * 20, gate))
     assert table[table.claim == C.DUO_GROUPS_CLAIM].family.tolist() == ["amendment 2"]
+
+
+def test_duo_masked_with_the_whole_tie_of_gates_is_read_where_the_groups_arm_is_not():
+    # amendment 3: clamped gates saturate together; the set takes the whole tie at the cut
+    gate = {(layer, kv): 1.0 - 0.1 * layer - 0.01 * kv for layer in range(4) for kv in range(2)}
+    tied = gate | {(0, 1): 1.0}
+    ranking = duo_groups_tables([0] * 20, tied)["heads_duo_groups"]["ranking"]
+    assert D.duo_tied_k(ranking, 4) == 8 and D.duo_groups_k(32, 4) == 4
+    untied = duo_groups_tables([0] * 20, gate)["heads_duo_groups"]["ranking"]
+    assert D.duo_tied_k(untied, 4) == 4  # no tie: amendment 2's set
+    data = {"heads_duo_tied": duo_groups_tables([0] * 20, tied)["heads_duo_groups"]}
+    data["heads_duo_tied"]["masking"] = data["heads_duo_tied"]["masking"].assign(k=[0, 8, 8, 8])
+    row = C.duo_tied_masking(data)
+    assert row.verdict == "supported" and row.n == 20
+    table = C.claims_table(data)
+    assert table[table.claim == C.DUO_TIED_CLAIM].family.tolist() == ["amendment 3"]
 
 
 def kv_tables(arms: dict[tuple[str, int], list[int]], *, outside: dict | None = None):
