@@ -678,6 +678,15 @@ def definition_masking(d: Data, definition: str, figure: str = "heads_definition
     from interp_seal.figures.definitions import cut_ties, duo_groups_cut
 
     tables = d[figure]
+    if "records" not in tables:  # a Duo set cut from a tie was not masked (``definitions``)
+        return Check(
+            measured=f"{definition}'s top KV heads are {' of '.join(map(str, duo_groups_cut(tables)))} "
+            "heads tied at one gate, taken in index order: not masked",
+            test="none (the set is not fixed by the gates)",
+            n=0,
+            difference=math.nan,
+            n_needed="none: the top set is not fixed by the definition's scores",
+        )
     r = tables["records"]
     r = r[r["mode"] == "zero"]
     if definition not in set(r.strategy):
@@ -964,6 +973,13 @@ def _fresh_masking(figure: str, column: str, value: str, planned: str) -> Callab
     return count
 
 
+def _duo_n(figure: str) -> Callable:
+    """The fresh questions of a Duo whole-KV-head arm; none where its set was cut from a tie
+    and not masked (nothing was read, so nothing can be off plan)."""
+    count = _fresh_masking(figure, "strategy", "none", "definition_questions")
+    return lambda d, s: count(d, s) if "records" in d[figure] else []
+
+
 def _dla(d: Data, s) -> list[tuple[str, int, int]]:
     from interp_seal.figures.seal import DLA_RECORDS
 
@@ -1016,10 +1032,8 @@ PLANNED_N: dict[Callable, Callable] = {
     },
     duo_beats_random: _kv,
     causal_beats_scores: _kv,
-    duo_groups_masking: _fresh_masking(
-        "heads_duo_groups", "strategy", "none", "definition_questions"
-    ),
-    duo_tied_masking: _fresh_masking("heads_duo_tied", "strategy", "none", "definition_questions"),
+    duo_groups_masking: _duo_n("heads_duo_groups"),
+    duo_tied_masking: _duo_n("heads_duo_tied"),
 }
 
 

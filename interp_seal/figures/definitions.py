@@ -249,6 +249,10 @@ def _duo_masking(run: FigureRun, *, whole_tie: bool) -> Tables:
     group = spec.n_heads // spec.n_kv_heads
     duo = scored({"duo": gate_ranking(duo_gates(run), spec.n_heads)})["duo"]
     k = duo_tied_k(duo, group) if whole_tie else duo_groups_k(len(duo), group)
+    ranking = duo.assign(group=group, k=k)
+    inside, tied = tie_at_cut(duo, k)
+    if inside != tied:  # index order, which the plan says is not read: not run either
+        return {"ranking": ranking}
     fresh = run.samples(
         "passages", s.definition_questions, seed=M.FRESH_SEED, size=s.retrieval_passages
     )
@@ -264,7 +268,7 @@ def _duo_masking(run: FigureRun, *, whole_tie: bool) -> Tables:
         )
     effects = masking_effects(frame)
     return {
-        "ranking": duo.assign(group=group),
+        "ranking": ranking,
         "masking": frame.drop(columns="correct"),
         "records": M.masking_records(frame).assign(questions_seed=M.FRESH_SEED),
         "effects": effects,
@@ -272,17 +276,19 @@ def _duo_masking(run: FigureRun, *, whole_tie: bool) -> Tables:
 
 
 def duo_groups_cut(t: Tables) -> tuple[int, int] | None:
-    """``(inside, tied)`` where the masked set still cuts a tie of gates (two KV heads with
-    one gate value across the cut), else None."""
-    ranking, k = t["ranking"], int(t["masking"].k.max())
-    inside, tied = tie_at_cut(ranking, k)
+    """``(inside, tied)`` where Duo's set cuts a tie of gates (two KV heads with one gate
+    value across the cut; then nothing was masked), else None."""
+    ranking = t["ranking"]
+    inside, tied = tie_at_cut(ranking, int(ranking.k.iloc[0]))
     return None if inside == tied else (inside, tied)
 
 
 def duo_groups_draw(t: Tables):
-    from interp_seal.viz.passages import masking_bars
+    from interp_seal.viz.passages import gate_cut, masking_bars
 
-    k, group = int(t["masking"].k.max()), int(t["ranking"].group.iloc[0])
+    k, group = int(t["ranking"].k.iloc[0]), int(t["ranking"].group.iloc[0])
+    if "masking" not in t:
+        return gate_cut(t["ranking"], k=k, group=group)
     return masking_bars(
         t["masking"],
         title=f"DuoAttention's top KV heads ({k // group}, {k} heads) zeroed vs {k} random heads",
@@ -290,18 +296,21 @@ def duo_groups_draw(t: Tables):
 
 
 def duo_groups_read(t: Tables) -> str:
-    e = t["effects"].iloc[0]
-    k, group = int(t["masking"].k.max()), int(t["ranking"].group.iloc[0])
-    heads = " ".join(f"L{h.replace('.', 'H')}" for h in str(e.heads).split())
-    cut = duo_groups_cut(t)
+    k, group = int(t["ranking"].k.iloc[0]), int(t["ranking"].group.iloc[0])
     kv = k // group
+    top = f"DuoAttention's top {kv} KV head{'s' * (kv > 1)} ({k} heads"
+    if cut := duo_groups_cut(t):
+        return (
+            f"{top}) are {cut[0]} of {cut[1]} heads whose KV heads share one gate, taken in "
+            "index order: the set is not the gates', so it was not masked and its claim is "
+            "not read."
+        )
+    e = t["effects"].iloc[0]
+    heads = " ".join(f"L{h.replace('.', 'H')}" for h in str(e.heads).split())
     return (
-        f"DuoAttention's top {kv} KV head{'s' * (kv > 1)} ({k} heads: {heads}) zeroed on "
-        f"{int(e.n)} "
-        f"fresh questions: exact match {e.exact_match:.2f} vs {k} random heads "
-        f"{e.random_exact_match:.2f} (mean of {int(e.draws)} draws), none zeroed "
-        f"{e.unmasked_exact_match:.2f}."
-        + (f" The set still cuts a tie of gates ({cut[0]} of {cut[1]})." if cut else "")
+        f"{top}: {heads}) zeroed on {int(e.n)} fresh questions: exact match "
+        f"{e.exact_match:.2f} vs {k} random heads {e.random_exact_match:.2f} (mean of "
+        f"{int(e.draws)} draws), none zeroed {e.unmasked_exact_match:.2f}."
     )
 
 

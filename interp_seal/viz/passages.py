@@ -261,6 +261,48 @@ def _masking_panel(fig: go.Figure, frame: pd.DataFrame, metric: str, col: int) -
     return wilson_bars
 
 
+def gate_cut(ranking: pd.DataFrame, *, k: int, group: int) -> go.Figure:
+    """DuoAttention's gates per KV head, best first, from a ranked head table (``score`` the
+    gate, each query head carrying its KV head's): the ``k // group`` KV heads of a top set,
+    the KV heads outside it whose gate ties its last one, and the next five."""
+    kv = ranking.assign(kv=ranking["head"] // group)
+    kv = kv.groupby(["layer", "kv"], as_index=False).agg(
+        gate=("score", "first"), rank=("rank", "min")
+    )
+    kv = kv.sort_values("rank").reset_index(drop=True)
+    inside = k // group
+    cut = float(kv.gate.iloc[inside - 1])
+    tied, held = int((kv.gate == cut).sum()), int((kv.gate.iloc[:inside] == cut).sum())
+    shown = kv.head(int((kv.gate >= cut).sum()) + 5)
+    names = [f"L{int(a)} KV{int(b)}" for a, b in zip(shown.layer, shown.kv, strict=True)]
+    kind = [
+        "in the set" if i < inside else ("tied with its last" if g == cut else "outside")
+        for i, g in enumerate(shown.gate)
+    ]
+    fig = go.Figure()
+    for name, colour in (("in the set", 0), ("tied with its last", 1), ("outside", 7)):
+        rows = [i for i, found in enumerate(kind) if found == name]
+        fig.add_trace(
+            go.Bar(
+                x=[names[i] for i in rows],
+                y=[float(shown.gate.iloc[i]) for i in rows],
+                name=name,
+                marker_color=qualitative.Plotly[colour],
+                hovertemplate="%{x}: gate %{y:.4f}<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"DuoAttention's top {inside} KV heads hold {held} of the {tied} KV heads tied "
+        f"at gate {cut:.4g}: index order, not masked",
+        template="plotly_white",
+    )
+    fig.update_xaxes(
+        title_text="KV head, best gate first", categoryorder="array", categoryarray=names
+    )
+    fig.update_yaxes(title_text="gate (1: full attention)", range=[0, 1.05])
+    return fig
+
+
 def definition_comparison(
     comparison: RankingComparison, effects: pd.DataFrame | None = None
 ) -> go.Figure:

@@ -170,7 +170,7 @@ def duo_groups_tables(duo: list[int], gate: dict) -> dict:
     ranking = pd.DataFrame(
         [{"layer": a, "head": b, "score": gate[a, b // 4]} for a, b in heads]
     ).sort_values(["score", "layer", "head"], ascending=[False, True, True])
-    ranking = ranking.assign(rank=range(1, 33), group=4)
+    ranking = ranking.assign(rank=range(1, 33), group=4, k=4)
     records = definition_records([1] * 20, {"duo": duo})
     masking = pd.DataFrame({"strategy": ["none", "duo", "random", "random"], "k": [0, 4, 4, 4]})
     return {"heads_duo_groups": {"records": records, "ranking": ranking, "masking": masking}}
@@ -206,9 +206,15 @@ def test_duo_masked_with_the_whole_tie_of_gates_is_read_where_the_groups_arm_is_
     untied = duo_groups_tables([0] * 20, gate)["heads_duo_groups"]["ranking"]
     assert D.duo_tied_k(untied, 4) == 4  # no tie: amendment 2's set
     data = {"heads_duo_tied": duo_groups_tables([0] * 20, tied)["heads_duo_groups"]}
-    data["heads_duo_tied"]["masking"] = data["heads_duo_tied"]["masking"].assign(k=[0, 8, 8, 8])
+    data["heads_duo_tied"]["ranking"] = data["heads_duo_tied"]["ranking"].assign(k=8)
     row = C.duo_tied_masking(data)
     assert row.verdict == "supported" and row.n == 20
+    # amendment 2's 4 heads of the same gates cut the tie: not masked (no records), not read
+    unread = {"heads_duo_groups": {"ranking": data["heads_duo_tied"]["ranking"].assign(k=4)}}
+    row = C.duo_groups_masking(unread)
+    assert row.verdict == "not shown" and row.n == 0 and math.isnan(row.p_value)
+    assert row.measured.startswith("duo's top KV heads are 4 of 8 heads tied at one gate")
+    assert C.off_plan(unread | {"_planned": object()}, C.duo_groups_masking) == ""
     table = C.claims_table(data)
     assert table[table.claim == C.DUO_TIED_CLAIM].family.tolist() == ["amendment 3"]
 
