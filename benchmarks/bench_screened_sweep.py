@@ -11,10 +11,10 @@ LongEval records at 3 and 7 lines (integer line indices, the model's chat templa
 where it retrieves, ``docs/smollm2.md``), run once per seed and kept in ``tests/data``
 (``REFERENCES``: ``smollm2_head_sweep``, 10 records per length of seed 0, and, where present,
 ``smollm2_head_sweep_seed1``, 30 more of seed 1, ``smollm2_head_sweep_seed2``, 60 more of
-seed 2, and ``smollm2_head_sweep_seed3``, 60 more of seed 3; each directory holds the sweep's own manifest and records, and ``run.json`` says how it
-was made and what it cost, where it was measured). Heads are ranked by the
-change of the answer's log-probability when zeroed, averaged over the records of each length
-and then over the two lengths.
+seed 2, and ``smollm2_head_sweep_seed3``, 60 more of seed 3; each directory holds the sweep's
+own manifest and records, and ``run.json`` says how it was made and what it cost, where it was
+measured). Heads are ranked by the change of the answer's log-probability when zeroed, averaged
+over the records of each length and then over the two lengths.
 
 On the same records this script
 

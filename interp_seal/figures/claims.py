@@ -25,8 +25,9 @@ family of claims as it was registered: the plan's (``PLAN_CLAIMS``, corrected to
 ``plan.json`` says) and each amendment's (``AMENDMENT_1_CLAIMS`` to ``AMENDMENT_3_CLAIMS``,
 added for issue 41's figures). An amendment adds a family rather than joining the plan's:
 enlarging the plan's family afterwards would change the correction the plan registered for its
-claims, and with it verdicts already read (``FAMILIES``). Each family holds its error rate at ``ALPHA``; the
-gallery as a whole at most ``ALPHA`` times the number of families (Bonferroni over them).
+claims, and with it verdicts already read (``FAMILIES``). Each family holds its error rate at
+``ALPHA``; the gallery as a whole at most ``ALPHA`` times the number of families (Bonferroni
+over them).
 
 Where claims are read: heads and records chosen on one set of records (the sweep's best
 head, the retrieval heads, MuDAF's targets) are tested on fresh records or questions
@@ -678,10 +679,14 @@ def definition_masking(d: Data, definition: str, figure: str = "heads_definition
     from interp_seal.figures.definitions import cut_ties, duo_groups_cut
 
     tables = d[figure]
-    if "records" not in tables:  # a Duo set cut from a tie was not masked (``definitions``)
+    if figure == "heads_definitions":
+        cut = cut_ties(tables).get(definition) if "rankings" in tables else None  # hand-made
+    else:
+        cut = duo_groups_cut(tables) if "ranking" in tables else None
+    if "records" not in tables and cut is not None:  # not masked (``definitions``)
         return Check(
-            measured=f"{definition}'s top KV heads are {' of '.join(map(str, duo_groups_cut(tables)))} "
-            "heads tied at one gate, taken in index order: not masked",
+            measured=f"{definition}'s top KV heads are {cut[0]} of {cut[1]} heads tied at one "
+            "gate, taken in index order: not masked",
             test="none (the set is not fixed by the gates)",
             n=0,
             difference=math.nan,
@@ -713,10 +718,6 @@ def definition_masking(d: Data, definition: str, figure: str = "heads_definition
     )
     c = combine(parts, text)
     c = replace(c, test=c.test + f"; each of {len(seeds)} random draws must beat it")
-    if figure != "heads_definitions":
-        cut = duo_groups_cut(tables) if "ranking" in tables else None
-    else:
-        cut = cut_ties(tables).get(definition) if "rankings" in tables else None  # hand-made
     if cut is None:
         return c
     inside, tied = cut

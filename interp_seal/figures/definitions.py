@@ -250,8 +250,7 @@ def _duo_masking(run: FigureRun, *, whole_tie: bool) -> Tables:
     duo = scored({"duo": gate_ranking(duo_gates(run), spec.n_heads)})["duo"]
     k = duo_tied_k(duo, group) if whole_tie else duo_groups_k(len(duo), group)
     ranking = duo.assign(group=group, k=k)
-    inside, tied = tie_at_cut(duo, k)
-    if inside != tied:  # index order, which the plan says is not read: not run either
+    if duo_groups_cut({"ranking": ranking}):  # index order, which the plan does not read
         return {"ranking": ranking}
     fresh = run.samples(
         "passages", s.definition_questions, seed=M.FRESH_SEED, size=s.retrieval_passages
