@@ -44,9 +44,10 @@ SMOLLM2_NOTE = (
     "the last layer at the answer rows without Self-Extend's grouped positions (`4e8de8b`). "
     "MuDAF Fig. 7's SFT and MuDAF models were retrained on the CPU (tuned models are not "
     "committed), so its k = 0 and k = 4 points are not the very models of Table 2. The "
+    "needle figures hide SEAL's needles in the bundled essays (970 tokens), repeated "
+    "to fill each context: past 1K tokens the haystack repeats, at 12K twelve times. The "
     "figures not computed yet resume from the stores under `work/` with `interp-seal figures "
-    "--model smollm2 --out figures/smollm2 --resume` (MuDAF Fig. 4 has 30 of its 47 chunks "
-    "of fresh questions)."
+    "--model smollm2 --out figures/smollm2 --resume`."
 )
 
 NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}
