@@ -6,6 +6,9 @@ directory and is kept under ``<out>/work/``:
 
 - trainings go through ``interp_seal.tuning.loop.train`` with an ``out_dir``, so a killed run
   resumes from its last checkpoint; the result (a scale file or a checkpoint) is written last;
+  a tuned model's digest (``weights.json``) is kept beside it, so that a model retrained on
+  another machine is refused unless it has the weights the stored rows were computed with
+  (``same_weights``);
 - per-point evaluations go through ``FigureRun.rows``: one keyed record per finished point
   (the run store, ``interp_seal.records``: a point computed for another model or other sizes
   is refused, not reused) is appended to a ``records.jsonl`` and reused on restart, with the
@@ -25,6 +28,7 @@ themselves, so a model evaluated in its chat template is also swept, attributed 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -42,6 +46,7 @@ from interp_seal.figures.heldout import Ledger
 from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
+from interp_seal.outputs import write_text
 from interp_seal.records import RecordStore, fingerprint
 from interp_seal.tasks import (
     LineRetrievalConfig,
@@ -55,6 +60,7 @@ from interp_seal.tasks.chat import force_prefix, wrap_samples
 from interp_seal.tasks.sample import Sample
 from interp_seal.tuning.methods import METHODS
 
+WEIGHTS = "weights.json"  # a tuned model's weight digest, kept (and committed) with its stores
 DATA_SEED = 1000  # tuning data; evaluation records and questions use seed 0 (as `interp-seal tune`)
 TASKS = ("line_retrieval", "needle", "passages")
 
@@ -103,6 +109,42 @@ def declared_window(handle: ModelHandle, positions: int):
         yield
     finally:
         config.max_position_embeddings = old
+
+
+class RetrainedModelError(RuntimeError):
+    """A tuned model was retrained and its weights differ from those earlier rows used."""
+
+
+def same_weights(folder: Path, tag: str) -> None:
+    """Check the checkpoint in ``folder / "model"`` against the weight digest the first
+    training recorded (``WEIGHTS``); record it if there is none.
+
+    Tuned models are not kept between machines (0.5 GB each), so a resumed gallery retrains
+    them from their stored settings, and rows computed before and after would mix two models
+    if the retraining did not give the same weights (another CPU's kernels, a GPU, a library
+    release): their numbers would look like one model's. The digest is of the saved weight
+    files, so it does not depend on the dtype or device a run loads them in.
+    """
+    digest = hashlib.sha256()
+    for path in sorted((folder / "model").glob("*.safetensors")):
+        with path.open("rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    now = {"sha256": digest.hexdigest()}
+    record = folder / WEIGHTS
+    if not record.exists():
+        write_text(record, json.dumps(now) + "\n")
+        return
+    then = json.loads(record.read_text())
+    if then["sha256"] != now["sha256"]:
+        raise RetrainedModelError(
+            f"the tuned model {tag!r} in {folder} was retrained and its weights differ from "
+            f"those of the run that first trained it (sha256 {now['sha256'][:12]} vs "
+            f"{then['sha256'][:12]}): rows computed with the two models would be mixed in one "
+            "figure. Recompute the figures that use it (delete their data/*.json and the row "
+            f"stores whose records list {tag!r} under 'stores'), then delete {record} to "
+            "record the new weights"
+        )
 
 
 class FigureRun:
@@ -496,5 +538,6 @@ class FigureRun:
                     self._train(tuner, samples, folder, lr=METHODS[tuner.method].lr, seed=seed)
                     model = tuner.model
                 save_checkpoint(model, handle.tokenizer, ckpt)
+            same_weights(folder, tag)
         self._memo[tag] = load_model(ckpt, **self.load_options)
         return self._memo[tag]

@@ -224,6 +224,23 @@ def mudaf_cases(tmp_path_factory):
     return out, FigureRun("organism", QUICK, out, progress=False)
 
 
+def test_a_retrained_model_must_have_the_weights_its_earlier_rows_used(mudaf_cases, tmp_path):
+    """Tuned models are not kept between machines, so a resumed gallery retrains them: the
+    retrained weights are checked against the digest the first training recorded, and a
+    different model is refused instead of being mixed into the same figures."""
+    out, _ = mudaf_cases
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    folder = copy / "work" / "sft_seed0"
+    first = json.loads((folder / run_module.WEIGHTS).read_text())
+    shutil.rmtree(folder / "model")
+    FigureRun("organism", QUICK, copy, progress=False).tuned_model("sft")  # retrained
+    assert json.loads((folder / run_module.WEIGHTS).read_text()) == first
+    (folder / run_module.WEIGHTS).write_text(json.dumps({"sha256": "0" * 64}))
+    with pytest.raises(run_module.RetrainedModelError, match="'sft_seed0'.*000000000000"):
+        FigureRun("organism", QUICK, copy, progress=False).tuned_model("sft")
+
+
 def test_mudaf_fig10_cases_equal_passage_scores_and_answers(mudaf_cases):
     from interp_seal.analysis.masking import greedy_text
     from interp_seal.evaluation import teacher_force
