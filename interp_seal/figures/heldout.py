@@ -84,6 +84,10 @@ class Ledger:
 
     def tuned(self, name: str, samples: Iterable[Sample]) -> None:
         self._add("tuning", name, samples)
+        self.used(name)
+
+    def used(self, name: str) -> None:
+        """Book the tuning set ``name`` as met by the current figure (a tuned model it reuses)."""
         if self.figure is not None:
             self.met.setdefault(self.figure, set()).add(name)
 

@@ -115,7 +115,7 @@ class RetrainedModelError(RuntimeError):
     """A tuned model was retrained and its weights differ from those earlier rows used."""
 
 
-def same_weights(folder: Path, tag: str) -> None:
+def same_weights(folder: Path, tag: str, device: str = "cpu") -> None:
     """Check the checkpoint in ``folder / "model"`` against the weight digest the first
     training recorded (``WEIGHTS``); record it if there is none.
 
@@ -130,7 +130,7 @@ def same_weights(folder: Path, tag: str) -> None:
         with path.open("rb") as f:
             while block := f.read(1 << 24):
                 digest.update(block)
-    now = {"sha256": digest.hexdigest()}
+    now = {"sha256": digest.hexdigest(), "trained_on": _machine(device)}
     record = folder / WEIGHTS
     if not record.exists():
         write_text(record, json.dumps(now) + "\n")
@@ -139,12 +139,33 @@ def same_weights(folder: Path, tag: str) -> None:
     if then["sha256"] != now["sha256"]:
         raise RetrainedModelError(
             f"the tuned model {tag!r} in {folder} was retrained and its weights differ from "
-            f"those of the run that first trained it (sha256 {now['sha256'][:12]} vs "
-            f"{then['sha256'][:12]}): rows computed with the two models would be mixed in one "
-            "figure. Recompute the figures that use it (delete their data/*.json and the row "
-            f"stores whose records list {tag!r} under 'stores'), then delete {record} to "
-            "record the new weights"
+            f"those of the run that first trained it (sha256 {now['sha256'][:12]} on "
+            f"{now['trained_on']} vs {then['sha256'][:12]} on {then.get('trained_on', '?')}): "
+            "rows computed with the two models would be mixed. Either retrain it where it "
+            "was first trained, or recompute the figures that use it (those whose data/*.json "
+            f"name {tag!r} among the tuning sets they met, under 'heldout'; delete those files "
+            f"and their row stores under work/), then delete {record}"
         )
+
+
+def _machine(device: str) -> str:
+    """The device (with the CPU) and library versions a model trains on: what can change its
+    weights."""
+    import platform
+
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [
+            x.split(":", 1)[1].strip()
+            for x in cpuinfo.read_text().splitlines()
+            if x.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    device = "" if device == "cpu" else f"{device} with "
+    return f"{device}{cpu}, torch {torch.__version__}, transformers {transformers.__version__}"
 
 
 class FigureRun:
@@ -513,6 +534,7 @@ class FigureRun:
             tag += f"_needle{needle_tokens}_n{n or self.sizes.tune_n}"
         tag += f"_seed{seed}"
         if tag in self._memo:
+            self.ledger.used(tag)
             return self._memo[tag]
         if method in ("seal-l", "seal-d"):
             task = "needle" if needle_tokens else "line_retrieval"
@@ -538,6 +560,6 @@ class FigureRun:
                     self._train(tuner, samples, folder, lr=METHODS[tuner.method].lr, seed=seed)
                     model = tuner.model
                 save_checkpoint(model, handle.tokenizer, ckpt)
-            same_weights(folder, tag)
+            same_weights(folder, tag, str(self.load_options.get("device") or "cpu"))
         self._memo[tag] = load_model(ckpt, **self.load_options)
         return self._memo[tag]

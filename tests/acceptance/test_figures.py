@@ -241,6 +241,19 @@ def test_a_retrained_model_must_have_the_weights_its_earlier_rows_used(mudaf_cas
         FigureRun("organism", QUICK, copy, progress=False).tuned_model("sft")
 
 
+def test_each_figure_names_every_tuned_model_it_used_even_one_loaded_before_it(gallery):
+    """MuDAF Fig. 9 reuses the models Fig. 5 loaded in the same run: its data still names
+    them, so a retrained model's error can say which figures to recompute."""
+    out, _ = gallery
+    run = FigureRun("organism", QUICK, out, progress=False)
+    tag = "mudaf_{}_seed0".format
+    sets = M.target_sets(run)
+    models = {"sft_seed0"} | {tag("-".join(f"{a}.{b}" for a, b in sets[m])) for m in sets}
+    for name in ("mudaf_fig5_targets", "mudaf_fig9_diff"):
+        doc = json.loads((out / "data" / f"{name}.json").read_text())
+        assert models <= set(doc["heldout"]["tuning"]), name
+
+
 def test_mudaf_fig10_cases_equal_passage_scores_and_answers(mudaf_cases):
     from interp_seal.analysis.masking import greedy_text
     from interp_seal.evaluation import teacher_force
