@@ -33,6 +33,7 @@ import json
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -145,6 +146,22 @@ def same_weights(folder: Path, tag: str, device: str = "cpu") -> None:
             "was first trained, or recompute the figures that use it (those whose data/*.json "
             f"name {tag!r} among the tuning sets they met, under 'heldout'; delete those files "
             f"and their row stores under work/), then delete {record}"
+        )
+
+
+def warn_other_machine(folder: Path, tag: str, device: str) -> None:
+    """Before a retraining: warn when the recorded weights came from another device, CPU or
+    library version, where ``same_weights`` may refuse the result after the training."""
+    record = folder / WEIGHTS
+    if not record.exists():
+        return
+    then, now = json.loads(record.read_text()).get("trained_on", "?"), _machine(device)
+    if then != now:
+        warnings.warn(
+            f"retraining {tag!r} on {now}; its recorded weights were trained on {then}. "
+            "If this machine's kernels give other weights, the model will be refused after "
+            "the training (RetrainedModelError), to keep its figures' rows from one model",
+            stacklevel=3,
         )
 
 
@@ -541,9 +558,11 @@ class FigureRun:
             samples = self.tuning_samples(tag, task, n=n, tokens=needle_tokens, seed=seed)
         else:
             samples = self.tuning_samples(tag, "passages", seed=seed)
+        device = str(self.load_options.get("device") or "cpu")
         with self.timed(tag) as folder:
             ckpt = folder / "model"
             if not (ckpt / "config.json").exists():
+                warn_other_machine(folder, tag, device)
                 handle = self.fresh_handle()
                 torch.manual_seed(seed)  # the adapters' initialisation
                 if method in ("seal-l", "seal-d"):
@@ -560,6 +579,6 @@ class FigureRun:
                     self._train(tuner, samples, folder, lr=METHODS[tuner.method].lr, seed=seed)
                     model = tuner.model
                 save_checkpoint(model, handle.tokenizer, ckpt)
-            same_weights(folder, tag, str(self.load_options.get("device") or "cpu"))
+            same_weights(folder, tag, device)
         self._memo[tag] = load_model(ckpt, **self.load_options)
         return self._memo[tag]

@@ -236,8 +236,13 @@ def test_a_retrained_model_must_have_the_weights_its_earlier_rows_used(mudaf_cas
     shutil.rmtree(folder / "model")
     FigureRun("organism", QUICK, copy, progress=False).tuned_model("sft")  # retrained
     assert json.loads((folder / run_module.WEIGHTS).read_text()) == first
-    (folder / run_module.WEIGHTS).write_text(json.dumps({"sha256": "0" * 64}))
-    with pytest.raises(run_module.RetrainedModelError, match="'sft_seed0'.*000000000000"):
+    shutil.rmtree(folder / "model")
+    elsewhere = {"sha256": "0" * 64, "trained_on": "another CPU, torch 0.1"}
+    (folder / run_module.WEIGHTS).write_text(json.dumps(elsewhere))
+    with (
+        pytest.warns(UserWarning, match="trained on another CPU, torch 0.1"),
+        pytest.raises(run_module.RetrainedModelError, match="'sft_seed0'.*000000000000"),
+    ):
         FigureRun("organism", QUICK, copy, progress=False).tuned_model("sft")
 
 
