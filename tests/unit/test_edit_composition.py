@@ -275,7 +275,10 @@ def test_patching_under_a_uniform_edit_equals_the_hooked_forward(handle):
                 logits = hf_logits(handle, pair.corrupted_ids[None])[:, -1]
             expected = float(pair.logit_diff(logits)[0])
             assert table.loc[(layer, head), "logit_diff"] == pytest.approx(expected, abs=ATOL)
-    assert table.loc[(1, 2), "value"] == 0  # the uniform head's own output is not used
+    # the uniform head's own output is not used: the patched run equals the corrupted one up to
+    # float rounding (the restart sums in another order; 1.3e-7 on an AVX-512 CPU, 0 elsewhere)
+    assert table.loc[(1, 2), "value"] == pytest.approx(0, abs=ATOL)
+    assert table["value"].abs().max() > 100 * ATOL  # other heads' patches do move it
 
 
 # -- the edit stack itself ------------------------------------------------------------------------
