@@ -116,7 +116,7 @@ class RetrainedModelError(RuntimeError):
     """A tuned model was retrained and its weights differ from those earlier rows used."""
 
 
-def same_weights(folder: Path, tag: str, device: str = "cpu") -> None:
+def same_weights(folder: Path, tag: str, device: str) -> None:
     """Check the checkpoint in ``folder / "model"`` against the weight digest the first
     training recorded (``WEIGHTS``); record it if there is none.
 
