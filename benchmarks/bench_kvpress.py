@@ -142,13 +142,19 @@ def record_hash(context: list[int], question: list[int], answer: list[int]) -> s
 
 def task_samples(handle: ModelHandle, *, n: int, seed: int, lines: int, needle_tokens: int):
     """``{"lines": [...], "needle": [...]}``: ``n`` records of each task in the SmolLM2 gallery's
-    format (integer indices, the tokenizer's chat template, answers' lead-ins forced)."""
+    format (integer indices, the tokenizer's chat template, answers' lead-ins forced, its
+    haystack)."""
     tok = handle.tokenizer
     line_records = line_retrieval_samples(
         tok, [lines], n=n, seed=seed, index_style="integers", chat_template="tokenizer"
     )[lines]
     depths = needle.linear_grid(0, 100, n)
-    cfg = needle.NeedleConfig(context_lengths=(needle_tokens,), depths=depths, answer="key_phrase")
+    cfg = needle.NeedleConfig(
+        context_lengths=(needle_tokens,),
+        depths=depths,
+        haystack=needle.read_haystack("essays"),  # the gallery's; 1K tokens fit it unrepeated
+        answer="key_phrase",
+    )
     raw = needle.generate(cfg, tok, 1, seed)
     needles = wrap_samples([force_prefix(s, needle.lead_in(s)) for s in raw], "tokenizer", tok)
     return {"lines": line_records, "needle": needles}

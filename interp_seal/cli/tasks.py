@@ -90,7 +90,14 @@ def register(subparsers) -> None:
     )
     niah.add_argument("--needles", default="seal", choices=NEEDLE_SETS, help="the set of needles")
     niah.add_argument(
-        "--haystack", help="haystack text file or directory of .txt (default: built-in)"
+        "--haystack",
+        help="a built-in haystack (long, the default, about 15.7K SmolLM2 tokens; essays, about "
+        "1K), a text file, or a directory of .txt",
+    )
+    niah.add_argument(
+        "--repeat-haystack",
+        action="store_true",
+        help="repeat a haystack shorter than a context (gkamradt's tester) instead of refusing it",
     )
     niah.add_argument(
         "--buffer", type=nonnegative_int, default=200, help="tokens kept for question + answer"
@@ -140,6 +147,7 @@ def _samples(args: argparse.Namespace) -> list:
         depths=tuple(x for g in args.depths or [grid(DEPTHS)] for x in g),
         needles=needle_set(args.needles),
         haystack=needle.read_haystack(args.haystack),
+        repeat=args.repeat_haystack,
         buffer=args.buffer,
         answer=args.answer,
     )

@@ -83,12 +83,13 @@ def regenerate(
     plan = gallery_plan(model, sizes)
     identity = {"model": model, "sizes": sizes.as_dict(), "plan_sha256": plan_hash(plan)}
     amendments = gallery_amendments(model, sizes)
+    run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
+    run.check_haystack()  # before anything is written
     open_manifest(out / "run.json", identity, resume=True, what="gallery")
     if not (out / PLAN).exists():  # the same plan when run.json matched
         write_text(out / PLAN, plan_bytes(plan).decode())
     write_amendments(out, plan, amendments)  # refused: another, a change, data before it
     (out / "data").mkdir(parents=True, exist_ok=True)
-    run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
     result = GalleryResult(out=out)
     window = getattr(run.handle.model.config, "max_position_embeddings", None)
     drawing_sizes = sizes.as_dict() | sizes.amendment_sizes()

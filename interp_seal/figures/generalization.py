@@ -85,10 +85,10 @@ LABELS = {"base": "base", "seal-h": "SEAL-H", "seal-c": "SEAL-C"}
 
 # -- general ability: perplexity of held-out prose -------------------------------------------
 def heldout_essays(text: str | None = None) -> list[str]:
-    """The bundled haystack (``needle.read_haystack``) cut into its essays: a paragraph with no
+    """The bundled ``"essays"`` haystack (``needle.read_haystack``) cut into its essays: a paragraph with no
     sentence-ending punctuation is a title and starts the next essay."""
     essays: list[list[str]] = []
-    for para in (p.strip() for p in (text or read_haystack()).strip().split("\n\n")):
+    for para in (p.strip() for p in (text or read_haystack("essays")).strip().split("\n\n")):
         if not para:
             continue
         if not essays or not para.endswith((".", "!", "?", '"')):

@@ -318,6 +318,25 @@ class FigureRun:
         return load_model(self.model, **self.load_options)
 
     # -- the task format -------------------------------------------------------------------
+    def _haystack(self) -> dict:
+        """The needle grid's haystack options from the sizes (``haystack``, ``haystack_repeat``)."""
+        return {
+            "haystack": needle.read_haystack(self.sizes.haystack),
+            "repeat": self.sizes.haystack_repeat,
+        }
+
+    def check_haystack(self) -> None:
+        """Refuse, before any figure, sizes whose longest needle context (the grid's, and SEAL
+        Table 2's with ``extension_task="needle"``) needs more haystack than there is
+        (``tasks.needle``: a haystack is not repeated unless the sizes say so)."""
+        s = self.sizes
+        longest = max(s.needle_lengths + s.extension_lengths * (s.extension_task == "needle"))
+        cfg = NeedleConfig(context_lengths=(longest,), depths=(100,), **self._haystack())
+        try:
+            needle.generate(cfg, self.handle.tokenizer)
+        except ValueError as err:
+            raise ValueError(f"the needle figures' haystack {s.haystack!r}: {err}") from None
+
     def samples(
         self,
         task: str,
@@ -333,7 +352,7 @@ class FigureRun:
 
         ``"line_retrieval"``: ``n`` LongEval records of ``size`` lines with the sizes'
         ``index_style``; ``"passages"``: ``n`` 1-hop questions over ``size`` passages (one
-        golden); ``"needle"``: the needle grid over SEAL's needles in the bundled haystack,
+        golden); ``"needle"``: the needle grid over SEAL's needles in the sizes' ``haystack``,
         context lengths ``(size,)`` (default the sizes' ``needle_lengths``) x ``depths``
         (default ``needle_depths``), ``n`` seeded needles per cell.
         """
@@ -343,6 +362,7 @@ class FigureRun:
                 context_lengths=(size,) if size else s.needle_lengths,
                 depths=s.needle_depths if depths is None else depths,
                 answer=s.needle_answer,
+                **self._haystack(),
             )
             raw = needle.generate(cfg, self.handle.tokenizer, n, seed)
         else:

@@ -1,8 +1,9 @@
 """How big each figure's experiment is, per model: ``preset_sizes(model, quick=...)``.
 
-- the organism (the default for any model without a preset): ``DEFAULT`` (the committed
-  organism gallery) and ``QUICK`` (``--quick``); SEAL's lengths are numbers of LongEval lines
-  (its ``max_position_embeddings`` is 4,096);
+- the organism: ``DEFAULT`` (the committed organism gallery) and ``QUICK`` (``--quick``);
+  SEAL's lengths are numbers of LongEval lines (its ``max_position_embeddings`` is 4,096);
+- any other model without a preset: the organism's sizes with the long needle haystack,
+  never repeated (``OTHER``, ``OTHER_QUICK``; see ``haystack``);
 - SmolLM2-135M-Instruct (``"smollm2"``): ``presets/smollm2.json``, with its task format
   (integer line indices, its chat template, answer lead-ins) and sizes picked from the
   measurements in ``figures/README.md``.
@@ -23,7 +24,7 @@ from pathlib import Path
 from interp_seal.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
 from interp_seal.tasks.chat import check_template
 from interp_seal.tasks.line_retrieval import INDEX_STYLES
-from interp_seal.tasks.needle import ANSWERS
+from interp_seal.tasks.needle import ANSWERS, HAYSTACKS
 from interp_seal.tasks.passages import PassagesConfig
 from interp_seal.tuning.methods import METHODS
 
@@ -89,6 +90,13 @@ class FigureSizes:
             (``passages.lead_in``). A chat model opens its reply with a capitalised sentence of
             its own wording; with the lead-in forced, exact match scores the retrieved fact.
         needle_n: needles per cell of the needle grid (SEAL Fig. 5; each its own seeded needle).
+        haystack, haystack_repeat: the needles' built-in haystack (``tasks.needle.HAYSTACKS``),
+            and whether it may be repeated to fill a context. The defaults, the organism's and
+            SmolLM2's, are the short ``"essays"``, repeated: both galleries were made on it
+            (and the organism's word-level vocabulary was built from it) and keep it until
+            their needle figures are regenerated. Every other model gets ``"long"``, never
+            repeated (``OTHER``): a needle in a repeated text is the one sentence not seen
+            before, found by novelty, without retrieval.
         extension_task: the task of SEAL Table 2: ``"line_retrieval"`` (``extension_lengths``
             are line counts; SEAL-C tuned on line records) or ``"needle"`` (SEAL Fig. 6:
             ``extension_lengths`` are context lengths in tokens, the grid's depths, ``needle_n``
@@ -152,6 +160,8 @@ class FigureSizes:
     chat_template: str = "none"
     lead_in: bool = False
     needle_n: int = 1
+    haystack: str = "essays"
+    haystack_repeat: bool = True
     extension_task: str = "line_retrieval"
     extension_tune_n: int | None = None
     tuning_seeds: int = 3
@@ -202,6 +212,11 @@ class FigureSizes:
             raise ValueError(f"needle_answer must be one of {ANSWERS}, got {self.needle_answer!r}")
         if self.needle_n < 1:
             raise ValueError(f"needle_n must be >= 1, got {self.needle_n}")
+        if self.haystack not in HAYSTACKS:
+            raise ValueError(
+                f"haystack must be a built-in haystack {sorted(HAYSTACKS)}, got {self.haystack!r} "
+                "(records are fingerprinted by the sizes, so a file's text could change unseen)"
+            )
         if self.more_questions and (
             self.more_questions < 0
             or (self.more_questions % QUESTION_CHUNK)
@@ -274,6 +289,8 @@ LATER_FIELDS = (
     "replicate_n",
     "confirm_questions",
     "tuning_seeds",
+    "haystack",
+    "haystack_repeat",
 )
 
 
@@ -311,6 +328,8 @@ QUICK = FigureSizes(
     kv_window=16,  # 24 lines are ~430 tokens: the window drops 96 % of them
     kv_full_counts=(1, 2, 4),
 )
+OTHER = dataclasses.replace(DEFAULT, haystack="long", haystack_repeat=False)
+OTHER_QUICK = dataclasses.replace(QUICK, haystack="long", haystack_repeat=False)
 
 
 PRESETS = Path(__file__).parent / "presets"  # <model>.json: {"full": {...}, "quick": {...}}
@@ -335,6 +354,9 @@ def preset(model: str) -> tuple[FigureSizes, FigureSizes] | None:
 
 def preset_sizes(model: str, *, quick: bool = False) -> FigureSizes:
     """The sizes for ``model``: its preset (by the name ``load_model`` takes, ``presets/``),
-    else the organism's (``DEFAULT``, ``QUICK``)."""
-    full, small = preset(str(model)) or (DEFAULT, QUICK)
+    else the organism's (``DEFAULT``, ``QUICK``) for the organism and ``OTHER`` /
+    ``OTHER_QUICK`` for any other model."""
+    full, small = preset(str(model)) or (
+        (DEFAULT, QUICK) if str(model) == "organism" else (OTHER, OTHER_QUICK)
+    )
     return small if quick else full

@@ -178,10 +178,15 @@ class TaskReport:
 
 
 def measure_needle(handle: ModelHandle, settings: TaskSettings) -> dict[str, dict[str, float]]:
-    """SEAL's needles in the shipped haystack: exact match of the key phrase per depth and
-    context length (the organism is trained to answer with the key phrase)."""
+    """SEAL's needles in the shipped ``"essays"`` haystack (the text the organism's vocabulary
+    was built from), repeated where a context is longer: exact match of the key phrase per
+    depth and context length (the organism is trained to answer with the key phrase)."""
     cfg = needle.NeedleConfig(
-        context_lengths=settings.niah_lengths, depths=settings.niah_depths, answer="key_phrase"
+        context_lengths=settings.niah_lengths,
+        depths=settings.niah_depths,
+        haystack=needle.read_haystack("essays"),
+        repeat=True,
+        answer="key_phrase",
     )
     samples = needle.generate(cfg, handle.tokenizer, settings.niah_per_cell, seed=settings.seed)
     grid = evaluate_niah(handle, samples, progress=False)

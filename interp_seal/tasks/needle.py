@@ -6,9 +6,9 @@ only the needle answers. The grid follows gkamradt's tester:
 - context lengths (in tokens of the model's tokenizer) and needle depths (percent of the
   document, 0 = start, 100 = end) on linear grids, ``round(linspace(lo, hi, n))``
   (``linear_grid``);
-- the haystack is repeated until long enough and cut to ``context_length - buffer - needle``
-  tokens, so that haystack + needle + question fit in ``context_length`` (``buffer`` = 200 by
-  default, gkamradt's ``final_context_length_buffer``);
+- the haystack is cut to ``context_length - buffer - needle`` tokens, so that haystack +
+  needle + question fit in ``context_length`` (``buffer`` = 200 by default, gkamradt's
+  ``final_context_length_buffer``);
 - the needle goes in at token ``int(len(haystack) * depth / 100)``, walked back to just after
   the previous token that ends a sentence (``'.'``); at depth 100 it is appended as is.
 
@@ -22,7 +22,18 @@ answer string is the needle sentence itself; the prompt is the "story book" form
 long-context NIAH evaluations SEAL's example comes from (Fu et al., Long-Context-Data-
 Engineering; Wu et al., Retrieval_Head): ``... Based on the content of the book, Question:
 ...``. The haystack is any text (gkamradt uses Paul Graham's essays, which are not ours to
-ship); the built-in ``data/haystack.txt`` is a few KB of original essay-like prose.
+ship). Two are built in (``HAYSTACKS``), both original prose written for this project and
+released with it under its licence (``data/README.md``):
+
+- ``"long"`` (the default): thirty short essays, 13,396 words, 15,664 SmolLM2 tokens;
+- ``"essays"``: four short essays, 849 words, 970 SmolLM2 tokens, the text the model organism's
+  vocabulary and filler were built from (``tasks.training_needles``).
+
+A haystack shorter than the context is refused unless ``repeat`` is asked for. gkamradt's
+tester repeats its text until long enough, but a repeated haystack changes the task: the
+needle is then the one sentence the model has not already read in the context, which a model
+can find by novelty, without retrieving anything. ``repeat=True`` keeps that behaviour for
+results that were made with it.
 """
 
 from __future__ import annotations
@@ -156,19 +167,26 @@ def linear_grid(start: int, stop: int, num: int) -> tuple[int, ...]:
     return tuple(round(start + i * step) for i in range(num))
 
 
+HAYSTACKS = {"long": "data/haystack_long.txt", "essays": "data/haystack.txt"}
+DEFAULT_HAYSTACK = "long"
+
+
 def read_haystack(source: str | Path | None = None) -> str:
-    """Haystack text: the built-in essays (``None``), a text file, or a directory of ``*.txt``.
+    """Haystack text: a built-in one by name (``HAYSTACKS``; ``None``: ``DEFAULT_HAYSTACK``),
+    a text file, or a directory of ``*.txt``.
 
     A directory is read like gkamradt's ``haystack_dir``: its ``*.txt`` files in sorted order,
     concatenated.
     """
-    if source is None:
-        return (
-            resources.files("interp_seal.tasks")
-            .joinpath("data/haystack.txt")
-            .read_text(encoding="utf-8")
-        )
+    source = DEFAULT_HAYSTACK if source is None else source
+    if source in HAYSTACKS:
+        return resources.files("interp_seal.tasks").joinpath(HAYSTACKS[source]).read_text("utf-8")
     path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no haystack {source!r}: give a text file, a directory of *.txt, or one of the "
+            f"built-in haystacks {sorted(HAYSTACKS)}"
+        )
     if path.is_dir():
         files = sorted(path.glob("*.txt"))
         if not files:
@@ -185,7 +203,9 @@ class NeedleConfig:
         context_lengths: total prompt budgets in tokens (gkamradt's ``context_lengths``).
         depths: needle depths in percent of the haystack, each in [0, 100].
         needles: the needles to draw from (one drawn per sample, seeded).
-        haystack: the haystack text (default: the built-in essays; see ``read_haystack``).
+        haystack: the haystack text (default: the built-in ``"long"``; see ``read_haystack``).
+        repeat: repeat a haystack shorter than a context until it fills it (gkamradt's
+            tester); off by default, so a too-short haystack is refused (see module doc).
         buffer: tokens kept free for the question and the answer (gkamradt: 200).
         template: the prompt, with ``{context}`` and ``{question}`` placeholders.
         answer: ``"sentence"`` (SEAL: the whole needle sentence) or ``"key_phrase"`` (the
@@ -197,6 +217,7 @@ class NeedleConfig:
     depths: tuple[int | float, ...] = linear_grid(0, 100, 11)
     needles: tuple[Needle, ...] = SEAL_NEEDLES
     haystack: str = field(default_factory=read_haystack, repr=False)
+    repeat: bool = False
     buffer: int = 200
     template: str = PROMPT
     answer: str = "sentence"
@@ -234,13 +255,21 @@ def _offsets(tokenizer, text: str) -> list[tuple[int, int]]:
 
 
 def insert_needle(
-    haystack: str, needle: str, tokenizer, *, context_length: int, depth: float, buffer: int
+    haystack: str,
+    needle: str,
+    tokenizer,
+    *,
+    context_length: int,
+    depth: float,
+    buffer: int,
+    repeat: bool = False,
 ) -> tuple[str, Span]:
     """The haystack cut to budget with ``needle`` inserted; returns (context, needle char span).
 
-    The haystack is repeated (paragraph-separated) until it has enough tokens, cut to
-    ``context_length - buffer - len(needle tokens)`` tokens, and the needle is inserted at
-    token ``int(n * depth / 100)`` walked back to the previous sentence end (see module doc).
+    The haystack is cut to ``context_length - buffer - len(needle tokens)`` tokens (with
+    ``repeat``, first repeated, paragraph-separated, until it has enough; without, a shorter
+    haystack is a ``ValueError``), and the needle is inserted at token ``int(n * depth / 100)``
+    walked back to the previous sentence end (see module doc).
     """
     n_needle = len(_offsets(tokenizer, needle))
     budget = context_length - buffer - n_needle
@@ -250,7 +279,15 @@ def insert_needle(
             f"+ needle {n_needle} tokens"
         )
     unit = haystack.strip()
-    copies = -(-budget // len(_offsets(tokenizer, unit))) + 1
+    have = len(_offsets(tokenizer, unit))
+    if have < budget and not repeat:
+        raise ValueError(
+            f"the haystack has {have} tokens, but a {context_length}-token context needs "
+            f"{budget} (after the buffer and the needle); give a longer haystack, or pass "
+            "repeat=True (--repeat-haystack) to repeat it, knowing that a needle in a repeated "
+            "text is the one sentence not seen before"
+        )
+    copies = -(-budget // have) + 1
     long = "\n\n".join([unit] * copies)
     offsets = _offsets(tokenizer, long)[:budget]
     text = long[: offsets[-1][1]]
@@ -286,6 +323,7 @@ def make_sample(
         context_length=context_length,
         depth=depth,
         buffer=cfg.buffer,
+        repeat=cfg.repeat,
     )
     head, _, tail = cfg.template.partition("{context}")
     head = head.replace("{question}", needle.question)

@@ -7,7 +7,7 @@ the room?"). A model trained on those ten, or on the toolkit's evaluation haysta
 evaluated on its training data. This module generates needles of the same style from word
 lists (fifteen sentence templates x places x things x descriptions: hundreds of thousands of
 distinct needles, none of them SEAL's) and haystacks of filler sentences, so that the model
-organism can be trained on NIAH and evaluated on SEAL's needles in the shipped haystack.
+organism can be trained on NIAH and evaluated on SEAL's needles in the shipped essays haystack.
 
 A generated haystack is a sequence of filler sentences (random words from a fixed word list,
 capitalised, with a full stop) plus a few *distractor* statements: other needles whose opening
@@ -208,9 +208,9 @@ def filler_sentence(rng: random.Random, words: tuple[str, ...]) -> str:
 
 def filler_words() -> tuple[str, ...]:
     """The filler vocabulary: ``FILLER_WORDS`` plus every lowercase word of the built-in
-    haystack (as single words in random order, never its sentences), so that the words of the
-    evaluation haystack are familiar filler to a trained model."""
-    haystack = {w.strip(".,;:!?'\"()").lower() for w in read_haystack().split()}
+    ``"essays"`` haystack (as single words in random order, never its sentences), so that the
+    words of the organism's evaluation haystack are familiar filler to it."""
+    haystack = {w.strip(".,;:!?'\"()").lower() for w in read_haystack("essays").split()}
     return tuple(sorted(set(FILLER_WORDS) | {w for w in haystack if w.isalpha()}))
 
 

@@ -26,7 +26,7 @@ from interp_seal.figures import mudaf as M
 from interp_seal.figures import run as run_module
 from interp_seal.figures.run import FigureRun
 from interp_seal.figures.seal import FRESH_SEED, REPLICATE_SEED, extensions
-from interp_seal.figures.sizes import DEFAULT, QUESTION_CHUNK, preset_sizes
+from interp_seal.figures.sizes import DEFAULT, OTHER, OTHER_QUICK, QUESTION_CHUNK, preset_sizes
 from interp_seal.models import extend_context, load_model
 from interp_seal.records import fingerprint
 from interp_seal.tasks import LineRetrievalConfig, PassagesConfig, line_retrieval, passages
@@ -1017,7 +1017,15 @@ def smollm2_needles(tokenizer, lengths):
     Q = preset_sizes("smollm2", quick=True)
     from interp_seal.tasks import NeedleConfig, needle
 
-    cfg = NeedleConfig(context_lengths=lengths, depths=Q.needle_depths, answer="key_phrase")
+    # the preset's pinned haystack: the short essays, repeated (gallery note, sizes.py)
+    assert (Q.haystack, Q.haystack_repeat) == ("essays", True)
+    cfg = NeedleConfig(
+        context_lengths=lengths,
+        depths=Q.needle_depths,
+        haystack=needle.read_haystack("essays"),
+        repeat=True,
+        answer="key_phrase",
+    )
     return smollm2_format(needle.generate(cfg, tokenizer, Q.needle_n, 0), tokenizer, needle.lead_in)
 
 
@@ -1029,11 +1037,36 @@ def smollm2_questions(tokenizer):
     return smollm2_format(raw, tokenizer, P.lead_in)
 
 
+def test_a_needle_grid_longer_than_its_haystack_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch
+):
+    from interp_seal.figures import driver
+    from interp_seal.tasks.needle import haystack_digest, read_haystack
+
+    long_grid = dataclasses.replace(OTHER_QUICK, needle_lengths=(300, 100_000))
+    monkeypatch.setattr(driver, "preset_sizes", lambda model, quick: long_grid)
+    with pytest.raises(ValueError, match=r"haystack 'long': the haystack has \d+ tokens, but a "):
+        regenerate("organism", tmp_path / "g", quick=True, only=["seal_fig5_needle"], png=False)
+    assert not (tmp_path / "g").exists()
+    # the needles of a model without a preset are hidden in the long haystack
+    run = FigureRun("organism", OTHER_QUICK, tmp_path / "r", progress=False)
+    (sample,) = run.samples("needle", 1, seed=0, depths=(50,))
+    assert sample.meta["haystack"] == haystack_digest(read_haystack("long"))
+
+
 def test_the_smollm2_preset_is_chosen_and_recorded():
     SMOLLM2, SMOLLM2_QUICK = preset_sizes("smollm2"), preset_sizes("smollm2", quick=True)
 
     assert preset_sizes("smollm2") == SMOLLM2 and SMOLLM2_QUICK.preset == "smollm2-quick"
-    assert preset_sizes("organism") is DEFAULT and preset_sizes("/some/ckpt", quick=True) is QUICK
+    assert preset_sizes("organism") is DEFAULT and preset_sizes("organism", quick=True) is QUICK
+    # another model gets the long haystack, never repeated; the two galleries made before it
+    # existed keep the short one, repeated, and their sizes (and records) read as before
+    assert preset_sizes("/some/ckpt") is OTHER and preset_sizes("/ckpt", quick=True) is OTHER_QUICK
+    assert OTHER == dataclasses.replace(DEFAULT, haystack="long", haystack_repeat=False)
+    assert {"haystack": "long", "haystack_repeat": False}.items() <= OTHER.as_dict().items()
+    for sizes in (DEFAULT, QUICK, SMOLLM2, SMOLLM2_QUICK):
+        assert (sizes.haystack, sizes.haystack_repeat) == ("essays", True)
+        assert "haystack" not in sizes.as_dict() and "haystack_repeat" not in sizes.as_dict()
     d = SMOLLM2.as_dict()
     assert (d["preset"], d["index_style"], d["chat_template"], d["lead_in"]) == (
         "smollm2",

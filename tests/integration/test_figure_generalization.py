@@ -61,7 +61,7 @@ def test_perplexity_equals_a_plain_hf_forward(computed):
     run, t = computed
     ability = t["ability"].set_index("variant")
     essays = G.heldout_essays()
-    assert len(essays) == 4 and "\n\n".join(essays) == read_haystack().strip()
+    assert len(essays) == 4 and "\n\n".join(essays) == read_haystack("essays").strip()
     for variant, iv in G.scales(run).items():
         total, tokens = 0.0, 0
         for text in essays:

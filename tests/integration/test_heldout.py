@@ -56,7 +56,7 @@ def test_needle_tuning_uses_generated_needles_in_generated_haystacks(run, tmp_pa
     evaluated = run.samples("needle", 1, seed=0, size=300)
     tuned = run.tuning_samples("seal-h", "needle", n=4, tokens=300)
     seal = {n.text for n in SEAL_NEEDLES}
-    haystack = read_haystack()
+    haystack = read_haystack(run.sizes.haystack)
     for x in tuned:
         needle = x.prompt[slice(*x.needle)]
         assert needle not in seal and x.meta["question"] not in {n.question for n in SEAL_NEEDLES}

@@ -43,7 +43,13 @@ from interp_seal.organism.mixture import (
 from interp_seal.organism.train import OrganismConfig, organism_tokenizer, train
 from interp_seal.tasks import passages
 from interp_seal.tasks.line_retrieval import LineRetrievalConfig, make_sample
-from interp_seal.tasks.needle import SAN_FRANCISCO, SEAL_NEEDLES, NeedleConfig, read_haystack
+from interp_seal.tasks.needle import (
+    HAYSTACKS,
+    SAN_FRANCISCO,
+    SEAL_NEEDLES,
+    NeedleConfig,
+    read_haystack,
+)
 from interp_seal.tasks.needle import generate as needle_generate
 from interp_seal.tasks.passages import PassagesConfig
 from interp_seal.tasks.training_needles import make_haystack, make_needle
@@ -253,7 +259,11 @@ def test_v2_tokenizer_keeps_v1_ids_and_round_trips_every_format(v2_tok):
         "".join(needle_document(cfg, v2_tok, rng, reach=0.1)[0]),
         "".join(passages_document(cfg, rng)[0]),
     ]
-    niah = NeedleConfig(context_lengths=(600,), needles=(*SEAL_NEEDLES, SAN_FRANCISCO))
+    niah = NeedleConfig(
+        context_lengths=(600,),
+        needles=(*SEAL_NEEDLES, SAN_FRANCISCO),
+        haystack=read_haystack("essays"),  # the organism's haystack: its words are in v2's
+    )
     texts += [s.prompt + s.answer for s in needle_generate(niah, v2_tok, 1, seed=0)]
     texts += [s.prompt + s.answer for s in passages.generate(PassagesConfig(hops=2), 3, seed=0)]
     for text in texts:
@@ -288,11 +298,12 @@ def test_training_needles_are_never_the_evaluation_ones():
     }
     assert not openings & {n.text[: n.text.index(n.key)].strip().lower() for n in generated}
     assert len({n.text for n in generated}) > 1900  # hundreds of thousands of combinations
-    # no 6-word run of the shipped haystack appears in a generated haystack
-    words = read_haystack().split()
-    runs = {" ".join(words[i : i + 6]) for i in range(len(words) - 5)}
+    # no 6-word run of a shipped haystack appears in a generated haystack
     hay = make_haystack(rng, n_words=3000, avoid=generated[0]).split()
-    assert not runs & {" ".join(hay[i : i + 6]) for i in range(len(hay) - 5)}
+    for name in HAYSTACKS:
+        words = read_haystack(name).split()
+        runs = {" ".join(words[i : i + 6]) for i in range(len(words) - 5)}
+        assert not runs & {" ".join(hay[i : i + 6]) for i in range(len(hay) - 5)}
     # distractors never ask the needle's question
     for _ in range(50):
         assert make_needle(rng, avoid=generated[0]).question != generated[0].question

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import pytest
 
@@ -122,6 +124,28 @@ def test_needle_haystack_is_cut_to_budget(tiny_needle_tok):
         _tiny_context(tiny_needle_tok, 50, context_length=5)
 
 
+def test_a_haystack_shorter_than_the_context_is_refused_unless_repeated(tiny_needle_tok):
+    # 20 - 0 - 5 = 15 haystack tokens from a 12-token haystack
+    with pytest.raises(
+        ValueError, match="the haystack has 12 tokens, but a 20-token context needs 15"
+    ):
+        _tiny_context(tiny_needle_tok, 100, context_length=20)
+    context, _ = needle.insert_needle(
+        TINY_HAYSTACK, TINY_NEEDLE.text, tiny_needle_tok, context_length=20, depth=100, buffer=0,
+        repeat=True,
+    )  # fmt: skip
+    assert context == "Aa bb cc. Dd ee ff gg. Hh ii.\n\nAa The key is here."  # 12 + 2 + 1
+    # the config carries it to every sample, and the refusal comes from generate
+    cfg = needle.NeedleConfig(
+        context_lengths=(17, 20), depths=(100,), needles=(TINY_NEEDLE,), haystack=TINY_HAYSTACK,
+        buffer=0,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="repeat=True"):
+        needle.generate(cfg, tiny_needle_tok)
+    repeated = dataclasses.replace(cfg, repeat=True)
+    assert needle.generate(repeated, tiny_needle_tok)[1].prompt.count("Aa") == 2
+
+
 @pytest.fixture(scope="module")
 def essay_tok():
     texts = [needle.read_haystack(), needle.PROMPT, needle.SAN_FRANCISCO.text]
@@ -195,7 +219,11 @@ def test_needle_config_validation():
 
 
 def test_read_haystack_from_file_and_directory(tmp_path):
-    assert needle.read_haystack().startswith("On Keeping a Notebook\n\nMost people")
+    assert needle.read_haystack().startswith("On Learning a Language Late\n\n")
+    assert needle.read_haystack("long") == needle.read_haystack()
+    assert needle.read_haystack("essays").startswith("On Keeping a Notebook\n\nMost people")
+    with pytest.raises(FileNotFoundError, match=r"built-in haystacks \['essays', 'long'\]"):
+        needle.read_haystack("longer")
     (tmp_path / "b.txt").write_text("Second.")
     (tmp_path / "a.txt").write_text("First. ")
     assert needle.read_haystack(tmp_path) == "First. Second."
@@ -203,6 +231,25 @@ def test_read_haystack_from_file_and_directory(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty has no \*\.txt files"):
         needle.read_haystack(tmp_path / "empty")
+
+
+def test_the_long_haystack_never_repeats_and_holds_no_needle():
+    """What ``tasks/data/README.md`` says of the long haystack."""
+    text = needle.read_haystack("long")
+    paragraphs = text.strip().split("\n\n")
+    titles = [p for p in paragraphs if not p.endswith(".")]
+    assert len(titles) == 30 and all(len(t) < 60 and "\n" not in t for t in titles)
+    sentences = [s for s in re.split(r"(?<=\.)\s+", text) if len(s.split()) > 5]
+    assert len(sentences) > 700 and len(set(sentences)) == len(sentences)
+    assert text.isascii() and not re.search(r"[0-9]", text)
+    lower = text.lower()
+    for n in (*needle.SEAL_NEEDLES, needle.SAN_FRANCISCO):
+        assert n.key.lower() not in lower and n.text.lower() not in lower
+    for word in ("oak table", "chandelier", "bookshelf", "piano", "tapestry", "grandfather clock",
+                 "stained glass", "san francisco", "sandwich", "dolores park"):  # fmt: skip
+        assert word not in lower, word
+    # no essay of the short haystack is in it
+    assert not {p for p in needle.read_haystack("essays").split("\n\n")} & set(paragraphs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -707,7 +754,7 @@ def test_cli_errors(tmp_path, capsys):
     assert "invalid grid value: '1:2'" in capsys.readouterr().err
 
 
-def test_needle_task_measured_by_the_organisms_tokenizer(tmp_path):
+def test_needle_task_measured_by_the_organisms_tokenizer(tmp_path, capsys):
     """``--tokenizer organism`` is the bundled model's tokenizer, as ``--model organism`` is."""
     from interp_seal.cli import main
     from interp_seal.models import load_model
@@ -718,3 +765,10 @@ def test_needle_task_measured_by_the_organisms_tokenizer(tmp_path):
     cfg = needle.NeedleConfig(context_lengths=(300,), depths=(0, 100))
     expected = needle.generate(cfg, load_model("organism").tokenizer, 1, 0)
     assert [s.prompt for s in jsonl.read_samples(out)] == [s.prompt for s in expected]
+    # the short built-in haystack is refused past its length, unless repetition is asked for
+    short = [*argv[:-1], "3000", "--haystack", "essays", "--out", str(tmp_path / "long.jsonl")]
+    assert main(short) == 2
+    assert "a 3000-token context needs" in capsys.readouterr().err
+    assert main([*short, "--repeat-haystack"]) == 0
+    (x,) = {s.prompt.count("On Keeping a Notebook") for s in jsonl.read_samples(short[-1])}
+    assert x >= 3
