@@ -328,9 +328,12 @@ class FigureRun:
     def check_haystack(self) -> None:
         """Refuse, before any figure, sizes whose longest needle context (the grid's, and SEAL
         Table 2's with ``extension_task="needle"``) needs more haystack than there is
-        (``tasks.needle``: a haystack is not repeated unless the sizes say so)."""
+        (``tasks.needle``: a haystack is not repeated unless the sizes say so). Fig. 6's
+        lengths after a line-retrieval Table 2 are its records' token counts, known only from
+        the records, and are checked as that figure makes its needles."""
         s = self.sizes
-        longest = max(s.needle_lengths + s.extension_lengths * (s.extension_task == "needle"))
+        table2 = s.extension_lengths if s.extension_task == "needle" else ()
+        longest = max(s.needle_lengths + table2)
         cfg = NeedleConfig(context_lengths=(longest,), depths=(100,), **self._haystack())
         try:
             needle.generate(cfg, self.handle.tokenizer)
