@@ -53,8 +53,9 @@ SMOLLM2_NOTE = (
     "(`work/<model>/weights.json`) now refuses a retrained model that differs. The "
     "needle figures hide SEAL's needles in the bundled essays (970 tokens), repeated "
     "to fill each context: past 1K tokens the haystack repeats, at 12K twelve times (the "
-    "long haystack that other models get, 15,664 tokens, comes to this page with these "
-    "figures' regeneration). The "
+    "long haystack that other models get, 15,664 tokens, comes to this page with a "
+    "regeneration of the gallery: the haystack is part of the sizes every stored row is "
+    "fingerprinted by). The "
     "figures not computed yet resume from the stores under `work/` with `interp-seal figures "
     "--model smollm2 --out figures/smollm2 --resume`."
 )
