@@ -67,6 +67,17 @@ def run(args) -> None:
         load_options=model_options(args),
     )
     freed = "" if not args.quick or args.keep_models else _drop_models(result.out / "work")
+    for name, stores in result.stale.items():
+        print(
+            f"figures: {name} recomputed: the stores its data came from changed since it was "
+            f"written ({', '.join('work/' + s for s in stores)})"
+        )
+    if result.unchecked:
+        print(
+            f"figures: reused without a check of their stores ({', '.join(result.unchecked)}): "
+            "their data was written before figures recorded what they read; delete "
+            "data/<name>.json to recompute one from its stores"
+        )
     print(
         f"figures: computed {len(result.computed)}, reused {len(result.reused)} -> "
         f"{result.out / 'README.md'}{freed}"

@@ -2,11 +2,12 @@
 
 For each figure of ``interp_seal.figures.registry.FIGURES`` (or the ``only`` ones):
 
-1. if ``<out>/data/<name>.json`` exists, its tables are loaded (nothing is recomputed);
-   otherwise ``compute`` runs the analyses (their own steps resume from ``<out>/work/``) and
-   the tables are written as CSV files and as that JSON, the JSON last and atomically: it is
-   the mark that the figure's data is complete, so a kill at any moment loses at most the step
-   in flight;
+1. if ``<out>/data/<name>.json`` exists and the stores it was computed from are unchanged
+   (``figures.inputs``: the JSON records their digests), its tables are loaded (nothing is
+   recomputed); otherwise ``compute`` runs the analyses (their own steps resume from
+   ``<out>/work/``) and the tables are written as CSV files and as that JSON, the JSON last
+   and atomically: it is the mark that the figure's data is complete, so a kill at any moment
+   loses at most the step in flight;
 2. ``draw`` turns the loaded tables into a figure and ``finish`` writes the model and the
    records per point under its title (and the trained window where it matters):
    ``<out>/<name>.html`` (plotly; the pages load ``<out>/plotly.min.js``, written once per
@@ -35,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
+from interp_seal.figures import inputs
 from interp_seal.figures.export import PngExporter
 from interp_seal.figures.gallery import write_gallery
 from interp_seal.figures.plan import (
@@ -60,6 +62,8 @@ class GalleryResult:
     out: Path
     computed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
+    stale: dict[str, list[str]] = field(default_factory=dict)  # recomputed: stores changed
+    unchecked: list[str] = field(default_factory=list)  # reused, data without input digests
     png: bool = True
     png_problem: str | None = None
 
@@ -113,10 +117,17 @@ def regenerate(
 def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, pd.DataFrame]:
     path = run.out / "data" / f"{spec.name}.json"
     if path.exists():
-        result.reused.append(spec.name)
-        return load_tables(path)[0]
+        tables, doc = load_tables(path)
+        stale = inputs.changed(run.out / "work", doc.get("inputs"))
+        if not stale:
+            result.reused.append(spec.name)
+            if "inputs" not in doc:
+                result.unchecked.append(spec.name)
+            return tables
+        result.stale[spec.name] = stale
     cpu, wall = time.process_time(), time.perf_counter()
     run.earlier = RunTime()
+    run.read_rows, run.read_folders = {}, set()
     run.ledger.figure = spec.name  # what it scores and tunes on is booked to it
     tables = spec.compute(run)
     run.ledger.figure = None
@@ -133,6 +144,8 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         "wall_seconds": round(time.perf_counter() - wall + run.earlier.wall, 1),
         # its evaluation set and the tuning sets it used: disjoint (figures.heldout)
         "heldout": run.ledger.summary(spec.name),
+        # the stores its tables come from, checked before the file is reused (figures.inputs)
+        "inputs": inputs.digests(run.out / "work", run.read_rows, run.read_folders),
         "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
     }
     write_text(path, json.dumps(doc, indent=1, default=str))

@@ -44,6 +44,7 @@ import torch
 from tqdm.auto import tqdm
 
 from interp_seal.figures.heldout import Ledger
+from interp_seal.figures.inputs import row_digest
 from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
@@ -213,6 +214,9 @@ class FigureRun:
         self.handle = load_model(model, **self.load_options)
         self._memo: dict[str, object] = {}
         self.ledger = Ledger(self.out / "work" / "heldout")
+        # the stores the figure being computed read (``figures.inputs``; reset per figure)
+        self.read_rows: dict[str, dict[str, str]] = {}
+        self.read_folders: set[str] = set()
 
     def work(self, *parts: str) -> Path:
         path = self.out.joinpath("work", *parts)
@@ -245,6 +249,7 @@ class FigureRun:
                 record = {"key": tag, "fingerprint": print_, "values": values}
                 record |= clock.own() | {"run": self.run_id, "stores": clock.stores}
                 store.add(record)
+            self.read_rows.setdefault(name, {})[tag] = row_digest(record)
             rows.append({**key, **record["values"]})
         return pd.DataFrame(rows)
 
@@ -298,6 +303,7 @@ class FigureRun:
 
     def _count_ledger(self, name: str) -> RecordStore:
         """Count the bookings of ``work/name``'s earlier runs (the last entry of each key)."""
+        self.read_folders.add(name)
         ledger = RecordStore(self.work(name, LEDGER))
         for entry in {e["key"]: e for e in ledger.load()}.values():
             self._count_earlier(name, entry["key"], entry)
@@ -575,6 +581,7 @@ class FigureRun:
         tag += f"_seed{seed}"
         if tag in self._memo:
             self.ledger.used(tag)
+            self.read_folders.add(tag)
             return self._memo[tag]
         if method in ("seal-l", "seal-d"):
             task = "needle" if needle_tokens else "line_retrieval"

@@ -584,6 +584,94 @@ def test_second_run_only_redraws_and_a_lost_figure_resumes(gallery, tmp_path):
     pd.testing.assert_frame_equal(tables(copy, name)["records"], tables(out, name)["records"])
 
 
+def test_a_figure_whose_stored_rows_changed_is_recomputed_not_redrawn(gallery, tmp_path):
+    """The data file of a figure is a cache of its stores: when a row it read was recomputed
+    (here: one record of Table 1's pilot now scored the other way), the next run recomputes
+    the figure from the stores, and its table shows the stored row, not the old file."""
+    out, _ = gallery
+    copy = tmp_path / "stale"
+    shutil.copytree(out, copy)
+    name = "seal_table1_methods"
+    path = copy / "work" / "table1_paired" / "records.jsonl"
+    first = json.loads(path.read_text().splitlines()[0])
+    key = json.loads(first["key"])
+    flipped = 1 - first["values"]["correct"][0]
+    first["values"]["correct"][0] = flipped
+    with path.open("a") as f:  # the store's last record of a key is the one it returns
+        f.write(json.dumps(first) + "\n")
+    result = regenerate("organism", copy, quick=True, progress=False, png=False)
+    assert result.stale == {name: ["table1_paired"]} and result.computed == [name]
+    records = tables(copy, name)["records"]
+    row = records[
+        (records.method == key["method"])
+        & (records.length == key["length"])
+        & (records.record == 0)
+    ]
+    assert row.exact_match.tolist() == [flipped]
+    assert tables(out, name)["records"].loc[row.index, "exact_match"].tolist() == [1 - flipped]
+    # the data now matches its stores again: a third run only redraws
+    again = regenerate("organism", copy, quick=True, only=[name], progress=False, png=False)
+    assert again.reused == [name] and again.stale == {}
+
+
+def test_a_figure_whose_store_folder_changed_is_recomputed(gallery, tmp_path):
+    """A sweep, score log or tuning folder that differs from the one a figure read (a side
+    worker's records merged in, a store rebuilt) makes the figure stale too; its time ledger,
+    appended by every run that opens the folder, does not."""
+    out, _ = gallery
+    copy = tmp_path / "folder"
+    shutil.copytree(out, copy)
+    readers = [
+        load_tables(p)[1]["figure"]
+        for p in sorted((copy / "data").glob("*.json"))
+        if "retrieval_base" in load_tables(p)[1]["inputs"]["folders"]
+    ]
+    assert "mudaf_fig3_scores" in readers
+    with (copy / "work" / "retrieval_base" / "compute.jsonl").open("a") as f:
+        f.write(json.dumps({"key": "x", "fingerprint": "", "cpu_seconds": 1.0}) + "\n")
+    unchanged = regenerate("organism", copy, quick=True, only=readers, progress=False, png=False)
+    assert unchanged.stale == {} and sorted(unchanged.reused) == sorted(readers)
+    log = copy / "work" / "retrieval_base" / "log.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-1]) + "\n")  # the last record lost: recomputed
+    result = regenerate("organism", copy, quick=True, only=readers, progress=False, png=False)
+    # the first reader recomputes the lost record, byte for byte: the others then read the
+    # store they were drawn from and are reused
+    first, *rest = [spec.name for spec in FIGURES if spec.name in readers]
+    assert result.stale == {first: ["retrieval_base"]} and result.computed == [first]
+    assert log.read_text().splitlines() == lines and sorted(result.reused) == sorted(rest)
+    pd.testing.assert_frame_equal(
+        tables(copy, "mudaf_fig3_scores")["heads"], tables(out, "mudaf_fig3_scores")["heads"]
+    )
+
+
+def test_data_written_before_inputs_were_recorded_is_reused_and_named(gallery, tmp_path, capsys):
+    out, _ = gallery
+    copy = tmp_path / "legacy"
+    shutil.copytree(out, copy)
+    name = "mudaf_fig3_scores"
+    path = copy / "data" / f"{name}.json"
+    doc = json.loads(path.read_text())
+    del doc["inputs"]
+    path.write_text(json.dumps(doc))
+    main(
+        [
+            "figures",
+            "--model",
+            "organism",
+            "--out",
+            str(copy),
+            "--quick",
+            "--only",
+            name,
+            "--no-png",
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert f"reused without a check of their stores ({name})" in printed
+    assert "computed 0, reused 1" in printed
+
+
 def test_no_browser_still_writes_html_and_data(gallery, tmp_path, monkeypatch, capsys):
     import plotly.graph_objects as go
 
