@@ -24,8 +24,11 @@ ORGANISM_NOTE = (
     "key phrase, LongBench-format passage QA); its model card "
     "(`interp_seal/organism/checkpoint/README.md`) lists which of the issue's properties it "
     "meets. Its line documents in training had 2-150 lines (about 2.0K tokens), inside its "
-    "4,096-token window (`max_position_embeddings`, marked on the Table 2 figure). The claims "
-    "table's verdicts say what these numbers can and cannot show."
+    "4,096-token window (`max_position_embeddings`, marked on the Table 2 figure). SEAL's "
+    "needles are hidden in a haystack written for the organism in its own word-level "
+    "vocabulary (nine essays, 4,502 tokens, none unknown; `interp_seal/tasks/data/README.md`), "
+    "never repeated: the longest needle context, Fig. 6's 4,000 tokens, reads it once. The "
+    "claims table's verdicts say what these numbers can and cannot show."
 )
 
 SMOLLM2_NOTE = (

@@ -2,8 +2,8 @@
 
 - the organism: ``DEFAULT`` (the committed organism gallery) and ``QUICK`` (``--quick``);
   SEAL's lengths are numbers of LongEval lines (its ``max_position_embeddings`` is 4,096);
-- any other model without a preset: the organism's sizes with the long needle haystack,
-  never repeated (``OTHER``, ``OTHER_QUICK``; see ``haystack``);
+- any other model without a preset: the organism's sizes with the long needle haystack
+  (``OTHER``, ``OTHER_QUICK``; see ``haystack``);
 - SmolLM2-135M-Instruct (``"smollm2"``): ``presets/smollm2.json``, with its task format
   (integer line indices, its chat template, answer lead-ins) and sizes picked from the
   measurements in ``figures/README.md``.
@@ -91,12 +91,14 @@ class FigureSizes:
             its own wording; with the lead-in forced, exact match scores the retrieved fact.
         needle_n: needles per cell of the needle grid (SEAL Fig. 5; each its own seeded needle).
         haystack, haystack_repeat: the needles' built-in haystack (``tasks.needle.HAYSTACKS``),
-            and whether it may be repeated to fill a context. The defaults, the organism's and
-            SmolLM2's, are the short ``"essays"``, repeated: both galleries were made on it
-            (and the organism's word-level vocabulary was built from it) and keep it until
-            their needle figures are regenerated. Every other model gets ``"long"``, never
-            repeated (``OTHER``): a needle in a repeated text is the one sentence not seen
-            before, found by novelty, without retrieval.
+            and whether it may be repeated to fill a context: a needle in a repeated text is
+            the one sentence not seen before, found by novelty, without retrieval. The field
+            defaults are the short ``"essays"``, repeated, the text every gallery was first
+            made on (so they stay out of the identity of galleries made before the fields
+            existed); SmolLM2's preset keeps them until its needle figures are regenerated.
+            The organism gallery uses ``"organism"``, written in its word-level vocabulary,
+            never repeated (``DEFAULT``, ``QUICK``); every other model ``"long"``, never
+            repeated (``OTHER``).
         extension_task: the task of SEAL Table 2: ``"line_retrieval"`` (``extension_lengths``
             are line counts; SEAL-C tuned on line records) or ``"needle"`` (SEAL Fig. 6:
             ``extension_lengths`` are context lengths in tokens, the grid's depths, ``needle_n``
@@ -294,8 +296,10 @@ LATER_FIELDS = (
 )
 
 
-DEFAULT = FigureSizes()
+DEFAULT = FigureSizes(haystack="organism", haystack_repeat=False)
 QUICK = FigureSizes(
+    haystack="organism",
+    haystack_repeat=False,
     n=4,
     lengths=(6, 12),
     mid=6,

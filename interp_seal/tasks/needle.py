@@ -22,10 +22,13 @@ answer string is the needle sentence itself; the prompt is the "story book" form
 long-context NIAH evaluations SEAL's example comes from (Fu et al., Long-Context-Data-
 Engineering; Wu et al., Retrieval_Head): ``... Based on the content of the book, Question:
 ...``. The haystack is any text (gkamradt uses Paul Graham's essays, which are not ours to
-ship). Two are built in (``HAYSTACKS``), both original prose written for this project and
+ship). Three are built in (``HAYSTACKS``), all original prose written for this project and
 released with it under its licence (``data/README.md``):
 
 - ``"long"`` (the default): thirty short essays, 13,396 words, 15,664 SmolLM2 tokens;
+- ``"organism"``: nine short essays written in the model organism's word-level vocabulary
+  (3,898 words, 4,502 organism tokens, none unknown), for the organism's needles up to 4K
+  tokens;
 - ``"essays"``: four short essays, 849 words, 970 SmolLM2 tokens, the text the model organism's
   vocabulary and filler were built from (``tasks.training_needles``).
 
@@ -167,7 +170,11 @@ def linear_grid(start: int, stop: int, num: int) -> tuple[int, ...]:
     return tuple(round(start + i * step) for i in range(num))
 
 
-HAYSTACKS = {"long": "data/haystack_long.txt", "essays": "data/haystack.txt"}
+HAYSTACKS = {
+    "long": "data/haystack_long.txt",
+    "organism": "data/haystack_organism.txt",
+    "essays": "data/haystack.txt",
+}
 DEFAULT_HAYSTACK = "long"
 
 

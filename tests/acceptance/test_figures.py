@@ -1147,14 +1147,20 @@ def test_the_smollm2_preset_is_chosen_and_recorded():
 
     assert preset_sizes("smollm2") == SMOLLM2 and SMOLLM2_QUICK.preset == "smollm2-quick"
     assert preset_sizes("organism") is DEFAULT and preset_sizes("organism", quick=True) is QUICK
-    # another model gets the long haystack, never repeated; the two galleries made before it
-    # existed keep the short one, repeated, and their sizes (and records) read as before
+    # another model gets the long haystack, never repeated; the organism its own, never
+    # repeated; SmolLM2, made before the field existed, keeps the short one, repeated, and its
+    # sizes (and records) read as before
     assert preset_sizes("/some/ckpt") is OTHER and preset_sizes("/ckpt", quick=True) is OTHER_QUICK
     assert OTHER == dataclasses.replace(DEFAULT, haystack="long", haystack_repeat=False)
     assert {"haystack": "long", "haystack_repeat": False}.items() <= OTHER.as_dict().items()
-    for sizes in (DEFAULT, QUICK, SMOLLM2, SMOLLM2_QUICK):
+    for sizes in (DEFAULT, QUICK):
+        assert (sizes.haystack, sizes.haystack_repeat) == ("organism", False)
+        assert {"haystack": "organism", "haystack_repeat": False}.items() <= sizes.as_dict().items()
+    for sizes in (SMOLLM2, SMOLLM2_QUICK):
         assert (sizes.haystack, sizes.haystack_repeat) == ("essays", True)
         assert "haystack" not in sizes.as_dict() and "haystack_repeat" not in sizes.as_dict()
+    committed = json.loads(Path("figures/smollm2/run.json").read_text())
+    assert json.loads(json.dumps(SMOLLM2.as_dict())) == committed["sizes"]
     d = SMOLLM2.as_dict()
     assert (d["preset"], d["index_style"], d["chat_template"], d["lead_in"]) == (
         "smollm2",

@@ -222,7 +222,9 @@ def test_read_haystack_from_file_and_directory(tmp_path):
     assert needle.read_haystack().startswith("On Learning a Language Late\n\n")
     assert needle.read_haystack("long") == needle.read_haystack()
     assert needle.read_haystack("essays").startswith("On Keeping a Notebook\n\nMost people")
-    with pytest.raises(FileNotFoundError, match=r"built-in haystacks \['essays', 'long'\]"):
+    with pytest.raises(
+        FileNotFoundError, match=r"built-in haystacks \['essays', 'long', 'organism'\]"
+    ):
         needle.read_haystack("longer")
     (tmp_path / "b.txt").write_text("Second.")
     (tmp_path / "a.txt").write_text("First. ")
@@ -233,23 +235,52 @@ def test_read_haystack_from_file_and_directory(tmp_path):
         needle.read_haystack(tmp_path / "empty")
 
 
-def test_the_long_haystack_never_repeats_and_holds_no_needle():
-    """What ``tasks/data/README.md`` says of the long haystack."""
-    text = needle.read_haystack("long")
+def assert_no_repeat_no_needle(name: str, essays: int, sentences: int) -> str:
+    """What ``tasks/data/README.md`` says of a project-written haystack: ``essays`` titled
+    essays, more than ``sentences`` sentences of more than five words and none twice, plain
+    ASCII without digits, no needle's phrase or distinctive word, no paragraph of another
+    built-in haystack."""
+    text = needle.read_haystack(name)
     paragraphs = text.strip().split("\n\n")
     titles = [p for p in paragraphs if not p.endswith(".")]
-    assert len(titles) == 30 and all(len(t) < 60 and "\n" not in t for t in titles)
-    sentences = [s for s in re.split(r"(?<=\.)\s+", text) if len(s.split()) > 5]
-    assert len(sentences) > 700 and len(set(sentences)) == len(sentences)
+    assert len(titles) == essays and all(len(t) < 60 and "\n" not in t for t in titles)
+    said = [s for s in re.split(r"(?<=\.)\s+", text) if len(s.split()) > 5]
+    assert len(said) > sentences and len(set(said)) == len(said)
     assert text.isascii() and not re.search(r"[0-9]", text)
     lower = text.lower()
     for n in (*needle.SEAL_NEEDLES, needle.SAN_FRANCISCO):
         assert n.key.lower() not in lower and n.text.lower() not in lower
-    for word in ("oak table", "chandelier", "bookshelf", "piano", "tapestry", "grandfather clock",
+    for word in ("oak", "chandelier", "bookshelf", "piano", "tapestry", "grandfather clock",
                  "stained glass", "san francisco", "sandwich", "dolores park"):  # fmt: skip
-        assert word not in lower, word
-    # no essay of the short haystack is in it
-    assert not {p for p in needle.read_haystack("essays").split("\n\n")} & set(paragraphs)
+        assert not re.search(rf"\b{word}\b", lower), word
+    for other in needle.HAYSTACKS.keys() - {name}:
+        assert not set(needle.read_haystack(other).split("\n\n")) & set(paragraphs), other
+    return text
+
+
+def test_the_long_haystack_never_repeats_and_holds_no_needle():
+    assert_no_repeat_no_needle("long", essays=30, sentences=700)
+
+
+def test_the_organism_haystack_is_in_its_vocabulary_and_long_enough_for_its_gallery():
+    """The organism's own haystack: the long one's checks, every token known to its
+    word-level tokenizer, and its gallery's longest needle context (Fig. 6's 4,000 tokens,
+    ``figures/organism``) made without repeating it."""
+    from interp_seal.figures.sizes import preset_sizes
+    from interp_seal.models import load_model
+
+    text = assert_no_repeat_no_needle("organism", essays=9, sentences=240)
+    tok = load_model("organism").tokenizer
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == 4502 and tok.unk_token_id not in ids
+    sizes = preset_sizes("organism")
+    assert (sizes.haystack, sizes.haystack_repeat) == ("organism", False)
+    cfg = needle.NeedleConfig(context_lengths=(4000,), depths=(0, 100), haystack=text)
+    samples = needle.generate(cfg, tok)
+    assert [x.meta["context_length"] for x in samples] == [4000, 4000]
+    assert all(x.prompt.count("On Reading Slowly") == 1 for x in samples)  # read once
+    with pytest.raises(ValueError, match="repeat=True"):
+        needle.generate(dataclasses.replace(cfg, context_lengths=(5000,)), tok)
 
 
 # ---------------------------------------------------------------------------------------------
