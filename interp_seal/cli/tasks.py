@@ -91,8 +91,9 @@ def register(subparsers) -> None:
     niah.add_argument("--needles", default="seal", choices=NEEDLE_SETS, help="the set of needles")
     niah.add_argument(
         "--haystack",
-        help="a built-in haystack (long, the default, about 15.7K SmolLM2 tokens; essays, about "
-        "1K), a text file, or a directory of .txt",
+        help="a built-in haystack (long, the default, about 15.7K SmolLM2 tokens; organism, 4.5K "
+        "tokens in the model organism's own vocabulary; essays, about 1K), a text file, or a "
+        "directory of .txt",
     )
     niah.add_argument(
         "--repeat-haystack",
