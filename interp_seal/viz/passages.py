@@ -310,7 +310,8 @@ def definition_comparison(
     cell written), and, with ``effects`` (``head_definitions.masking_effects``), the task's
     exact match with each definition's top ``k`` heads zeroed, with 95 % Wilson intervals,
     beside the random draws' mean (dashed), the unmasked model's (dotted) and each verdict
-    ("supported": hurts more than every random draw)."""
+    under its bar ("supported": hurts more than every random draw; "not shown (tie)" where the
+    top set is cut from a tie of scores, ``comparison.cut``, as the gallery's claims read it)."""
     names = list(comparison.spearman.index)
     cols = 3 if effects is not None else 2
     titles = ["Spearman's rho (all heads)", f"shared top-{comparison.k} heads / {comparison.k}"]
@@ -347,8 +348,6 @@ def definition_comparison(
                 x=effects["definition"],
                 y=p,
                 error_y=wilson_error_y(p, n),
-                text=effects["verdict"],
-                textposition="outside",
                 marker_color=qualitative.Plotly[0],
                 hovertemplate="%{x}: %{y:.3f}<br>heads %{customdata}<extra></extra>",
                 customdata=effects["heads"],
@@ -376,6 +375,12 @@ def definition_comparison(
                 col=3,
             )
         fig.update_yaxes(range=[0, 1.1], row=1, col=3)
+        defs = list(effects["definition"])  # each verdict under its bar, legible at any width
+        verdicts = [  # a set cut from a tie is index order: not the definition's, not read
+            f"{d}: {'not shown (tie)' if d in comparison.cut else v}"
+            for d, v in zip(defs, effects["verdict"], strict=True)
+        ]
+        fig.update_xaxes(tickvals=defs, ticktext=verdicts, tickangle=-35, row=1, col=3)
     fig.update_layout(title="Retrieval-head definitions compared", template="plotly_white")
     return fig
 

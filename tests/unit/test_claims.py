@@ -161,6 +161,25 @@ def test_a_masked_set_cut_from_a_tie_of_scores_is_not_read():
     table = C.claims_table(data)
     duo = table[table.claim == C.masking_claim("duo")].iloc[0]
     assert duo.verdict == "not shown" and math.isnan(duo.p_holm)
+    # the figure labels each bar as the claims table reads it, not by its masking effect
+    effects = pd.DataFrame(
+        {
+            "definition": ["copy_paste", "duo"],
+            "heads": ["0.0 0.1", "0.0 0.1"],
+            "exact_match": [0.0, 0.0],
+            "random_exact_match": 1.0,
+            "unmasked_exact_match": 1.0,
+            "n": 20,
+            "verdict": "supported",
+        }
+    )
+    fig = D.definitions_draw(data["heads_definitions"] | {"effects": effects})
+    bars = next(trace for trace in fig.data if trace.type == "bar")
+    assert list(bars.x) == ["copy_paste", "duo"]
+    assert fig.layout.xaxis3.ticktext == (
+        "copy_paste: supported",
+        "duo: not shown (tie)",
+    )
 
 
 def duo_groups_tables(duo: list[int], gate: dict) -> dict:
