@@ -154,7 +154,7 @@ def measure_parts(
             lambda: pruning_sweep(handle, lines.prune_lines, lines.prune_samples, lines.seed),
         ),
         "needle": (
-            only("niah_lengths", "niah_depths", "niah_per_cell"),
+            only("niah_lengths", "niah_depths", "niah_per_cell", "niah_haystack"),
             lambda: card_tasks.measure_needle(handle, tasks),
         ),
         "passages": (

@@ -7,8 +7,10 @@ Command (the numbers in ``interp_seal/organism/checkpoint/README.md``)::
 Every number goes through the library, on the evaluation data only (the model was trained on
 generated needles, generated haystacks and other seeds of the passage generator):
 
-1. **Needle grid** (SEAL Fig. 5 layout): SEAL's ten needles (appendix B.2) in the shipped
-   haystack, ``n_per_cell`` seeded needles per (depth, context length) cell; teacher-forced
+1. **Needle grid** (SEAL Fig. 5 layout): SEAL's ten needles (appendix B.2) in a shipped
+   haystack, by default the organism's own (``"organism"``: 4,502 tokens in its word-level
+   vocabulary), never repeated: in a repeated text the needle is the one sentence not read
+   before; ``n_per_cell`` seeded needles per (depth, context length) cell; teacher-forced
    exact match of the needle's key phrase, the part of the sentence the question asks for
    (``interp_seal.evaluation.evaluate_niah``).
 2. **QA F1 by passages**: greedy answers (up to a newline) to synthetic multi-document QA in
@@ -58,6 +60,8 @@ class TaskSettings:
 
     Attributes:
         niah_lengths, niah_depths, niah_per_cell: the needle grid.
+        niah_haystack: the built-in haystack the needles hide in (``needle.HAYSTACKS``), never
+            repeated; it must cover the longest length.
         passage_counts, passage_samples: QA F1 per number of passages (per hop count).
         retrieval_passages, retrieval_samples: the MuDAF retrieval-score setting.
         mask_k, mask_seeds: masking top-k vs random k (one random draw per seed).
@@ -70,6 +74,7 @@ class TaskSettings:
     niah_lengths: tuple[int, ...] = (500, 1000, 1500, 2000, 2500, 3000, 3500, 4000)
     niah_depths: tuple[int, ...] = needle.linear_grid(0, 100, 11)
     niah_per_cell: int = 2
+    niah_haystack: str = "organism"
     passage_counts: tuple[int, ...] = (5, 10, 20, 30, 40, 60)
     passage_samples: int = 30
     retrieval_passages: int = 10
@@ -120,8 +125,9 @@ class TaskReport:
         s = self.settings
         lengths = list(next(iter(self.niah.values())))
         out = [
-            f"Needle in a haystack (SEAL's ten needles, shipped haystack, {s['niah_per_cell']} "
-            "needles per cell, teacher-forced exact match of the needle's key phrase):",
+            f"Needle in a haystack (SEAL's ten needles in the shipped haystack "
+            f"`{s['niah_haystack']}`, never repeated, {s['niah_per_cell']} needles per cell, "
+            "teacher-forced exact match of the needle's key phrase):",
             "",
             "| depth % \\ tokens | " + " | ".join(lengths) + " |",
             "|---|" + "---|" * len(lengths),
@@ -178,14 +184,13 @@ class TaskReport:
 
 
 def measure_needle(handle: ModelHandle, settings: TaskSettings) -> dict[str, dict[str, float]]:
-    """SEAL's needles in the shipped ``"essays"`` haystack (the text the organism's vocabulary
-    was built from), repeated where a context is longer: exact match of the key phrase per
-    depth and context length (the organism is trained to answer with the key phrase)."""
+    """SEAL's needles in the shipped haystack ``settings.niah_haystack``, never repeated: exact
+    match of the key phrase per depth and context length (the organism is trained to answer
+    with the key phrase)."""
     cfg = needle.NeedleConfig(
         context_lengths=settings.niah_lengths,
         depths=settings.niah_depths,
-        haystack=needle.read_haystack("essays"),
-        repeat=True,
+        haystack=needle.read_haystack(settings.niah_haystack),
         answer="key_phrase",
     )
     samples = needle.generate(cfg, handle.tokenizer, settings.niah_per_cell, seed=settings.seed)
