@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from interp_seal.defaults import RECORDS_PER_LENGTH, TUNING_SAMPLES
@@ -297,9 +297,8 @@ LATER_FIELDS = (
 
 
 DEFAULT = FigureSizes(haystack="organism", haystack_repeat=False)
-QUICK = FigureSizes(
-    haystack="organism",
-    haystack_repeat=False,
+QUICK = replace(  # the organism's gallery, small
+    DEFAULT,
     n=4,
     lengths=(6, 12),
     mid=6,
