@@ -10,7 +10,8 @@ What a run *is* (model, samples, arguments) is written once, atomically, to a ma
 the records; a run restarted on the same directory must have the same manifest or it refuses
 rather than mix results of different runs. Records may also carry their own key and
 fingerprint (``get`` / ``add``): a restart skips finished keys and refuses a key whose inputs
-changed. ``fingerprint`` is the one hash of run identities across the library (sweeps, retrieval
+changed, or, inside ``recompute_changed``, computes it again and appends the new record (the
+last record of a key is the one read). ``fingerprint`` is the one hash of run identities across the library (sweeps, retrieval
 scores, masking, tuning checkpoints).
 
 Under torchrun (``interp_seal.shards``) each rank appends to its own file beside the run's
@@ -21,10 +22,13 @@ the rank files into the run's file when the run is complete (``merge``).
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +63,27 @@ def fingerprint(*parts) -> str:
 
 
 START_OVER = "delete the file to start over"
+_RECOMPUTE = contextvars.ContextVar("recompute_changed", default=False)
+
+
+@contextmanager
+def recompute_changed() -> Iterator[None]:
+    """Inside the block, ``RecordStore.get`` treats a record whose inputs changed as not yet
+    computed (with a warning naming the store) instead of refusing it: its key is computed
+    again and the new record appended, and the later record of a key is the one read.
+
+    For stores whose run is identified as a whole elsewhere and whose readers notice a record
+    that changed: a gallery's (``run.json`` holds its model and sizes, and a figure whose rows
+    changed is recomputed, ``figures.inputs``), where a declared change of design (a plan
+    amendment that hides the needles in another haystack) must recompute the records it
+    touches and only those. Elsewhere a changed record is an error: a results file reused for
+    another model or other samples.
+    """
+    token = _RECOMPUTE.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTE.reset(token)
 
 
 def read_records(path: str | Path, *, repair: bool = True) -> list[dict]:
@@ -171,12 +196,19 @@ class RecordStore:
             self._by_key.update({rec["key"]: rec for rec in records})
 
     def get(self, key: str, fingerprint: str) -> dict | None:
-        """The finished record of ``key``, or None; an error if its inputs differ."""
+        """The finished record of ``key``, or None; an error if its inputs differ (None with a
+        warning inside ``recompute_changed``)."""
         if self._by_key is None:
             records = self.load(fields=("key", "fingerprint"))
             self._by_key = {rec["key"]: rec for rec in records}
         record = self._by_key.get(key)
         if record is not None and record["fingerprint"] != fingerprint:
+            if _RECOMPUTE.get():
+                warnings.warn(
+                    f"{self.path}: {key!r} was computed on other inputs; computing it again",
+                    stacklevel=2,
+                )
+                return None
             raise ValueError(
                 f"{self.path} holds a result for {key!r} computed on a different input or "
                 "setting (model, samples, options); write to a new output file or delete this one"

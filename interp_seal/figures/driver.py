@@ -41,6 +41,7 @@ from interp_seal.figures.export import PngExporter
 from interp_seal.figures.gallery import write_gallery
 from interp_seal.figures.plan import (
     PLAN,
+    amended_sizes,
     gallery_amendments,
     gallery_plan,
     plan_bytes,
@@ -87,7 +88,10 @@ def regenerate(
     plan = gallery_plan(model, sizes)
     identity = {"model": model, "sizes": sizes.as_dict(), "plan_sha256": plan_hash(plan)}
     amendments = gallery_amendments(model, sizes)
-    run = FigureRun(model, sizes, out, progress=progress, load_options=load_options)
+    registered, sizes = sizes, amended_sizes(sizes, amendments)
+    run = FigureRun(
+        model, sizes, out, registered=registered, progress=progress, load_options=load_options
+    )
     run.check_haystack()  # before anything is written
     open_manifest(out / "run.json", identity, resume=True, what="gallery")
     if not (out / PLAN).exists():  # the same plan when run.json matched
@@ -119,6 +123,8 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
     if path.exists():
         tables, doc = load_tables(path)
         stale = inputs.changed(run.out / "work", doc.get("inputs"))
+        if needles_moved(doc, run):
+            stale.append("the needles' haystack (plan amendment 4)")
         if not stale:
             result.reused.append(spec.name)
             if "inputs" not in doc:
@@ -127,7 +133,7 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         result.stale[spec.name] = stale
     cpu, wall = time.process_time(), time.perf_counter()
     run.earlier = RunTime()
-    run.read_rows, run.read_folders = {}, set()
+    run.start_figure()
     run.ledger.figure = spec.name  # what it scores and tunes on is booked to it
     tables = spec.compute(run)
     run.ledger.figure = None
@@ -146,11 +152,25 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         "heldout": run.ledger.summary(spec.name),
         # the stores its tables come from, checked before the file is reused (figures.inputs)
         "inputs": inputs.digests(run.out / "work", run.read_rows, run.read_folders),
+        # the haystack its needle samples were hidden in (None: it made none)
+        "haystack": _haystack(run.sizes) if run.made_needles else None,
         "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
     }
     write_text(path, json.dumps(doc, indent=1, default=str))
     result.computed.append(spec.name)
     return load_tables(path)[0]  # draw from what is on disk, as a later run will
+
+
+def _haystack(sizes) -> list:
+    """The needles' haystack as a figure's data records it: ``[name, repeated]``."""
+    return [sizes.haystack, sizes.haystack_repeat]
+
+
+def needles_moved(doc: dict, run: FigureRun) -> bool:
+    """Whether a figure's stored data hid its needles in another haystack than the run's
+    (an amendment moved them, ``figures.plan``). Data that made no needles records None; data
+    written before figures recorded their haystack is taken to use the registered one."""
+    return doc.get("haystack", _haystack(run.registered)) not in (None, _haystack(run.sizes))
 
 
 def _device(run: FigureRun) -> str:

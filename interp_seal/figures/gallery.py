@@ -55,10 +55,12 @@ SMOLLM2_NOTE = (
     "figure's rows come from one training, and a weight digest kept beside each tuned model "
     "(`work/<model>/weights.json`) now refuses a retrained model that differs. The "
     "needle figures hide SEAL's needles in the bundled essays (970 tokens), repeated "
-    "to fill each context: past 1K tokens the haystack repeats, at 12K twelve times (the "
-    "long haystack that other models get, 15,664 tokens, comes to this page with a "
-    "regeneration of the gallery: the haystack is part of the sizes every stored row is "
-    "fingerprinted by). The "
+    "to fill each context: past 1K tokens the haystack repeats, at 12K twelve times. Plan "
+    "amendment 4 (`interp_seal/figures/plan.py`, written to this directory by its next run) "
+    "moves them to the long haystack that other models get (15,664 tokens, never repeated "
+    "here) and recomputes only what read needles: the rows of SEAL Fig. 5, Table 2 and Fig. "
+    "6, the needle copy-paste scores, and the masking and KV-budget conditions whose head "
+    "sets those scores choose. The "
     "figures not computed yet resume from the stores under `work/` with `interp-seal figures "
     "--model smollm2 --out figures/smollm2 --resume`."
 )
@@ -174,8 +176,9 @@ def write_gallery(out: str | Path, *, command: str, png: bool = True, png_proble
 
 
 def _amendments(out: Path) -> list[str]:
-    """One paragraph per plan amendment on disk (``figures.plan``): its date, reason, figures,
-    claims and the SHA-256 of its file, written before any of its figures' data."""
+    """One paragraph per plan amendment on disk (``figures.plan``): its date, reason, figures
+    and claims (or the sizes it changes) and the SHA-256 of its file, written before the data
+    it makes."""
     lines = []
     for number in range(1, len(AMENDMENTS) + 1):
         path = out / AMENDMENT.format(number)
@@ -184,12 +187,21 @@ def _amendments(out: Path) -> list[str]:
         doc = json.loads(path.read_text())
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         figures, claims = doc["figures"], len(doc["claims"])
+        if figures:
+            what = (
+                f"It adds the figure{'s' * (len(figures) > 1)} "
+                f"{', '.join(f'`{f}`' for f in figures)} and {claims} claim{'s' * (claims > 1)} "
+                "in the plan's form (test, population, records, seeds); it changes nothing of "
+                "the plan."
+            )
+        else:  # a change of sizes (amendment 4: the needles' haystack)
+            changes = ", ".join(f"{k} {v!r}" for k, v in doc["sizes"].items())
+            what = f"It adds no figure or claim; it changes the sizes {changes}."
+        before = "any data of its figures" if figures else "the data it recomputes"
         lines += [
             f"Plan amendment {number} ([{path.name}]({path.name}), {doc['date']}, written "
-            f"before any data of its figures; SHA-256 `{digest}`): {doc['reason']}. It adds "
-            f"the figure{'s' * (len(figures) > 1)} {', '.join(f'`{f}`' for f in figures)} "
-            f"and {claims} claim{'s' * (claims > 1)} in the plan's form (test, population, "
-            f"records, seeds); it changes nothing of the plan. {doc['correction']}.",
+            f"before {before}; SHA-256 `{digest}`): {doc['reason']}. {what} "
+            f"{doc['correction']}.",
             "",
         ]
     return lines

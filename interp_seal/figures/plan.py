@@ -29,13 +29,20 @@ galleries made before an amendment stay valid. ``check_amendments`` refuses, bef
   amendment) declared again;
 - an amendment written where data of one of its figures (``data/<name>.json``) already
   exists: that data was made before its plan.
+
+An amendment may also change a size: amendment 4 moves SEAL's needles out of a haystack that
+repeats (issue 37), a fix of the design declared, dated and with its reason, before the data
+it recomputes; no claim's test, records, seeds or correction changes. The run computes with the
+amended sizes (``amended_sizes``), while ``plan.json`` and ``run.json`` keep the registered
+ones; the rows that read needle samples are fingerprinted by the amended sizes and the others
+by the registered ones (``figures.run``), so exactly what read the needles is recomputed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from interp_seal.figures.sizes import FigureSizes
@@ -348,24 +355,67 @@ def amendment_3(model: str, sizes: FigureSizes) -> dict:
     }
 
 
-AMENDMENTS = (amendment_1, amendment_2, amendment_3)  # in order: amendment N is AMENDMENTS[N - 1]
+def amendment_4(model: str, sizes: FigureSizes) -> dict | None:
+    """Issue 37: SEAL's needles in a haystack that does not repeat, for a gallery whose plan
+    registered a repeated one (SmolLM2's: the 970-token essays, twelve times at 12K tokens);
+    None for a gallery whose haystack already does not repeat."""
+    if not sizes.haystack_repeat:
+        return None
+    from interp_seal.tasks.needle import HAYSTACKS
+
+    return {
+        "amendment": 4,
+        "date": "2026-12-07",
+        "reason": f"the plan hid SEAL's needles in the {sizes.haystack!r} haystack, repeated "
+        "to fill each context, so past its length every needle sits in a text that repeats "
+        "around it and its novelty alone can give it away (issue 37: the haystack must not "
+        "repeat within the longest context used). The needle figures move to the 'long' "
+        f"haystack ({HAYSTACKS['long']}: thirty essays written for this project, read once "
+        "up to its length); every claim keeps its test, records, seeds and correction. Only "
+        "what read needle samples is recomputed: the rows of stores declared to read them "
+        "(SEAL Fig. 5, Table 2 and Fig. 6 on needles), the needle copy-paste scores (MuDAF Fig. "
+        "4's NIAH heads, the copy-paste definition) and the masking or KV-budget conditions "
+        "whose head sets those scores choose",
+        "amends": plan_hash(gallery_plan(model, sizes)),
+        "figures": [],
+        "sizes": {"haystack": "long", "haystack_repeat": False},
+        "correction": "it adds no claim: the claims of the figures it recomputes keep their "
+        "family and correction",
+        "claims": [],
+    }
+
+
+AMENDMENTS = (amendment_1, amendment_2, amendment_3, amendment_4)  # amendment N: AMENDMENTS[N - 1]
 
 
 def gallery_amendments(model: str, sizes: FigureSizes) -> list[dict]:
-    """Every amendment of ``model``'s plan at ``sizes``, in order (module docstring), as its
-    file reads back (lists, not tuples)."""
-    return [json.loads(json.dumps(make(model, sizes))) for make in AMENDMENTS]
+    """The amendments of ``model``'s plan at ``sizes``, in order (module docstring), as each
+    file reads back (lists, not tuples); one that does not apply to these sizes (None) is
+    left out, and its number is not used."""
+    made = (make(model, sizes) for make in AMENDMENTS)
+    return [json.loads(json.dumps(doc)) for doc in made if doc is not None]
+
+
+def amended_sizes(sizes: FigureSizes, amendments: list[dict]) -> FigureSizes:
+    """``sizes`` with every amendment's ``sizes`` applied in order: what the run computes with
+    (amendment 4 changes the needles' haystack; the others name sizes the plan already had)."""
+    changes = {}
+    for doc in amendments:
+        changes |= doc["sizes"]
+    return replace(sizes, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
 
 
 def check_amendments(out: Path, plan: dict, amendments: list[dict]) -> list[bytes]:
     """Refuse the amendments that cannot be written to (or kept in) ``out``: one that changes
     the plan or an earlier amendment instead of adding, one whose file on disk differs, one
-    that would be written after data of its figures; returns each amendment's bytes."""
+    that would be written after data of its figures; returns each amendment's path and bytes."""
     figures, claims = set(PLAN_FIGURES), {c["claim"] for c in plan["claims"]}
-    written = []
-    for number, doc in enumerate(amendments, 1):
-        if doc["amendment"] != number:
-            raise ValueError(f"amendment {doc['amendment']} is listed as number {number}")
+    written, last = [], 0
+    for doc in amendments:
+        number = doc["amendment"]
+        if number <= last:
+            raise ValueError(f"amendment {number} is listed after amendment {last}")
+        last = number
         again = sorted(set(doc["figures"]) & figures)
         again += sorted({c["claim"] for c in doc["claims"]} & claims)
         if again:
@@ -391,7 +441,7 @@ def check_amendments(out: Path, plan: dict, amendments: list[dict]) -> list[byte
                     f"{number} that declares them: data before its plan is refused (delete "
                     "that data or use another output directory)"
                 )
-        written.append(data)
+        written.append((path, data))
     return written
 
 
@@ -399,8 +449,7 @@ def write_amendments(out: Path, plan: dict, amendments: list[dict]) -> None:
     """``check_amendments``, then each amendment not on disk written."""
     from interp_seal.outputs import write_text
 
-    for number, data in enumerate(check_amendments(out, plan, amendments), 1):
-        path = out / AMENDMENT.format(number)
+    for path, data in check_amendments(out, plan, amendments):
         if not path.exists():
             write_text(path, data.decode())
 

@@ -10,14 +10,23 @@ directory and is kept under ``<out>/work/``:
   another machine is refused unless it has the weights the stored rows were computed with
   (``same_weights``);
 - per-point evaluations go through ``FigureRun.rows``: one keyed record per finished point
-  (the run store, ``interp_seal.records``: a point computed for another model or other sizes
-  is refused, not reused) is appended to a ``records.jsonl`` and reused on restart, with the
-  CPU and wall time it took, so a figure's compute time counts the interrupted runs too
-  (``FigureRun.earlier``);
+  (the run store, ``interp_seal.records``, fingerprinted by the model and the sizes) is
+  appended to a ``records.jsonl`` and reused on restart, with the CPU and wall time it took,
+  so a figure's compute time counts the interrupted runs too (``FigureRun.earlier``);
 - sweeps, score logs and trainings use their own resumable stores, each in a folder that
   ``FigureRun.timed`` hands out: the time spent building it is booked beside it
   (``compute.jsonl``), so a figure that reuses a sweep or a tuned model an earlier run made
   counts that run's time as well.
+
+**Needle rows.** The sizes a row is fingerprinted by are the registered ones (``plan.json``,
+``run.json``), except for the rows of a store declared ``needles=True``, which are fingerprinted
+by the run's sizes: the registered ones with the plan amendments' changes (``figures.plan``,
+amendment 4: the needles' haystack). A figure's needle samples may feed only such rows:
+``samples("needle")`` inside the rows of an undeclared store, and the rows of an undeclared
+store after the figure made needle samples, are refused. So an amendment that moves the
+needles to another haystack recomputes exactly the rows that read them; the stores of
+content-fingerprinted records (score logs, masking conditions) recompute the records whose
+samples or head sets changed (``records.recompute_changed``), and nothing else is touched.
 
 The task format lives here, in one place: ``FigureRun.samples`` makes every prompt of the run
 (line records, needles, passage questions; evaluation, sweeps, DLA, retrieval scores and
@@ -49,7 +58,7 @@ from interp_seal.figures.sizes import FigureSizes
 from interp_seal.interventions import HeadIntervention
 from interp_seal.models import ContextExtension, ModelHandle, extend_context, load_model
 from interp_seal.outputs import write_text
-from interp_seal.records import RecordStore, fingerprint
+from interp_seal.records import RecordStore, fingerprint, recompute_changed
 from interp_seal.tasks import (
     LineRetrievalConfig,
     NeedleConfig,
@@ -84,6 +93,8 @@ class Stopwatch:
         self.cpu, self.wall = time.process_time(), time.perf_counter()
         self.inner = RunTime()
         self.stores: list[str] = []  # the timed stores entered inside it
+        self.row: str | None = None  # the rows store it computes a row of, if any
+        self.needles = False  # that store is declared to read needle samples
 
     def gross(self) -> RunTime:
         return RunTime(time.process_time() - self.cpu, time.perf_counter() - self.wall)
@@ -189,8 +200,10 @@ def _machine(device: str) -> str:
 class FigureRun:
     """One regeneration: ``model`` loaded once, ``sizes``, work files under ``out / "work"``.
 
-    ``earlier`` adds up the time that earlier runs spent on the records this run reuses (the
-    driver resets it per figure).
+    ``sizes`` are what the run computes with; ``registered`` (default ``sizes``) those its plan
+    registered, before the amendments' changes, which fingerprint every row but needle rows
+    (module docstring). ``earlier`` adds up the time that earlier runs spent on the records
+    this run reuses (the driver resets it per figure).
     """
 
     def __init__(
@@ -199,11 +212,13 @@ class FigureRun:
         sizes: FigureSizes,
         out: str | Path,
         *,
+        registered: FigureSizes | None = None,
         progress: bool = True,
         load_options: dict | None = None,
     ):
         self.model = model
         self.sizes = sizes
+        self.registered = registered or sizes
         self.out = Path(out)
         self.progress = progress
         self.earlier = RunTime()
@@ -214,9 +229,14 @@ class FigureRun:
         self.handle = load_model(model, **self.load_options)
         self._memo: dict[str, object] = {}
         self.ledger = Ledger(self.out / "work" / "heldout")
-        # the stores the figure being computed read (``figures.inputs``; reset per figure)
+        self.start_figure()
+
+    def start_figure(self) -> None:
+        """Forget what the previous figure read: the stores (``figures.inputs``) and whether
+        it made needle samples (module docstring); the driver calls it before each figure."""
         self.read_rows: dict[str, dict[str, str]] = {}
         self.read_folders: set[str] = set()
+        self.made_needles = False
 
     def work(self, *parts: str) -> Path:
         path = self.out.joinpath("work", *parts)
@@ -225,26 +245,42 @@ class FigureRun:
 
     # -- records ---------------------------------------------------------------------------
     def rows(
-        self, name: str, keys: Iterable[Mapping], compute: Callable[[Mapping], Mapping]
+        self,
+        name: str,
+        keys: Iterable[Mapping],
+        compute: Callable[[Mapping], Mapping],
+        *,
+        needles: bool = False,
     ) -> pd.DataFrame:
         """One row per key: stored rows are reused, missing ones computed and appended at once.
 
         ``compute(key)`` returns the row's values; the table has the key's columns first.
+        ``needles``: the rows read needle samples, so they are fingerprinted by the run's
+        sizes, amendments included, instead of the registered ones (module docstring). A
+        stored row whose fingerprint changed is computed again (``recompute_changed``).
         """
+        if self.made_needles and not needles:
+            raise RuntimeError(
+                f"the rows of {name!r} come after this figure's needle samples but are not "
+                "declared needles=True: a plan amendment that changes the haystack would keep "
+                "them (FigureRun.rows)"
+            )
         store = RecordStore(self.work(name, "records.jsonl"))
-        setting = [self.model, self.sizes.as_dict()]
+        setting = [self.model, (self.sizes if needles else self.registered).as_dict()]
         rows = []
         keys = [dict(k) for k in keys]
         for key in tqdm(keys, desc=name, leave=False, disable=not self.progress):
             tag = json.dumps(key, sort_keys=True)
             print_ = fingerprint(setting, key)
-            record = store.get(tag, print_)
+            with recompute_changed():
+                record = store.get(tag, print_)
             if record is not None:
                 self._count_earlier(name, tag, record)
                 for used in record.get("stores", ()):  # what it tuned or swept on the way
                     self._count_ledger(used)
             else:
                 with self._stopwatch() as clock:
+                    clock.row, clock.needles = name, needles
                     values = dict(compute(key))
                 record = {"key": tag, "fingerprint": print_, "values": values}
                 record |= clock.own() | {"run": self.run_id, "stores": clock.stores}
@@ -262,7 +298,8 @@ class FigureRun:
         This process's CPU and wall seconds inside the block (less those of rows and blocks
         nested in it, ``Stopwatch``) are booked every ``BOOK_EVERY`` seconds and when it ends,
         normally or by an error, under one key (the last entry of a key counts), so a
-        ``kill -9`` loses at most a minute of the count and none of the work.
+        ``kill -9`` loses at most a minute of the count and none of the work. Inside the block a
+        stored record whose inputs changed is computed again (``recompute_changed``).
         """
         ledger = self._count_ledger(name)
         folder = ledger.path.parent
@@ -281,7 +318,8 @@ class FigureRun:
             booker = threading.Thread(target=keep_booking, daemon=True)
             booker.start()
             try:
-                yield folder
+                with recompute_changed():
+                    yield folder
             finally:
                 stop.set()
                 booker.join()
@@ -367,6 +405,14 @@ class FigureRun:
         """
         s = self.sizes
         if task == "needle":
+            undeclared = [c.row for c in self._clocks if c.row and not c.needles]
+            if undeclared:
+                raise RuntimeError(
+                    f"needle samples made inside a row of {undeclared[-1]!r}, whose store is not "
+                    "declared needles=True: a plan amendment that changes the haystack would "
+                    "keep its rows (FigureRun.rows)"
+                )
+            self.made_needles = True
             cfg = NeedleConfig(
                 context_lengths=(size,) if size else s.needle_lengths,
                 depths=s.needle_depths if depths is None else depths,

@@ -615,7 +615,7 @@ def fig5_compute(run: FigureRun) -> Tables:
         scores = teacher_force(handle, samples, intervention=iv)
         return {"correct": [int(x.exact_match) for x in scores]}
 
-    rows = run.rows("fig5_needle_tuned", [{"method": m} for m in vs], one)
+    rows = run.rows("fig5_needle_tuned", [{"method": m} for m in vs], one, needles=True)
     records = pd.DataFrame(
         [
             {
@@ -727,6 +727,7 @@ def extension_rows(run: FigureRun, task: str, lengths) -> pd.DataFrame:
         lambda k: evaluate(
             run, methods[k["method"]][0], k["length"], n, methods[k["method"]][1], task=task
         ),
+        needles=task == "needle",
     )
 
 
