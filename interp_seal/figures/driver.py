@@ -123,7 +123,7 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
     if path.exists():
         tables, doc = load_tables(path)
         stale = inputs.changed(run.out / "work", doc.get("inputs"))
-        if needles_moved(doc, run):
+        if needles_moved(doc, run, spec):
             stale.append("the needles' haystack (plan amendment 4)")
         if not stale:
             result.reused.append(spec.name)
@@ -137,6 +137,11 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
     run.ledger.figure = spec.name  # what it scores and tunes on is booked to it
     tables = spec.compute(run)
     run.ledger.figure = None
+    if run.made_needles and not spec.needles:
+        raise RuntimeError(
+            f"{spec.name} made needle samples but its FigureSpec does not declare needles=True: "
+            "its data would be kept when a plan amendment moves the needles (figures.registry)"
+        )
     folder = run.out / "data" / spec.name
     for name, table in tables.items():
         write_table(table, folder / f"{name}.csv")
@@ -166,11 +171,13 @@ def _haystack(sizes) -> list:
     return [sizes.haystack, sizes.haystack_repeat]
 
 
-def needles_moved(doc: dict, run: FigureRun) -> bool:
+def needles_moved(doc: dict, run: FigureRun, spec: FigureSpec) -> bool:
     """Whether a figure's stored data hid its needles in another haystack than the run's
     (an amendment moved them, ``figures.plan``). Data that made no needles records None; data
-    written before figures recorded their haystack is taken to use the registered one."""
-    return doc.get("haystack", _haystack(run.registered)) not in (None, _haystack(run.sizes))
+    written before figures recorded their haystack used the registered one if the figure is
+    declared to read needles (``FigureSpec.needles``)."""
+    then = doc.get("haystack", _haystack(run.registered) if spec.needles else None)
+    return then not in (None, _haystack(run.sizes))
 
 
 def _device(run: FigureRun) -> str:

@@ -60,6 +60,10 @@ class FigureSpec:
             ``Drawing``; None for most figures.
         compare: all figures' tables -> a sentence setting our numbers against the paper's
             description where they differ in kind (None: the reading says it).
+        needles: it may make needle samples, or read scores made from them: its data is
+            recomputed when a plan amendment moves the needles to another haystack (data
+            written before figures recorded their haystack is judged by this flag); a figure
+            that makes needle samples without it is refused (``figures.driver``).
     """
 
     name: str
@@ -72,6 +76,7 @@ class FigureSpec:
     sample: str | Callable[[dict], str]
     annotate: Callable[[go.Figure, Tables, Drawing], None] | None = None
     compare: Callable[[dict[str, Tables]], str] | None = None
+    needles: bool = False
 
     def finish(self, fig: go.Figure, tables: Tables, drawing: Drawing) -> go.Figure:
         """``fig`` (from ``draw``) with the model and n under its title, plus ``annotate``."""
@@ -269,6 +274,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="seal_fig5_needle",
+        needles=True,
         title="Needle in a haystack by method",
         paper="SEAL Fig. 5",
         compute=S.fig5_compute,
@@ -290,6 +296,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="seal_table2_extension",
+        needles=True,
         title="Context extension without training",
         paper="SEAL Table 2",
         compute=S.table2_compute,
@@ -301,6 +308,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="seal_fig6_needle_extension",
+        needles=True,
         title="Needles past the window: NTK / Self-Extend with and without SEAL-C",
         paper="SEAL Fig. 6",
         compute=S.fig6_compute,
@@ -339,6 +347,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="mudaf_fig4_masking",
+        needles=True,
         title="Masking retrieval vs random vs NIAH heads",
         paper="MuDAF Fig. 4",
         compute=M.fig4_compute,
@@ -426,6 +435,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     # plan amendment 1 (issue 41)
     FigureSpec(
         name="heads_definitions",
+        needles=True,
         title="Retrieval heads by five definitions",
         paper="Wu et al. / MuDAF / QRHead / causal ablation / DuoAttention",
         compute=D.definitions_compute,
@@ -446,6 +456,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="kv_budget",
+        needles=True,
         title="Accuracy vs KV budget, heads chosen by each definition",
         paper="DuoAttention / RazorAttention; issue 41",
         compute=D.kv_compute,

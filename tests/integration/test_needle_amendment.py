@@ -4,13 +4,13 @@ needle rows fingerprinted by the amended sizes, the others by the registered one
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
-from interp_seal.figures import QUICK
+from interp_seal.figures import FIGURES, QUICK
 from interp_seal.figures import driver as D
 from interp_seal.figures import plan as P
 from interp_seal.figures.run import FigureRun
@@ -104,15 +104,32 @@ def test_a_changed_record_is_refused_outside_recompute_changed(tmp_path):
     assert RecordStore(tmp_path / "r.jsonl").get("a", "2")["v"] == 2
 
 
-def test_figure_data_from_another_haystack_is_stale(tmp_path):
-    registered = FigureRun.__new__(FigureRun)  # the sizes are all _data's check reads
+def test_figure_data_from_another_haystack_is_stale():
+    registered = FigureRun.__new__(FigureRun)  # the sizes are all the check reads
     registered.registered, registered.sizes = REPEATED, REPEATED
     amended = FigureRun.__new__(FigureRun)
     amended.registered = REPEATED
     amended.sizes = replace(REPEATED, haystack="long", haystack_repeat=False)
+    reads, plain = (next(f for f in FIGURES if f.needles is n) for n in (True, False))
+    docs = {}, {"haystack": None}, {"haystack": ["essays", True]}, {"haystack": ["long", False]}
+    # legacy data (no haystack recorded), data without needles, the old and the new haystack
+    assert [D.needles_moved(d, registered, reads) for d in docs] == [0, 0, 0, 1]
+    assert [D.needles_moved(d, amended, reads) for d in docs] == [1, 0, 1, 0]
+    assert [D.needles_moved(d, amended, plain) for d in docs] == [0, 0, 1, 0]
 
-    legacy, plain = {}, {"haystack": None}
-    essays, long = {"haystack": ["essays", True]}, {"haystack": ["long", False]}
-    assert [D.needles_moved(d, registered) for d in (legacy, plain, essays, long)] == [0, 0, 0, 1]
-    assert [D.needles_moved(d, amended) for d in (legacy, plain, essays, long)] == [1, 0, 1, 0]
-    assert json.loads(json.dumps(D._haystack(amended.sizes))) == ["long", False]
+
+def test_a_figure_that_makes_needles_undeclared_is_refused(tmp_path, monkeypatch):
+    from interp_seal.figures import registry as R
+
+    spec = next(f for f in FIGURES if f.name == "seal_fig5_needle")
+    quiet = replace(
+        spec,
+        compute=lambda run: {"n": pd.DataFrame({"n": [len(run.samples("needle", 1, seed=0))]})},
+        needles=False,
+    )
+    monkeypatch.setattr(R, "FIGURES", tuple(quiet if f is spec else f for f in R.FIGURES))
+    with pytest.raises(RuntimeError, match="seal_fig5_needle made needle samples but"):
+        D.regenerate(
+            "organism", tmp_path, quick=True, progress=False, png=False, only=["seal_fig5_needle"]
+        )
+    assert not (tmp_path / "data" / "seal_fig5_needle.json").exists()
