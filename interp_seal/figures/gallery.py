@@ -195,8 +195,8 @@ def _amendments(out: Path) -> list[str]:
                 "the plan."
             )
         else:  # a change of sizes (amendment 4: the needles' haystack)
-            changes = ", ".join(f"{k} {v!r}" for k, v in doc["sizes"].items())
-            what = f"It adds no figure or claim; it changes the sizes {changes}."
+            changes = ", ".join(f"{k} = {v!r}" for k, v in doc["sizes"].items())
+            what = f"It adds no figure or claim; it sets the sizes {changes}."
         before = "any data of its figures" if figures else "the data it recomputes"
         lines += [
             f"Plan amendment {number} ([{path.name}]({path.name}), {doc['date']}, written "

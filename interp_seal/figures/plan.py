@@ -370,7 +370,8 @@ def amendment_4(model: str, sizes: FigureSizes) -> dict | None:
         "to fill each context, so past its length every needle sits in a text that repeats "
         "around it and its novelty alone can give it away (issue 37: the haystack must not "
         "repeat within the longest context used). The needle figures move to the 'long' "
-        f"haystack ({HAYSTACKS['long']}: thirty essays written for this project, read once "
+        f"haystack (interp_seal/tasks/{HAYSTACKS['long']}: thirty essays written for this "
+        "project, read once "
         "up to its length); every claim keeps its test, records, seeds and correction. Only "
         "what read needle samples is recomputed: the rows of stores declared to read them "
         "(SEAL Fig. 5, Table 2 and Fig. 6 on needles), the needle copy-paste scores (MuDAF Fig. "
@@ -379,7 +380,7 @@ def amendment_4(model: str, sizes: FigureSizes) -> dict | None:
         "amends": plan_hash(gallery_plan(model, sizes)),
         "figures": [],
         "sizes": {"haystack": "long", "haystack_repeat": False},
-        "correction": "it adds no claim: the claims of the figures it recomputes keep their "
+        "correction": "No claim is added: the claims of the figures it recomputes keep their "
         "family and correction",
         "claims": [],
     }

@@ -39,7 +39,10 @@ def test_the_page_says_what_a_size_amendment_changes(tmp_path):
     for doc in P.gallery_amendments("organism", REPEATED):
         (tmp_path / P.AMENDMENT.format(doc["amendment"])).write_bytes(P.plan_bytes(doc))
     text = "\n".join(_amendments(tmp_path))
-    assert "It adds no figure or claim; it changes the sizes haystack 'long'" in text
+    assert (
+        "It adds no figure or claim; it sets the sizes haystack = 'long', haystack_repeat = False"
+        in text
+    )
     assert "It adds the figure `heads_duo_tied` and 1 claim" in text
 
 
