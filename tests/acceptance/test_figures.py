@@ -1102,17 +1102,29 @@ def smollm2_format(samples, tokenizer, lead):
     return wrap_samples([force_prefix(s, lead(s)) for s in samples], "tokenizer", tokenizer)
 
 
-def smollm2_needles(tokenizer, lengths):
+def smollm2_run_sizes():
+    """The quick SmolLM2 sizes a gallery computes with: its registered preset (the short
+    essays, repeated) with plan amendment 4's long haystack, never repeated."""
+    from interp_seal.figures import plan as P
+
     Q = preset_sizes("smollm2", quick=True)
+    assert (Q.haystack, Q.haystack_repeat) == ("essays", True)
+    return P.amended_sizes(Q, P.gallery_amendments("smollm2", Q))
+
+
+LONG_OPENING = "There is a particular kind of humility"  # the long haystack's, not the essays'
+
+
+def smollm2_needles(tokenizer, lengths):
+    Q = smollm2_run_sizes()
     from interp_seal.tasks import NeedleConfig, needle
 
-    # the preset's pinned haystack: the short essays, repeated (gallery note, sizes.py)
-    assert (Q.haystack, Q.haystack_repeat) == ("essays", True)
+    assert (Q.haystack, Q.haystack_repeat) == ("long", False)
     cfg = NeedleConfig(
         context_lengths=lengths,
         depths=Q.needle_depths,
-        haystack=needle.read_haystack("essays"),
-        repeat=True,
+        haystack=needle.read_haystack("long"),
+        repeat=False,
         answer="key_phrase",
     )
     return smollm2_format(needle.generate(cfg, tokenizer, Q.needle_n, 0), tokenizer, needle.lead_in)
@@ -1183,9 +1195,10 @@ def test_the_run_makes_every_sample_in_the_smollm2_format(smollm2, tmp_path):
     from interp_seal.evaluation import line_retrieval_samples
     from interp_seal.figures.run import DATA_SEED
 
-    Q = preset_sizes("smollm2", quick=True)
+    Q = smollm2_run_sizes()
+    registered = preset_sizes("smollm2", quick=True)
 
-    run = FigureRun("smollm2", Q, tmp_path, progress=False)
+    run = FigureRun("smollm2", Q, tmp_path, registered=registered, progress=False)
     tok = smollm2.tokenizer
     mine = run.line_records((3, 7), 2, seed=1)
     theirs = line_retrieval_samples(
@@ -1196,6 +1209,7 @@ def test_the_run_makes_every_sample_in_the_smollm2_format(smollm2, tmp_path):
     assert "line 1: REGISTER_CONTENT is <" in mine[3][0].prompt
     needles = run.samples("needle", Q.needle_n, seed=0)
     assert [s.prompt for s in needles] == [s.prompt for s in smollm2_needles(tok, Q.needle_lengths)]
+    assert all(LONG_OPENING in s.prompt for s in needles)
     for s in needles:  # the key phrase finishes the needle sentence the forced lead-in starts
         sentence, key = s.prompt[slice(*s.needle)], s.answer.strip()
         assert sentence.index(key) > 0 and "<|im_start|>assistant\n" in s.prompt
@@ -1235,7 +1249,10 @@ def test_smollm2_quick_figures_equal_the_analyses_in_its_format(smollm2_gallery,
     assert any((out / "work").glob("seal-c_*_needle*_extNTK*"))
     L = Q.extension_lengths[0]
     handle, _ = past_the_window(smollm2, None)
-    direct = [int(x.exact_match) for x in teacher_force(handle, smollm2_needles(tok, (L,)))]
+    hand = smollm2_needles(tok, (L,))
+    assert all(LONG_OPENING in x.prompt for x in hand)  # the gallery ran under amendment 4
+    assert json.loads((out / "plan_amendment_4.json").read_text())["sizes"]["haystack"] == "long"
+    direct = [int(x.exact_match) for x in teacher_force(handle, hand)]
     rec = t2["records"]
     got = rec[(rec.method == "base") & (rec.length == L)].sort_values("record").exact_match
     assert got.tolist() == direct
