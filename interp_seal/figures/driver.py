@@ -49,7 +49,7 @@ from interp_seal.figures.plan import (
     write_amendments,
 )
 from interp_seal.figures.registry import Drawing, FigureSpec, select
-from interp_seal.figures.run import FigureRun, RunTime
+from interp_seal.figures.run import FigureRun
 from interp_seal.figures.sizes import preset_sizes
 from interp_seal.figures.tables import load_tables
 from interp_seal.outputs import write_html, write_table, write_text
@@ -132,7 +132,6 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
             return tables
         result.stale[spec.name] = stale
     cpu, wall = time.process_time(), time.perf_counter()
-    run.earlier = RunTime()
     run.start_figure()
     run.ledger.figure = spec.name  # what it scores and tunes on is booked to it
     tables = spec.compute(run)

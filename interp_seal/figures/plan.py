@@ -45,7 +45,7 @@ import json
 from dataclasses import fields, replace
 from pathlib import Path
 
-from interp_seal.figures.sizes import FigureSizes
+from interp_seal.figures.sizes import FigureSizes, from_json
 
 PLAN = "plan.json"
 AMENDMENT = "plan_amendment_{}.json"
@@ -403,7 +403,7 @@ def amended_sizes(sizes: FigureSizes, amendments: list[dict]) -> FigureSizes:
     changes = {}
     for doc in amendments:
         changes |= doc["sizes"]
-    return replace(sizes, **{k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+    return replace(sizes, **from_json(changes))
 
 
 def check_amendments(out: Path, plan: dict, amendments: list[dict]) -> list[bytes]:
@@ -466,6 +466,4 @@ def registered_sizes(out: Path) -> FigureSizes:
         if path.exists():
             found |= json.loads(path.read_text())["sizes"]
     names = {f.name for f in fields(FigureSizes)}
-    return FigureSizes(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in found.items() if k in names}
-    )
+    return FigureSizes(**from_json({k: v for k, v in found.items() if k in names}))

@@ -221,7 +221,6 @@ class FigureRun:
         self.registered = registered or sizes
         self.out = Path(out)
         self.progress = progress
-        self.earlier = RunTime()
         self.run_id = uuid.uuid4().hex
         self._counted: set[tuple[str, str]] = set()
         self._clocks: list[Stopwatch] = []  # the rows and timed blocks being computed
@@ -232,8 +231,10 @@ class FigureRun:
         self.start_figure()
 
     def start_figure(self) -> None:
-        """Forget what the previous figure read: the stores (``figures.inputs``) and whether
-        it made needle samples (module docstring); the driver calls it before each figure."""
+        """Forget what the previous figure read: the earlier runs' time it reused, the stores
+        (``figures.inputs``) and whether it made needle samples (module docstring); the driver
+        calls it before each figure."""
+        self.earlier = RunTime()
         self.read_rows: dict[str, dict[str, str]] = {}
         self.read_folders: set[str] = set()
         self.made_needles = False

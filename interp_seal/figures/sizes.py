@@ -347,12 +347,14 @@ def preset(model: str) -> tuple[FigureSizes, FigureSizes] | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
+    full = dataclasses.replace(DEFAULT, **from_json(data["full"]))
+    return full, dataclasses.replace(QUICK, **from_json(data["quick"]))
 
-    def sizes(base: FigureSizes, fields: dict) -> FigureSizes:
-        as_tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
-        return dataclasses.replace(base, **as_tuples)
 
-    return sizes(DEFAULT, data["full"]), sizes(QUICK, data["quick"])
+def from_json(values: dict) -> dict:
+    """Sizes as JSON holds them (a preset, ``plan.json``, an amendment) as ``FigureSizes``
+    fields: lists become tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
 def preset_sizes(model: str, *, quick: bool = False) -> FigureSizes:
