@@ -23,6 +23,9 @@ The units are what a leak would carry, per task (``units``):
 evaluation (under the figure that scored it) in ``<out>/work/heldout/`` as digests, so a
 resumed run checks against what earlier runs tuned and scored too; each figure's JSON records
 its evaluation set and the tuning sets it met (``Ledger.summary``).
+
+Units are shared between samples (ten needle sentences fill a grid of fifty needles), so a
+set's size is counted in whole samples (``sample_id``), never in the units they add.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ class LeakError(RuntimeError):
 
 def _digest(kind: str, text: str) -> str:
     return hashlib.sha256(f"{kind}\0{text}".encode()).hexdigest()[:20]
+
+
+def sample_id(sample: Sample) -> str:
+    """One sample as a digest: its task, prompt and answer."""
+    return _digest("sample", f"{sample.task}\0{sample.prompt}\0{sample.answer}")
 
 
 def units(sample: Sample) -> set[str]:
@@ -74,13 +82,20 @@ class Ledger:
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         self.sets: dict[str, dict[str, set[str]]] = {"tuning": {}, "evaluation": {}}
-        self.sizes: dict[str, dict[str, int]] = {"tuning": {}, "evaluation": {}}
+        # each set's distinct samples (``sample_id``); ``None``: a file written before they
+        # were kept, whose "samples" count is read as it stands
+        self.ids: dict[str, dict[str, set[str] | None]] = {"tuning": {}, "evaluation": {}}
+        self.counts: dict[tuple[str, str], int] = {}  # (kind, name) -> its distinct samples
         self.figure: str | None = None
         self.met: dict[str, set[str]] = {}  # figure -> tuning sets it used
+        # figure -> (sample ids, units) it scored in this run: the whole of its evaluation,
+        # since a figure makes every sample it scores each time it computes (stored rows too)
+        self.scored: dict[str, tuple[set[str], set[str]]] = {}
         for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else ():
             doc = json.loads(path.read_text())
             self.sets[doc["kind"]][doc["name"]] = set(doc["units"])
-            self.sizes[doc["kind"]][doc["name"]] = doc["samples"]
+            self.ids[doc["kind"]][doc["name"]] = set(doc["ids"]) if "ids" in doc else None
+            self.counts[doc["kind"], doc["name"]] = doc["samples"]
 
     def tuned(self, name: str, samples: Iterable[Sample]) -> None:
         self._add("tuning", name, samples)
@@ -97,6 +112,11 @@ class Ledger:
     def _add(self, kind: str, name: str, samples: Iterable[Sample]) -> None:
         samples = list(samples)
         new = set().union(*(units(x) for x in samples)) if samples else set()
+        ids = {sample_id(x) for x in samples}
+        if kind == "evaluation":
+            scored = self.scored.setdefault(name, (set(), set()))
+            scored[0].update(ids)
+            scored[1].update(new)
         other = "evaluation" if kind == "tuning" else "tuning"
         for other_name, seen in self.sets[other].items():
             shared = new & seen
@@ -109,25 +129,32 @@ class Ledger:
                     "tasks.training_needles) than the evaluation's."
                 )
         mine = self.sets[kind].setdefault(name, set())
-        if new <= mine:
+        known = self.ids[kind].get(name)
+        if new <= mine and known is not None and ids <= known:
             return
         mine |= new
-        self.sizes[kind][name] = self.sizes[kind].get(name, 0) + len(samples)
+        known = (known or set()) | ids
+        self.ids[kind][name] = known
+        self.counts[kind, name] = max(len(known), self.counts.get((kind, name), 0))
         self.folder.mkdir(parents=True, exist_ok=True)
-        doc = {"kind": kind, "name": name, "samples": self.sizes[kind][name], "units": sorted(mine)}
+        doc = {
+            "kind": kind,
+            "name": name,
+            "samples": self.counts[kind, name],
+            "units": sorted(mine),
+            "ids": sorted(known),
+        }
         write_text(self.folder / f"{kind}-{_digest('file', name)[:12]}.json", json.dumps(doc))
 
     def summary(self, figure: str) -> dict:
-        """What ``figure`` scored and the tuning sets it used, with their (empty) overlap."""
-        scored = self.sets["evaluation"].get(figure, set())
+        """What ``figure`` scored in this run (distinct samples and their units) and the
+        tuning sets it used (as kept in the ledger), with their (empty) overlap."""
+        ids, scored = self.scored.get(figure, (set(), set()))
         used = sorted(self.met.get(figure, ()))
         return {
-            "evaluation": {
-                "samples": self.sizes["evaluation"].get(figure, 0),
-                "units": len(scored),
-            },
+            "evaluation": {"samples": len(ids), "units": len(scored)},
             "tuning": {
-                n: {"samples": self.sizes["tuning"][n], "units": len(self.sets["tuning"][n])}
+                n: {"samples": self.counts["tuning", n], "units": len(self.sets["tuning"][n])}
                 for n in used
             },
             "overlap": sum(len(scored & self.sets["tuning"][n]) for n in used),

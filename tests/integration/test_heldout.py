@@ -158,3 +158,42 @@ def test_committed_galleries_strong_targets_score_above_the_weak(gallery):
 
 def test_at_least_the_smollm2_gallery_is_of_the_new_design():
     assert Path("figures/smollm2") in GALLERIES
+
+
+def test_a_figure_counts_the_samples_it_scored_not_the_units_they_add(run, tmp_path):
+    """Fifty needles share ten sentences and one haystack: the count is of samples (it read
+    100 for a figure that scored 50 before), also when a resumed run scores them again."""
+    run.ledger = Ledger(tmp_path)
+    run.ledger.figure = "fig5"
+    short = run.samples("needle", 2, seed=0, size=300)
+    longer = run.samples("needle", 2, seed=0, size=400)  # other samples, no unit of their own
+    grid = short + longer
+    shared = set().union(*map(units, grid))
+    assert shared == set().union(*map(units, short))  # the case the count got wrong
+    distinct = len({x.prompt for x in grid})  # a cell may draw one needle twice: one sample
+    assert distinct == 2 * len({x.prompt for x in short}) > 2
+    tuned = run.tuning_samples("seal-h", "needle", n=4, tokens=300)
+    run.samples("needle", 2, seed=0, size=300)  # the same samples again: nothing new
+    assert run.ledger.summary("fig5") == {
+        "evaluation": {"samples": distinct, "units": len(shared)},
+        "tuning": {"seal-h": {"samples": 4, "units": len(set().union(*map(units, tuned)))}},
+        "overlap": 0,
+    }
+    again = Ledger(tmp_path)  # a resumed run counts what it scores itself
+    again.figure = "fig5"
+    assert again.summary("fig5")["evaluation"] == {"samples": 0, "units": 0}
+    again.evaluated("fig5", grid[:3])
+    assert again.summary("fig5")["evaluation"]["samples"] == len({x.prompt for x in grid[:3]})
+    kept = next(p for p in tmp_path.glob("evaluation-*.json"))
+    assert json.loads(kept.read_text())["samples"] == distinct  # the ledger's whole set
+
+
+def test_a_ledger_file_without_sample_ids_keeps_its_count(tmp_path):
+    (tmp_path / "tuning-old.json").write_text(
+        json.dumps({"kind": "tuning", "name": "old", "samples": 20, "units": ["u"]})
+    )
+    ledger = Ledger(tmp_path)
+    ledger.used("old")
+    ledger.figure = "f"
+    ledger.used("old")
+    assert ledger.summary("f")["tuning"] == {"old": {"samples": 20, "units": 1}}
