@@ -25,7 +25,10 @@ resumed run checks against what earlier runs tuned and scored too; each figure's
 its evaluation set and the tuning sets it met (``Ledger.summary``).
 
 Units are shared between samples (ten needle sentences fill a grid of fifty needles), so a
-set's size is counted in whole samples (``sample_id``), never in the units they add.
+set's size is counted in whole samples (``sample_id``), never in the units they add. A figure's
+evaluation set is every sample it scored in the directory, by any run: a figure whose rows are
+all stored makes no samples when it is drawn again, and what a plan amendment superseded stays
+in the set the leak check covers.
 """
 
 from __future__ import annotations
@@ -88,9 +91,6 @@ class Ledger:
         self.counts: dict[tuple[str, str], int] = {}  # (kind, name) -> its distinct samples
         self.figure: str | None = None
         self.met: dict[str, set[str]] = {}  # figure -> tuning sets it used
-        # figure -> (sample ids, units) it scored in this run: the whole of its evaluation,
-        # since a figure makes every sample it scores each time it computes (stored rows too)
-        self.scored: dict[str, tuple[set[str], set[str]]] = {}
         for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else ():
             doc = json.loads(path.read_text())
             self.sets[doc["kind"]][doc["name"]] = set(doc["units"])
@@ -113,10 +113,6 @@ class Ledger:
         samples = list(samples)
         new = set().union(*(units(x) for x in samples)) if samples else set()
         ids = {sample_id(x) for x in samples}
-        if kind == "evaluation":
-            scored = self.scored.setdefault(name, (set(), set()))
-            scored[0].update(ids)
-            scored[1].update(new)
         other = "evaluation" if kind == "tuning" else "tuning"
         for other_name, seen in self.sets[other].items():
             shared = new & seen
@@ -147,12 +143,16 @@ class Ledger:
         write_text(self.folder / f"{kind}-{_digest('file', name)[:12]}.json", json.dumps(doc))
 
     def summary(self, figure: str) -> dict:
-        """What ``figure`` scored in this run (distinct samples and their units) and the
-        tuning sets it used (as kept in the ledger), with their (empty) overlap."""
-        ids, scored = self.scored.get(figure, (set(), set()))
+        """What ``figure`` scored (its evaluation set: distinct samples and their units) and
+        the tuning sets it used, with their (empty) overlap. A set begun in a file without
+        sample digests counts at least that file's samples."""
+        scored = self.sets["evaluation"].get(figure, set())
         used = sorted(self.met.get(figure, ()))
         return {
-            "evaluation": {"samples": len(ids), "units": len(scored)},
+            "evaluation": {
+                "samples": self.counts.get(("evaluation", figure), 0),
+                "units": len(scored),
+            },
             "tuning": {
                 n: {"samples": self.counts["tuning", n], "units": len(self.sets["tuning"][n])}
                 for n in used

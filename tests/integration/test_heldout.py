@@ -161,8 +161,8 @@ def test_at_least_the_smollm2_gallery_is_of_the_new_design():
 
 
 def test_a_figure_counts_the_samples_it_scored_not_the_units_they_add(run, tmp_path):
-    """Fifty needles share ten sentences and one haystack: the count is of samples (it read
-    100 for a figure that scored 50 before), also when a resumed run scores them again."""
+    """Fifty needles share ten sentences and one haystack: the count is of samples (a figure
+    scored at two lengths counted one), and a resumed run that scores nothing keeps it."""
     run.ledger = Ledger(tmp_path)
     run.ledger.figure = "fig5"
     short = run.samples("needle", 2, seed=0, size=300)
@@ -179,13 +179,10 @@ def test_a_figure_counts_the_samples_it_scored_not_the_units_they_add(run, tmp_p
         "tuning": {"seal-h": {"samples": 4, "units": len(set().union(*map(units, tuned)))}},
         "overlap": 0,
     }
-    again = Ledger(tmp_path)  # a resumed run counts what it scores itself
-    again.figure = "fig5"
-    assert again.summary("fig5")["evaluation"] == {"samples": 0, "units": 0}
+    again = Ledger(tmp_path)  # a resumed run whose rows are all stored makes no samples
+    assert again.summary("fig5")["evaluation"] == {"samples": distinct, "units": len(shared)}
     again.evaluated("fig5", grid[:3])
-    assert again.summary("fig5")["evaluation"]["samples"] == len({x.prompt for x in grid[:3]})
-    kept = next(p for p in tmp_path.glob("evaluation-*.json"))
-    assert json.loads(kept.read_text())["samples"] == distinct  # the ledger's whole set
+    assert again.summary("fig5")["evaluation"]["samples"] == distinct
 
 
 def test_a_ledger_file_without_sample_ids_keeps_its_count(tmp_path):
