@@ -156,8 +156,8 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
         "heldout": run.ledger.summary(spec.name),
         # the stores its tables come from, checked before the file is reused (figures.inputs)
         "inputs": inputs.digests(run.out / "work", run.read_rows, run.read_folders),
-        # the haystack its needle samples were hidden in (None: it made none)
-        "haystack": _haystack(run.sizes) if run.made_needles else None,
+        # the haystack of the needles it read, made now or in stored rows (None: none)
+        "haystack": needles_read(run),
         "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
     }
     write_text(path, json.dumps(doc, indent=1, default=str))
@@ -168,6 +168,12 @@ def _data(spec: FigureSpec, run: FigureRun, result: GalleryResult) -> dict[str, 
 def _haystack(sizes) -> list:
     """The needles' haystack as a figure's data records it: ``[name, repeated]``."""
     return [sizes.haystack, sizes.haystack_repeat]
+
+
+def needles_read(run: FigureRun) -> list | None:
+    """The haystack of the needles the current figure read, made now or in its stored rows
+    (None: it read none), as its data records it."""
+    return _haystack(run.sizes) if run.made_needles or run.needle_rows else None
 
 
 def needles_moved(doc: dict, run: FigureRun, spec: FigureSpec) -> bool:

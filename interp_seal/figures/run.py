@@ -232,12 +232,13 @@ class FigureRun:
 
     def start_figure(self) -> None:
         """Forget what the previous figure read: the earlier runs' time it reused, the stores
-        (``figures.inputs``) and whether it made needle samples (module docstring); the driver
-        calls it before each figure."""
+        (``figures.inputs``), whether it made needle samples (module docstring) and whether it
+        read rows of a store declared to read them; the driver calls it before each figure."""
         self.earlier = RunTime()
         self.read_rows: dict[str, dict[str, str]] = {}
         self.read_folders: set[str] = set()
         self.made_needles = False
+        self.needle_rows = False  # a figure drawn again from stored needle rows makes none
 
     def work(self, *parts: str) -> Path:
         path = self.out.joinpath("work", *parts)
@@ -266,6 +267,7 @@ class FigureRun:
                 "declared needles=True: a plan amendment that changes the haystack would keep "
                 "them (FigureRun.rows)"
             )
+        self.needle_rows = self.needle_rows or needles
         store = RecordStore(self.work(name, "records.jsonl"))
         setting = [self.model, (self.sizes if needles else self.registered).as_dict()]
         rows = []

@@ -194,3 +194,21 @@ def test_a_ledger_file_without_sample_ids_keeps_its_count(tmp_path):
     ledger.figure = "f"
     ledger.used("old")
     assert ledger.summary("f")["tuning"] == {"old": {"samples": 20, "units": 1}}
+
+
+def test_a_figure_drawn_from_stored_needle_rows_records_their_haystack(run):
+    """SEAL Table 2 drawn again from its stored rows makes no needle sample; its data must still
+    say which haystack those rows read, or a later amendment would keep it (it read None)."""
+    from interp_seal.figures.driver import needles_read
+
+    def row(key):
+        return {"n": len(run.samples("needle", 1, seed=0, size=key["length"]))}
+
+    for _ in range(2):  # computed, then read back from the store
+        run.start_figure()
+        run.rows("needle_rows", [{"length": 300}], row, needles=True)
+        assert needles_read(run) == [run.sizes.haystack, run.sizes.haystack_repeat]
+    assert not run.made_needles  # the second time the row was stored
+    run.start_figure()
+    run.rows("line_rows", [{"lines": 3}], lambda key: {"n": 1})
+    assert needles_read(run) is None
