@@ -651,8 +651,9 @@ def niah_heads_differ(d: Data) -> Check:
     text = (
         f"on {c.n} fresh questions, QA exact match with the top-{k} NIAH heads zeroed "
         f"{rates['niah']:.2f} vs the top-{k} MDQA retrieval heads zeroed "
-        f"{rates['retrieval']:.2f}; the sets ({sorted(sets['retrieval'])} / "
-        f"{sorted(sets['niah'])}) share {shared} of {total} heads (chance {k * k / total:.1f})"
+        f"{rates['retrieval']:.2f}; the sets (NIAH {sorted(sets['niah'])} / MDQA "
+        f"{sorted(sets['retrieval'])}) share {shared} of their {k} heads (by chance "
+        f"{k * k / total:.1f} of {total})"
     )
     return replace(c, measured=text)
 

@@ -56,13 +56,11 @@ SMOLLM2_NOTE = (
     "plan registered SEAL's needles in the bundled essays (970 tokens), repeated to fill "
     "each context (at 12K twelve times). Plan amendment 4 moves them to the long haystack "
     "that other models get (15,664 tokens, never repeated here) and recomputes only what "
-    "read needles. Its run is under way: SEAL Fig. 5, Table 2, Fig. 6, `heads_definitions` "
-    "and `kv_budget` (the needle copy-paste scores and the masking and KV conditions they "
-    "choose) are computed in the long haystack; MuDAF Fig. 4's NIAH arm, whose top-14 NIAH "
-    "heads those scores choose, still shows the repeated essays' heads, and so does its claim "
-    "(MDQA vs NIAH heads) here, until the same command resumes its 47 chunks of fresh questions "
-    "from the stores under `work/` (each figure's `data/<name>.json` records its needles' "
-    "haystack): `interp-seal figures --model smollm2 --out figures/smollm2 --resume`."
+    "read needles, all on the CPU: SEAL Fig. 5, Table 2 and Fig. 6, the needle copy-paste "
+    "scores with the masking and KV conditions they choose (`heads_definitions`, `kv_budget`), "
+    "and MuDAF Fig. 4's NIAH arm (its top-14 NIAH heads, one head changed, zeroed again on the "
+    "pilot's 40 and the 1,880 fresh questions). Each figure's `data/<name>.json` records its "
+    "needles' haystack."
 )
 
 NOTES = {"organism": ORGANISM_NOTE, "smollm2": SMOLLM2_NOTE}

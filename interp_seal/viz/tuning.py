@@ -5,7 +5,8 @@ tensor) in, a plotly ``Figure`` out.
 
 - ``method_accuracy``: SEAL Fig. 1 / Table 1, line-retrieval accuracy against the number of
   lines for the base model and each tuned variant (``accuracy_by_method``'s table), with 95 %
-  Wilson intervals when the table counts its records (``n``).
+  Wilson intervals when the table counts its records (``n``); the base is drawn on top, so a
+  method with the base's very numbers cannot hide it.
 - ``loss_curves``: the answer loss (or any named loss) per optimizer step, one line per run.
 - ``scale_heatmap``: learned SEAL-H scales ``(L, H, 1)`` as a layer x head grid, or SEAL-C
   scales ``(L, H, D)`` as a head x channel grid; a diverging scale centred on 1 (the identity),
@@ -32,13 +33,16 @@ METRIC_LABELS = {
     "first_token": "first token correct",
     "answer_logprob": "answer log-prob",
 }
+MARKERS = ("circle", "square", "diamond", "triangle-up", "x", "triangle-down", "star", "cross")
 
 
 def method_accuracy(
     table: pd.DataFrame, *, metric: str = "exact_match", title: str | None = None
 ) -> go.Figure:
-    """``metric`` against length, one line per ``method`` (base first, as in the table); for
-    exact match and first token, 95 % Wilson intervals when the table has an ``n`` column."""
+    """``metric`` against length, one line per ``method``; for exact match and first token, 95 %
+    Wilson intervals when the table has an ``n`` column. Each method has its own marker, and the
+    base (black, dashed) is drawn last, on top, but listed first: a tuned method that scores
+    exactly what the base does would otherwise hide the base's line under its own."""
     missing = {"method", "length", metric} - set(table.columns)
     if missing:
         raise ValueError(
@@ -46,21 +50,25 @@ def method_accuracy(
         )
     name = METRIC_LABELS.get(metric, metric)
     bars = metric in PROPORTIONS and "n" in table.columns
-    fig = go.Figure()
-    for method, rows in table.groupby("method", sort=False):
+    traces = []
+    for i, (method, rows) in enumerate(table.groupby("method", sort=False)):
         rows = rows.sort_values("length")
-        fig.add_trace(
+        base = method == "base"
+        traces.append(
             go.Scatter(
                 x=rows["length"].tolist(),
                 y=rows[metric].tolist(),
                 name=str(method),
                 mode="lines+markers",
-                line={"color": "black", "dash": "dash"} if method == "base" else None,
+                line={"color": "black", "dash": "dash"} if base else None,
+                marker={"symbol": MARKERS[i % len(MARKERS)], "size": 9},
+                legendrank=1 if base else 1000 + i,
                 error_y=wilson_error_y(rows[metric], rows["n"]) if bars else None,
                 hovertemplate=f"%{{fullData.name}}<br>length %{{x}}<br>{name} %{{y:.3f}}"
                 "<extra></extra>",
             )
         )
+    fig = go.Figure(data=sorted(traces, key=lambda t: t.name == "base"))
     fig.update_layout(
         title=title or f"{name.capitalize()} vs context length, before and after tuning",
         xaxis_title="lines in the record",

@@ -370,3 +370,36 @@ def test_a_full_kv_set_cut_from_a_tie_of_scores_is_not_read():
     assert C.causal_beats_scores(data).verdict == "not shown"
     data["heads_definitions"] = {"rankings": rankings(tied=False)}
     assert C.causal_beats_scores(data).verdict == "not shown"  # the other three still tie
+
+
+def test_niah_heads_claim_pairs_the_fresh_questions_and_names_each_set():
+    # 10 fresh questions: the MDQA retrieval heads zeroed keep 6 right, the NIAH heads zeroed
+    # none, so every discordant pair (6) goes against MuDAF's reading: NIAH - MDQA = -0.6,
+    # exact McNemar p = 2 / 2^6 = 0.03125 (contradicted before Holm's correction)
+    masking = pd.DataFrame(
+        {
+            "strategy": ["retrieval", "niah", "niah"],
+            "mode": ["zero", "zero", "mean"],
+            "heads": ["0.1 1.0 1.1", "1.1 0.1 0.3", "0.5"],
+        }
+    )
+    confirm = pd.DataFrame(
+        {
+            "strategy": ["retrieval"] * 10 + ["niah"] * 10 + ["retrieval"],
+            "mode": ["zero"] * 20 + ["mean"],
+            "record": [*range(10), *range(10), 0],
+            "exact_match": [1] * 6 + [0] * 4 + [0] * 10 + [1],
+        }
+    )
+    niah = pd.DataFrame({"layer": [0] * 6 + [1] * 6, "head": [*range(6), *range(6)]})
+    data = {"mudaf_fig4_masking": {"masking": masking, "confirm": confirm, "niah": niah}}
+    row = C.niah_heads_differ(data)
+    assert (row.n, row.difference, row.p_value) == (10, pytest.approx(-0.6), 2 / 2**6)
+    assert row.verdict == "contradicted"
+    assert "NIAH heads zeroed 0.00 vs the top-3 MDQA retrieval heads zeroed 0.60" in row.measured
+    assert "(NIAH ['L0H1', 'L0H3', 'L1H1'] / MDQA ['L0H1', 'L1H0', 'L1H1'])" in row.measured
+    assert "share 2 of their 3 heads (by chance 0.8 of 12)" in row.measured
+    # a gallery from before the NIAH arm ran on fresh questions is refused, not read
+    data["mudaf_fig4_masking"]["confirm"] = confirm[confirm.strategy != "niah"]
+    with pytest.raises(C.MissingData, match="no NIAH arm"):
+        C.niah_heads_differ(data)

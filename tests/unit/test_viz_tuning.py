@@ -19,13 +19,30 @@ def test_method_accuracy_one_line_per_method_sorted_by_length():
         }
     )
     fig = method_accuracy(table)
-    assert [t.name for t in fig.data] == ["base", "seal-h"]
-    assert list(fig.data[0].x) == [20, 40] and list(fig.data[0].y) == [1.0, 0.5]
-    assert list(fig.data[1].y) == [1.0, 0.75]
-    assert fig.data[0].line.dash == "dash"
-    assert fig.data[0].error_y.array is None  # no record counts, no intervals
+    base, seal = (next(t for t in fig.data if t.name == m) for m in ("base", "seal-h"))
+    assert list(base.x) == [20, 40] and list(base.y) == [1.0, 0.5]
+    assert list(seal.y) == [1.0, 0.75]
+    assert base.line.dash == "dash"
+    assert base.error_y.array is None  # no record counts, no intervals
     with pytest.raises(ValueError, match="accuracy_by_method"):
         method_accuracy(table.drop(columns="method"))
+
+
+def test_method_accuracy_base_is_drawn_on_top_and_listed_first():
+    # SEAL Table 2 on SmolLM2: SEAL-C scores the base's very numbers, and drawn after the base
+    # its line covered the base's, which showed only in the legend
+    table = pd.DataFrame(
+        {
+            "method": ["base", "base", "ntk", "ntk", "seal-c", "seal-c"],
+            "length": [9, 12, 9, 12, 9, 12],
+            "exact_match": [0.2, 0.0, 0.4, 0.1, 0.2, 0.0],
+        }
+    )
+    fig = method_accuracy(table)
+    assert [t.name for t in fig.data] == ["ntk", "seal-c", "base"]  # later traces draw on top
+    ranks = {t.name: t.legendrank for t in fig.data}
+    assert ranks["base"] < ranks["ntk"] < ranks["seal-c"]  # the legend keeps the table's order
+    assert len({t.marker.symbol for t in fig.data}) == 3
 
 
 def test_method_accuracy_wilson_intervals_from_the_record_counts():
