@@ -176,9 +176,9 @@ def masking_bars(
 
     ``frame``: one masking table, or several by panel title (e.g. a pilot and the fresh
     questions a claim is tested on), drawn side by side on one y axis. Random-head rows are
-    averaged over their draws (seeds), each draw's value written on the bar (one a line).
+    averaged over their draws (seeds), each draw a black diamond on its bar.
     Error bars: for exact match with an ``n_samples`` column, the 95 % Wilson interval of the
-    pooled questions (all draws together; the labels show the spread between draws) and a grey
+    pooled questions (all draws together; the diamonds show the spread between draws) and a grey
     band for the unmasked model's interval; otherwise the standard deviation over draws.
     """
     panels = dict(frame) if isinstance(frame, Mapping) else {"": frame}
@@ -189,6 +189,7 @@ def masking_bars(
     fig.update_layout(
         title=title or f"Masking heads: {metric}",
         barmode="group",
+        scattermode="group",  # a draw's marker sits on its own strategy's bar
         template="plotly_white",
     )
     fig.update_xaxes(title_text="masking mode (zero: head output 0; uniform: uniform attention)")
@@ -228,27 +229,42 @@ def _masking_panel(fig: go.Figure, frame: pd.DataFrame, metric: str, col: int) -
         else:
             error_y = dict(type="data", array=[float(d[metric].std(ddof=1)) for d in draws])
             error_y["array"] = [0.0 if np.isnan(v) else v for v in error_y["array"]]
+        group = f"{strategy} (k={k})"
         fig.add_trace(
             go.Bar(
                 x=modes,
                 y=means,
                 error_y=error_y,
-                text=[
-                    "<br>".join(f"{v:.2f}" for v in d[metric]) if len(d) > 1 else "" for d in draws
-                ],  # one draw a line: narrow bars keep it level and legible
-                textposition="inside",
-                textangle=0,
-                insidetextanchor="start",  # at the bar's foot, clear of the error bar
-                name=f"{strategy} (k={k})",
-                legendgroup=f"{strategy} (k={k})",
+                name=group,
+                legendgroup=group,
+                offsetgroup=group,
                 showlegend=col == 1,
                 marker_color=qualitative.Plotly[_rank(strategy)],
-                hovertemplate=f"%{{fullData.name}}, %{{x}}<br>{metric} %{{y:.3f}}"
-                "<br>draws %{text}<extra></extra>",
+                hovertemplate=f"%{{fullData.name}}, %{{x}}<br>{metric} %{{y:.3f}}<extra></extra>",
             ),
             row=1,
             col=col,
         )
+        if any(len(d) > 1 for d in draws):  # each draw a marker on its bar: the spread
+            seeded = "seed" in rows.columns
+            fig.add_trace(
+                go.Scatter(
+                    x=[m for m, d in zip(modes, draws, strict=True) for _ in range(len(d))],
+                    y=[float(v) for d in draws for v in d[metric]],
+                    customdata=[int(s) for d in draws for s in d["seed"]] if seeded else None,
+                    mode="markers",
+                    offsetgroup=group,
+                    marker={"symbol": "diamond-open", "color": "black", "size": 9},
+                    name="one random draw",
+                    legendgroup="draws",
+                    showlegend=col == 1,
+                    hovertemplate=f"{group}, %{{x}}, one draw"
+                    + (" (seed %{customdata})" if seeded else "")
+                    + f"<br>{metric} %{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     if len(baseline):
         value = float(baseline[metric].iloc[0])
         if wilson_bars:

@@ -366,8 +366,12 @@ def test_masking_bars_wilson_intervals_over_pooled_draws():
         }
     )
     fig = masking_bars(frame)
-    retrieval, random = fig.data
-    assert list(random.y) == pytest.approx([0.4]) and list(random.text) == ["0.20<br>0.60"]
+    retrieval, random, draws = fig.data
+    assert list(random.y) == pytest.approx([0.4])
+    # each draw a marker on its own bar (the same offset group), not text squeezed into it
+    assert (draws.type, list(draws.x), list(draws.y)) == ("scatter", ["zero", "zero"], [0.2, 0.6])
+    assert draws.offsetgroup == random.offsetgroup != retrieval.offsetgroup
+    assert fig.layout.scattermode == "group" and random.text is None
     low, high = wilson(8, 20)  # both draws' 20 questions pooled
     assert [random.error_y.arrayminus[0], random.error_y.array[0]] == pytest.approx(
         [0.4 - low, high - 0.4]
@@ -384,12 +388,15 @@ def test_masking_bars_wilson_intervals_over_pooled_draws():
     assert [(t.name, t.xaxis, t.showlegend) for t in fig.data] == [
         ("retrieval (k=2)", "x", True),
         ("random (k=2)", "x", True),
+        ("one random draw", "x", True),
         ("retrieval (k=2)", "x2", False),
         ("random (k=2)", "x2", False),
+        ("one random draw", "x2", False),
     ]
-    assert fig.data[0].marker.color == fig.data[2].marker.color != fig.data[1].marker.color
-    assert list(fig.data[3].y) == pytest.approx([0.4])
-    assert fig.data[3].error_y.array[0] == pytest.approx(wilson(80, 200)[1] - 0.4)
+    assert fig.data[0].marker.color == fig.data[3].marker.color != fig.data[1].marker.color
+    assert list(fig.data[4].y) == pytest.approx([0.4])
+    assert fig.data[4].error_y.array[0] == pytest.approx(wilson(80, 200)[1] - 0.4)
+    assert list(fig.data[5].y) == [0.6, 0.2]  # the fresh table lists its draws the other way
     bands = [b for b in fig.layout.shapes if b.type == "rect"]
     assert [b.xref for b in bands] == ["x domain", "x2 domain"]
     edges = [edge for b in bands for edge in (b.y0, b.y1)]
