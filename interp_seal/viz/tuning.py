@@ -50,25 +50,25 @@ def method_accuracy(
         )
     name = METRIC_LABELS.get(metric, metric)
     bars = metric in PROPORTIONS and "n" in table.columns
-    traces = []
+    lines, base = [], []  # the base's trace goes last: drawn on top
     for i, (method, rows) in enumerate(table.groupby("method", sort=False)):
         rows = rows.sort_values("length")
-        base = method == "base"
-        traces.append(
+        is_base = method == "base"
+        (base if is_base else lines).append(
             go.Scatter(
                 x=rows["length"].tolist(),
                 y=rows[metric].tolist(),
                 name=str(method),
                 mode="lines+markers",
-                line={"color": "black", "dash": "dash"} if base else None,
+                line={"color": "black", "dash": "dash"} if is_base else None,
                 marker={"symbol": MARKERS[i % len(MARKERS)], "size": 9},
-                legendrank=1 if base else 1000 + i,
+                legendrank=0 if is_base else i + 1,  # legend: base first, then table order
                 error_y=wilson_error_y(rows[metric], rows["n"]) if bars else None,
                 hovertemplate=f"%{{fullData.name}}<br>length %{{x}}<br>{name} %{{y:.3f}}"
                 "<extra></extra>",
             )
         )
-    fig = go.Figure(data=sorted(traces, key=lambda t: t.name == "base"))
+    fig = go.Figure(data=lines + base)
     fig.update_layout(
         title=title or f"{name.capitalize()} vs context length, before and after tuning",
         xaxis_title="lines in the record",
